@@ -1,0 +1,522 @@
+"""The event contract v1 (DESIGN.md section 3): decoding bodies and validating events.
+
+Pure: bytes and plain data in, ``Event`` objects and field-level errors out. Nothing here raises
+for a bad event; only a body that cannot be read at all raises ``BodyError``. The same bad input
+always gets the same messages.
+"""
+
+import hashlib
+import json
+import math
+import re
+import zlib
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import Any
+
+MAX_ID_CHARS = 200
+MAX_REASON_BYTES = 64 * 1024
+MAX_SMALL_INT = 2**62
+TRUNCATION_MARKER = "… [truncated {dropped} bytes]"
+
+JSON_TYPES = frozenset({"application/json"})
+NDJSON_TYPES = frozenset({"application/x-ndjson", "application/ndjson", "application/jsonl"})
+
+# Event order within a job (DESIGN.md section 4): ts, seq, this rank, attempt, event_id.
+TYPE_RANK = {
+    "job_started": 0,
+    "node_started": 1,
+    "node_finished": 2,
+    "compensation_finished": 3,
+    "state_checkpointed": 4,
+    "cancel_requested": 5,
+    "escalation_raised": 6,
+    "graph.next_step.parse_invalid": 7,
+    "graph.next_step.degraded": 7,
+    "job_finished": 8,
+}
+OTHER_TYPE_RANK = 9
+PLANNER_TYPES = frozenset({"graph.next_step.parse_invalid", "graph.next_step.degraded"})
+NODE_TYPES = frozenset(
+    {"node_started", "node_finished", "compensation_finished", "state_checkpointed"}
+)
+
+
+class BodyError(Exception):
+    """The whole body is refused: ``status`` is the HTTP status, ``message`` says why."""
+
+    def __init__(self, status: int, message: str):
+        super().__init__(message)
+        self.status = status
+        self.message = message
+
+
+@dataclass(frozen=True, slots=True)
+class FieldError:
+    field: str
+    message: str
+
+    def as_dict(self) -> dict[str, str]:
+        return {"field": self.field, "message": self.message}
+
+
+@dataclass(frozen=True, slots=True)
+class Event:
+    """One valid event. ``ts`` is None when the producer sent none (ingest uses receive time)."""
+
+    type: str
+    job_id: str
+    event_id: str
+    ts: datetime | None
+    seq: int | None
+    payload: dict[str, Any]
+
+    @property
+    def attempt(self) -> int:
+        value = self.payload.get("attempt")
+        return value if isinstance(value, int) else 1
+
+
+@dataclass(slots=True)
+class ParsedBatch:
+    """``events`` pairs each valid event with its index in the batch; ``errors`` the rest."""
+
+    events: list[tuple[int, Event]] = field(default_factory=list)
+    errors: list[dict[str, Any]] = field(default_factory=list)
+
+    @property
+    def total(self) -> int:
+        return len(self.events) + len(self.errors)
+
+
+# --- bodies -------------------------------------------------------------------------------
+
+
+def media_type(content_type: str | None) -> str:
+    return (content_type or "").split(";", 1)[0].strip().lower()
+
+
+def decompress(body: bytes, content_encoding: str | None, limit: int) -> bytes:
+    """Undo gzip/deflate, refusing (413) output beyond ``limit`` bytes while inflating."""
+    encoding = (content_encoding or "identity").strip().lower()
+    if encoding in ("", "identity"):
+        return body
+    if encoding not in ("gzip", "deflate"):
+        raise BodyError(415, f"unsupported Content-Encoding {encoding!r}: use gzip or identity")
+    wbits = 16 + zlib.MAX_WBITS if encoding == "gzip" else zlib.MAX_WBITS
+    inflater = zlib.decompressobj(wbits)
+    out = bytearray()
+    try:
+        chunk = inflater.decompress(body, limit + 1 - len(out))
+        out += chunk
+        while inflater.unconsumed_tail and len(out) <= limit:
+            out += inflater.decompress(inflater.unconsumed_tail, limit + 1 - len(out))
+    except zlib.error:
+        raise BodyError(400, f"body is not valid {encoding} data") from None
+    if len(out) > limit:
+        raise BodyError(413, f"body inflates past the limit of {limit} bytes")
+    if not inflater.eof:
+        raise BodyError(400, f"body is not valid {encoding} data (truncated stream)")
+    return bytes(out)
+
+
+def decode_body(body: bytes, content_type: str | None) -> list[Any]:
+    """Split a body into items: a JSON object, a JSON array, or NDJSON lines.
+
+    An NDJSON line that is not JSON becomes a ``_LineError`` item (reported by index, the other
+    lines still count); JSON that cannot be read at all raises ``BodyError``.
+    """
+    kind = media_type(content_type)
+    if kind in NDJSON_TYPES:
+        items = [_loads(line) for line in body.splitlines() if line.strip()]
+    elif kind in JSON_TYPES or kind.endswith("+json"):
+        document = _loads(body)
+        if isinstance(document, _LineError):
+            raise BodyError(400, f"body is not JSON: {document.message}")
+        if isinstance(document, dict):
+            items = [document]
+        elif isinstance(document, list):
+            items = document
+        else:
+            raise BodyError(400, "body must be a JSON object or an array of objects")
+    else:
+        raise BodyError(
+            415,
+            "Content-Type must be application/json or application/x-ndjson"
+            + (f", got {kind!r}" if kind else ""),
+        )
+    if not items:
+        raise BodyError(400, "no events in body")
+    return items
+
+
+@dataclass(frozen=True, slots=True)
+class _LineError:
+    message: str
+
+
+def _loads(raw: bytes) -> Any:
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        return _LineError(f"not valid UTF-8 at byte {exc.start}")
+    if text.startswith("\ufeff"):
+        text = text[1:]
+    try:
+        return json.loads(text, parse_constant=_reject_constant)
+    except json.JSONDecodeError as exc:
+        return _LineError(f"{exc.msg} at line {exc.lineno} column {exc.colno}")
+    except ValueError as exc:
+        return _LineError(str(exc))
+    except RecursionError:
+        return _LineError("nested too deeply")
+
+
+def _reject_constant(name: str) -> Any:
+    raise ValueError(f"{name} is not valid JSON")
+
+
+# --- validation ---------------------------------------------------------------------------
+
+Check = Callable[[Any], str | None]
+
+
+def _is_int(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def integer(lo: int, hi: int = MAX_SMALL_INT) -> Check:
+    message = (
+        f"must be an integer >= {lo}" if hi == MAX_SMALL_INT else f"must be an integer from {lo} to {hi}"
+    )
+
+    def check(value: Any) -> str | None:
+        return None if _is_int(value) and lo <= value <= hi else message
+
+    return check
+
+
+def number(lo: float, hi: float) -> Check:
+    message = f"must be a number from {lo:g} to {hi:g}"
+
+    def check(value: Any) -> str | None:
+        ok = (
+            isinstance(value, int | float)
+            and not isinstance(value, bool)
+            and math.isfinite(value)
+            and lo <= value <= hi
+        )
+        return None if ok else message
+
+    return check
+
+
+def string(min_chars: int = 0, max_chars: int = MAX_ID_CHARS) -> Check:
+    message = (
+        f"must be a string of {min_chars} to {max_chars} characters"
+        if min_chars
+        else f"must be a string of at most {max_chars} characters"
+    )
+
+    def check(value: Any) -> str | None:
+        return None if isinstance(value, str) and min_chars <= len(value) <= max_chars else message
+
+    return check
+
+
+def one_of(*choices: str) -> Check:
+    message = "must be one of " + ", ".join(choices)
+
+    def check(value: Any) -> str | None:
+        return None if value in choices else message
+
+    return check
+
+
+def text(value: Any) -> str | None:
+    return None if isinstance(value, str) else "must be a string"
+
+
+def obj(value: Any) -> str | None:
+    return None if isinstance(value, dict) else "must be an object"
+
+
+def array(value: Any) -> str | None:
+    return None if isinstance(value, list) else "must be an array"
+
+
+def boolean(value: Any) -> str | None:
+    return None if isinstance(value, bool) else "must be true or false"
+
+
+def anything(value: Any) -> str | None:
+    return None
+
+
+IDENT = string(1)
+NAME = string()
+RESULT_TYPES = one_of(
+    "success", "retryable_failure", "permanent_failure", "compensatable_failure"
+)
+REQUIRED = "required"
+
+NODE_FIELDS: dict[str, Check] = {
+    "node_id": IDENT,
+    "step_index": integer(0, 10_000_000),
+    "attempt": integer(1, 1_000_000),
+    "trace_span_id": NAME,
+    "parent_span_id": NAME,
+    "epoch": integer(0),
+    "step_epoch": integer(0),
+}
+PLANNER_FIELDS: dict[str, Check] = {
+    "correlation_id": NAME,
+    "cycle": integer(0),
+    "attempt": integer(1, 1_000_000),
+    "attempts": integer(0, 1_000_000),
+    "provider": NAME,
+    "model": NAME,
+    "parse_error_type": NAME,
+    "validation_errors": array,
+    "raw_output_preview": text,
+    "reason": text,
+    "status": NAME,
+    "schema": NAME,
+}
+
+# Per type: the payload fields the contract names, their checks, and which are required.
+PAYLOAD_FIELDS: dict[str, dict[str, Check]] = {
+    "job_started": {
+        "name": NAME,
+        "workflow": NAME,
+        "correlation_id": NAME,
+        "session_id": NAME,
+        "provider": NAME,
+        "model": NAME,
+        "plan_hash": NAME,
+        "retry_of": IDENT,
+        "metadata": obj,
+    },
+    "node_started": NODE_FIELDS,
+    "node_finished": {
+        **NODE_FIELDS,
+        "payload_results": obj,
+        "duration_ms": number(0, 10**12),
+        "state": NAME,
+        "result_type": RESULT_TYPES,
+        "reason": text,
+        "failure_code": NAME,
+        "error_type": NAME,
+        "tool": NAME,
+        "source": NAME,
+        "plan_hash": NAME,
+        "continue_on_error": boolean,
+        "context": obj,
+        "audit_trail": array,
+    },
+    "state_checkpointed": {"node_id": NAME, "state": anything},
+    "compensation_finished": {
+        "node_id": IDENT,
+        "attempt": integer(1, 1_000_000),
+        "result_type": one_of("success", "permanent_failure"),
+        "reason": text,
+    },
+    "cancel_requested": {"reason": text, "epoch": integer(0)},
+    "job_finished": {
+        "status": one_of("completed", "failed", "cancelled"),
+        "code": NAME,
+        "reason": text,
+    },
+    "graph.next_step.parse_invalid": PLANNER_FIELDS,
+    "graph.next_step.degraded": PLANNER_FIELDS,
+    "escalation_raised": {
+        "kind": NAME,
+        "message": text,
+        "node_id": NAME,
+        "severity": one_of("low", "medium", "high", "critical"),
+    },
+}
+REQUIRED_PAYLOAD_FIELDS: dict[str, tuple[str, ...]] = {
+    "node_started": ("node_id",),
+    "node_finished": ("node_id",),
+    "compensation_finished": ("node_id",),
+    "job_finished": ("status",),
+}
+CONTEXT_FIELDS: dict[str, Check] = {
+    "expected_arguments": obj,
+    "actual_arguments": obj,
+    "step_definition": obj,
+}
+# Free text that may be long: kept, but cut at MAX_REASON_BYTES with a visible marker.
+LONG_TEXT_FIELDS = ("reason", "message")
+ENVELOPE_FIELDS = frozenset({"type", "job_id", "event_id", "ts", "seq", "payload"})
+
+RFC3339 = re.compile(
+    r"^(\d{4})-(\d{2})-(\d{2})[Tt ](\d{2}):(\d{2}):(\d{2})(\.\d{1,9})?([Zz]|[+-]\d{2}:\d{2})$"
+)
+
+
+def parse_timestamp(value: Any) -> datetime | None:
+    """An aware UTC datetime for an RFC 3339 string, or None when it is not one."""
+    if not isinstance(value, str):
+        return None
+    match = RFC3339.match(value)
+    if not match:
+        return None
+    year, month, day, hour, minute, second, fraction, offset = match.groups()
+    micros = int((fraction or ".0")[1:7].ljust(6, "0"))
+    if offset in ("Z", "z"):
+        offset = "+00:00"
+    try:
+        parsed = datetime.fromisoformat(
+            f"{year}-{month}-{day}T{hour}:{minute}:{second}.{micros:06d}{offset}"
+        )
+    except ValueError:
+        return None
+    return parsed.astimezone(UTC)
+
+
+def truncate_text(value: str, limit: int = MAX_REASON_BYTES) -> str:
+    """``value`` cut to at most ``limit`` UTF-8 bytes, ending with a marker saying how much went."""
+    encoded = value.encode("utf-8")
+    if len(encoded) <= limit:
+        return value
+    marker_room = len(TRUNCATION_MARKER.format(dropped=len(encoded)).encode("utf-8"))
+    kept = encoded[: limit - marker_room].decode("utf-8", errors="ignore")
+    dropped = len(encoded) - len(kept.encode("utf-8"))
+    return kept + TRUNCATION_MARKER.format(dropped=dropped)
+
+
+def default_event_id(item: dict[str, Any]) -> str:
+    """Idempotency key for an event sent without one: a hash of the event exactly as sent."""
+    canonical = json.dumps(item, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+    return "sha256:" + hashlib.sha256(canonical.encode("utf-8")).hexdigest()[:48]
+
+
+def _text_problems(item: Any) -> list[FieldError]:
+    """NUL characters and lone surrogates anywhere in the item, by field path."""
+    problems = []
+    stack: list[tuple[str, Any]] = [("", item)]
+    while stack:
+        path, value = stack.pop()
+        if isinstance(value, str):
+            problem = _bad_text(value)
+            if problem:
+                problems.append(FieldError(path or "(item)", problem))
+        elif isinstance(value, dict):
+            for key, child in value.items():
+                child_path = f"{path}.{key}" if path else key
+                problem = _bad_text(key)
+                if problem:
+                    problems.append(FieldError(child_path, f"key {problem}"))
+                stack.append((child_path, child))
+        elif isinstance(value, list):
+            stack.extend((f"{path}[{i}]", child) for i, child in enumerate(value))
+    return sorted(problems, key=lambda error: error.field)
+
+
+def _bad_text(value: str) -> str | None:
+    if "\x00" in value:
+        return "must not contain NUL characters"
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError:
+        return "must be valid Unicode text (lone surrogate)"
+    return None
+
+
+def validate(item: Any) -> tuple[Event | None, list[FieldError]]:
+    """Validate one decoded item: an ``Event`` and no errors, or None and its field errors."""
+    if isinstance(item, _LineError):
+        return None, [FieldError("(line)", f"not JSON: {item.message}")]
+    if not isinstance(item, dict):
+        return None, [FieldError("(item)", "must be a JSON object")]
+    errors = _text_problems(item)
+    if errors:
+        return None, errors
+    event_type, job_id = item.get("type"), item.get("job_id")
+    for name in ("type", "job_id"):
+        if name not in item:
+            errors.append(FieldError(name, REQUIRED))
+        elif problem := IDENT(item[name]):
+            errors.append(FieldError(name, problem))
+    if "event_id" in item and (problem := IDENT(item["event_id"])):
+        errors.append(FieldError("event_id", problem))
+    ts = None
+    if "ts" in item:
+        ts = parse_timestamp(item["ts"])
+        if ts is None:
+            errors.append(FieldError("ts", "must be an RFC 3339 timestamp with an offset"))
+    if "seq" in item and (problem := integer(0)(item["seq"])):
+        errors.append(FieldError("seq", problem))
+    errors.extend(
+        FieldError(name, "unknown envelope field: put extra data in payload")
+        for name in sorted(set(item) - ENVELOPE_FIELDS)
+    )
+    payload = item.get("payload", {})
+    if not isinstance(payload, dict):
+        errors.append(FieldError("payload", "must be an object"))
+    elif isinstance(event_type, str):
+        errors.extend(_payload_errors(event_type, payload))
+    if errors:
+        return None, errors
+    event = Event(
+        type=event_type,
+        job_id=job_id,
+        event_id=item.get("event_id") or default_event_id(item),
+        ts=ts,
+        seq=item.get("seq"),
+        payload=_normalized_payload(payload),
+    )
+    return event, []
+
+
+def _payload_errors(event_type: str, payload: dict[str, Any]) -> Iterable[FieldError]:
+    checks = PAYLOAD_FIELDS.get(event_type, {})
+    for name in REQUIRED_PAYLOAD_FIELDS.get(event_type, ()):
+        if name not in payload:
+            yield FieldError(f"payload.{name}", REQUIRED)
+    for name, check in checks.items():
+        if name in payload and (problem := check(payload[name])):
+            yield FieldError(f"payload.{name}", problem)
+    context = payload.get("context")
+    if "context" in checks and isinstance(context, dict):
+        for name, check in CONTEXT_FIELDS.items():
+            if name in context and (problem := check(context[name])):
+                yield FieldError(f"payload.context.{name}", problem)
+
+
+def _normalized_payload(payload: dict[str, Any]) -> dict[str, Any]:
+    long_text = {
+        name: truncate_text(payload[name])
+        for name in LONG_TEXT_FIELDS
+        if isinstance(payload.get(name), str)
+    }
+    return {**payload, **long_text} if long_text else payload
+
+
+def parse_items(items: list[Any], max_events: int) -> ParsedBatch:
+    """Validate every item of a batch; a batch over ``max_events`` is refused whole (413)."""
+    if len(items) > max_events:
+        raise BodyError(
+            413, f"batch has {len(items)} events; the limit is {max_events} events per request"
+        )
+    batch = ParsedBatch()
+    for index, item in enumerate(items):
+        event, errors = validate(item)
+        if event is None:
+            batch.errors.append({"index": index, "errors": [e.as_dict() for e in errors]})
+        else:
+            batch.events.append((index, event))
+    return batch
+
+
+def parse_body(body: bytes, content_type: str | None, max_events: int) -> ParsedBatch:
+    """Decode and validate a whole request body; see ``decode_body`` and ``parse_items``."""
+    return parse_items(decode_body(body, content_type), max_events)
+
+
+def order_key(ts: datetime, seq: int | None, event_type: str, attempt: int, event_id: str):
+    """The total order of events within a job, independent of arrival (DESIGN.md section 4)."""
+    return (ts, seq or 0, TYPE_RANK.get(event_type, OTHER_TYPE_RANK), attempt, event_id)

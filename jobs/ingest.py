@@ -1,0 +1,308 @@
+"""Store a batch of events and project the jobs it touched (DESIGN.md section 2).
+
+Knows no HTTP: the ingest view, the import command, the demo loader and the OTLP endpoint all
+call ``store_batch``. One transaction per batch: event rows (unique per job + event_id), then a
+full replay of every touched job into Job, Step and Escalation rows. Replaying the whole job keeps
+the projection identical to ``replay.build`` whatever order the events arrived in.
+"""
+
+import json
+import zlib
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field, replace
+from datetime import datetime
+
+from django.conf import settings
+from django.db import connection, transaction
+from django.utils import timezone
+
+from jobs import escalations, replay
+from jobs.events import Event, ParsedBatch
+from jobs.failures import ResultType, RunStatus
+from jobs.models import Escalation, IngestToken, Job, Step
+from jobs.models import Event as EventRow
+from jobs.redaction import redact_payload
+
+INSERT_CHUNK = 500
+EVENT_COLUMNS = ("job_id", "event_id", "type", "ts", "seq", "attempt", "payload", "received_at",
+                 "token_id")  # fmt: skip
+
+
+@dataclass(slots=True)
+class IngestResult:
+    received: int = 0
+    stored: int = 0
+    duplicates: int = 0
+    errors: list[dict] = field(default_factory=list)
+    job_ids: list[str] = field(default_factory=list)
+
+    @property
+    def rejected(self) -> int:
+        return len(self.errors)
+
+    @property
+    def http_status(self) -> int:
+        if not self.rejected:
+            return 200
+        return 207 if self.stored + self.duplicates else 400
+
+    def as_dict(self) -> dict:
+        return {
+            "received": self.received,
+            "stored": self.stored,
+            "duplicates": self.duplicates,
+            "rejected": self.rejected,
+            "errors": self.errors,
+        }
+
+
+def replay_config() -> replay.ReplayConfig:
+    return replay.ReplayConfig(max_retries=settings.TRACEVIZ_MAX_RETRIES)
+
+
+def store_batch(
+    batch: ParsedBatch, *, token: IngestToken | None = None, received_at: datetime | None = None
+) -> IngestResult:
+    """Redact, store and project a parsed batch. Returns counts and the per-item errors."""
+    received_at = received_at or timezone.now()
+    result = IngestResult(received=batch.total, errors=list(batch.errors))
+    events: dict[tuple[str, str], Event] = {}
+    for _index, event in batch.events:
+        # A batch that repeats an event stores it once; the repeat counts as a duplicate.
+        events.setdefault(
+            (event.job_id, event.event_id),
+            replace(
+                event,
+                ts=event.ts or received_at,
+                payload=redact_payload(event.payload, settings.TRACEVIZ_PREVIEW_CHARS),
+            ),
+        )
+    if not events:
+        return result
+    with transaction.atomic():
+        job_ids = sorted({job_id for job_id, _ in events})
+        _lock_jobs(job_ids)
+        new_keys = _insert_events(events.values(), token, received_at)
+        touched = sorted({job_id for job_id, _ in new_keys})
+        project_jobs(touched, received_at=received_at)
+        if token is not None:
+            IngestToken.objects.filter(pk=token.pk).update(last_used_at=received_at)
+    result.stored = len(new_keys)
+    result.duplicates = len(batch.events) - result.stored
+    result.job_ids = touched
+    return result
+
+
+def _lock_jobs(job_ids: Sequence[str]) -> None:
+    """Serialise projection per job across concurrent batches (PostgreSQL advisory locks, taken in
+    sorted order so two batches never deadlock). SQLite serialises writers by itself."""
+    if connection.vendor != "postgresql" or not job_ids:
+        return
+    keys = sorted({zlib.crc32(job_id.encode("utf-8")) for job_id in job_ids})
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT pg_advisory_xact_lock(k) FROM unnest(%s::bigint[]) AS k ORDER BY k", [keys]
+        )
+
+
+def _insert_events(
+    events: Iterable[Event], token: IngestToken | None, received_at: datetime
+) -> set[tuple[str, str]]:
+    """Insert event rows, skipping ones already stored; returns the (job_id, event_id) of new rows."""
+    ops = connection.ops
+    table = connection.ops.quote_name(EventRow._meta.db_table)
+    payload_placeholder = "%s::jsonb" if connection.vendor == "postgresql" else "%s"
+    row_placeholder = "(" + ", ".join(
+        payload_placeholder if column == "payload" else "%s" for column in EVENT_COLUMNS
+    ) + ")"  # fmt: skip
+    received = ops.adapt_datetimefield_value(received_at)
+    token_id = token.pk if token else None
+    rows = [
+        (
+            event.job_id, event.event_id, event.type, ops.adapt_datetimefield_value(event.ts),
+            event.seq, event.attempt, json.dumps(event.payload, ensure_ascii=False), received,
+            token_id,
+        )  # fmt: skip
+        for event in events
+    ]
+    inserted: set[tuple[str, str]] = set()
+    with connection.cursor() as cursor:
+        for start in range(0, len(rows), INSERT_CHUNK):
+            chunk = rows[start : start + INSERT_CHUNK]
+            sql = (
+                f"INSERT INTO {table} ({', '.join(EVENT_COLUMNS)}) VALUES "
+                + ", ".join([row_placeholder] * len(chunk))
+                + " ON CONFLICT (job_id, event_id) DO NOTHING RETURNING job_id, event_id"
+            )
+            cursor.execute(sql, [value for row in chunk for value in row])
+            inserted.update((job_id, event_id) for job_id, event_id in cursor.fetchall())
+    return inserted
+
+
+def load_events(job_ids: Sequence[str]) -> dict[str, list[Event]]:
+    """Every stored event of these jobs, as replay takes them."""
+    by_job: dict[str, list[Event]] = {job_id: [] for job_id in job_ids}
+    rows = EventRow.objects.filter(job_id__in=job_ids).values_list(
+        "job_id", "event_id", "type", "ts", "seq", "payload"
+    )
+    for job_id, event_id, event_type, ts, seq, payload in rows.iterator(chunk_size=5000):
+        by_job[job_id].append(Event(event_type, job_id, event_id, ts, seq, payload))
+    return by_job
+
+
+def project_jobs(job_ids: Sequence[str], *, received_at: datetime | None = None) -> list[Job]:
+    """Replay these jobs from their stored events and write their Job, Step and Escalation rows.
+
+    ``received_at`` marks new events having arrived (the stall clock); a rebuild passes None and
+    keeps each job's receive time.
+    """
+    if not job_ids:
+        return []
+    config = replay_config()
+    states = [replay.build(events, config) for events in load_events(job_ids).values() if events]
+    existing = {job.job_id: job for job in Job.objects.filter(job_id__in=job_ids)}
+    jobs = [_job_row(state, existing.get(state.job_id), received_at) for state in states]
+    Job.objects.bulk_create(
+        jobs,
+        update_conflicts=True,
+        unique_fields=["job_id"],
+        update_fields=[f.name for f in Job._meta.concrete_fields if f.name not in ("id", "job_id")],
+    )
+    jobs_by_id = {job.job_id: job for job in jobs}
+    if any(job.pk is None for job in jobs):  # backends that do not return ids on upsert
+        jobs_by_id = {job.job_id: job for job in Job.objects.filter(job_id__in=job_ids)}
+    Step.objects.filter(job__job_id__in=job_ids).delete()
+    Step.objects.bulk_create(
+        [_step_row(step, jobs_by_id[state.job_id]) for state in states for step in state.steps],
+        batch_size=1000,
+    )
+    _apply_escalations(states, jobs_by_id, existing)
+    return list(jobs_by_id.values())
+
+
+def _job_row(state: replay.JobState, previous: Job | None, received_at: datetime | None) -> Job:
+    root = state.root_failure
+    segments = {step.segment for step in state.steps}
+    failing = [s for s in state.steps if s.node_id in state.failing_node_ids and s.is_failure]
+    attrs = state.attributes
+    return Job(
+        id=previous.pk if previous else None,
+        job_id=state.job_id,
+        status=state.status,
+        **{name: attrs.get(name, "") for name in replay.JOB_ATTRIBUTES},
+        metadata=state.metadata,
+        completed_node_ids=state.completed_node_ids,
+        cursor_node=state.cursor_node,
+        payload_results=state.payload_results,
+        last_validation_error=state.last_validation_error,
+        findings=[finding.as_dict() for finding in state.findings],
+        started_at=state.started_at,
+        finished_at=state.finished_at,
+        last_event_at=state.last_event_at,
+        last_received_at=received_at or (previous.last_received_at if previous else timezone.now()),
+        finish_code=state.finish_code,
+        finish_reason=state.finish_reason,
+        cancel_reason=state.cancel_reason,
+        failing_node_id=root.node_id if root else "",
+        failing_reason=root.reason if root else "",
+        failure_code=root.failure_code if root else "",
+        error_type=root.error_type if root else "",
+        failed_at=max((s.finished_at for s in failing), default=None),
+        has_retryable="retryable" in segments,
+        has_failed="failed" in segments,
+        step_count=len(state.steps),
+        max_attempt=max((step.attempt for step in state.steps), default=0),
+        event_count=state.event_count,
+        planner_parse_invalid=state.planner_parse_invalid,
+        planner_degraded=state.planner_degraded,
+        segment_strip=[[step.segment.value, step.ignored_stale] for step in state.steps[:200]],
+    )
+
+
+def _step_row(step: replay.StepState, job: Job) -> Step:
+    return Step(
+        job=job,
+        segment=step.segment.value,
+        result_type=step.result_type or "",
+        **{name: getattr(step, name) for name in STEP_COPIED_FIELDS},
+    )
+
+
+STEP_COPIED_FIELDS = (
+    "node_id", "attempt", "position", "reason", "ignored_stale", "compensated",
+    "compensation_reason", "started_at", "finished_at", "duration_ms", "state", "step_index",
+    "trace_span_id", "parent_span_id", "failure_code", "error_type", "tool", "source",
+    "plan_hash", "continue_on_error", "epoch", "step_epoch", "payload_results", "context",
+    "audit_trail", "extra", "started_event_id", "finished_event_id",
+)  # fmt: skip
+
+
+def _apply_escalations(
+    states: list[replay.JobState], jobs_by_id: dict[str, Job], previous: dict[str, Job]
+) -> None:
+    job_pks = [job.pk for job in jobs_by_id.values()]
+    current = {
+        (esc.job_id, esc.kind, esc.node_id): esc
+        for esc in Escalation.objects.filter(job_id__in=job_pks)
+    }
+    for state in states:
+        job = jobs_by_id[state.job_id]
+        for trigger in state.escalation_triggers:
+            key = (job.pk, trigger.kind, trigger.node_id)
+            source = "producer" if trigger.kind == "raised" else "replay"
+            current[key] = escalations.apply_trigger(
+                trigger, job=job, existing=current.get(key), source=source
+            )
+        was = previous.get(state.job_id)
+        if state.status == RunStatus.COMPLETED and was and was.status != RunStatus.COMPLETED:
+            escalations.note_recovery(job)
+        if state.status == RunStatus.FAILED_LOGIC:
+            _check_repair_budget(job, current)
+
+
+def _retry_chain(job: Job) -> list[Job]:
+    """Every run linked to ``job`` through retry_of, in either direction."""
+    seen = {job.job_id: job}
+    frontier = [job]
+    while frontier:
+        ids = {j.retry_of for j in frontier if j.retry_of} | {j.job_id for j in frontier}
+        linked = Job.objects.filter(job_id__in=ids) | Job.objects.filter(retry_of__in=ids)
+        frontier = [j for j in linked if j.job_id not in seen]
+        seen.update((j.job_id, j) for j in frontier)
+    return list(seen.values())
+
+
+def _check_repair_budget(job: Job, current: dict) -> None:
+    runs = [
+        escalations.ChainRun(run.job_id, run.failed_at, _failing_event_id(run))
+        for run in _retry_chain(job)
+        if run.status == RunStatus.FAILED_LOGIC and run.failed_at
+    ]
+    overrun = escalations.repair_budget_overrun(runs, settings.TRACEVIZ_REPAIR_BUDGET)
+    if overrun is None:
+        return
+    over_job = Job.objects.get(job_id=overrun.job_id)
+    trigger = replay.EscalationTrigger(
+        "repair_budget_exhausted", "", "medium",
+        f"{len(runs)} runs failed with logic errors in this retry chain (budget "
+        f"{settings.TRACEVIZ_REPAIR_BUDGET}): auto-fix stops here",
+        overrun.trigger_event_id, overrun.failed_at,
+    )  # fmt: skip
+    key = (over_job.pk, trigger.kind, "")
+    current[key] = escalations.apply_trigger(
+        trigger, job=over_job, existing=current.get(key) or _existing(over_job, trigger.kind)
+    )
+
+
+def _existing(job: Job, kind: str) -> Escalation | None:
+    return Escalation.objects.filter(job=job, kind=kind, node_id="").first()
+
+
+def _failing_event_id(job: Job) -> str:
+    step = (
+        job.steps.exclude(result_type__in=["", ResultType.SUCCESS])
+        .order_by("-finished_at", "-position")
+        .only("finished_event_id")
+        .first()
+    )
+    return step.finished_event_id if step else f"{job.job_id}:failed"

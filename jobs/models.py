@@ -1,0 +1,304 @@
+"""Stored data: the append-only event log (source of truth) and its projection.
+
+Job and Step rows are exactly what ``replay.build`` returns for a job's events (replay parity);
+Escalation rows add what people did (acknowledge, assign, resolve), which a rebuild never touches.
+"""
+
+import hashlib
+import hmac
+import secrets
+
+from django.conf import settings
+from django.db import models
+from django.db.models import Q
+from django.utils import timezone
+
+from jobs import failures
+from jobs.failures import RunStatus
+
+TOKEN_PREFIX_CHARS = 8
+
+
+class IngestToken(models.Model):
+    """A producer's bearer token, stored hashed; the clear token is shown once at creation."""
+
+    name = models.CharField(max_length=200, unique=True)
+    prefix = models.CharField(max_length=TOKEN_PREFIX_CHARS, db_index=True)
+    token_hash = models.CharField(max_length=64)
+    created_at = models.DateTimeField(default=timezone.now)
+    last_used_at = models.DateTimeField(null=True, blank=True)
+    revoked_at = models.DateTimeField(null=True, blank=True)
+
+    def __str__(self):
+        return self.name
+
+    @staticmethod
+    def hash(raw: str) -> str:
+        return hashlib.sha256(raw.encode("utf-8")).hexdigest()
+
+    @classmethod
+    def issue(cls, name: str) -> tuple["IngestToken", str]:
+        """Create a token; returns the row and the clear token, which is never stored."""
+        raw = "tvz_" + secrets.token_urlsafe(32)
+        token = cls.objects.create(name=name, prefix=raw[:TOKEN_PREFIX_CHARS], token_hash=cls.hash(raw))
+        return token, raw
+
+    @classmethod
+    def authenticate(cls, raw: str) -> "IngestToken | None":
+        """The live token matching ``raw``, compared in constant time, or None."""
+        digest = cls.hash(raw)
+        candidates = cls.objects.filter(prefix=raw[:TOKEN_PREFIX_CHARS], revoked_at__isnull=True)
+        for token in candidates:
+            if hmac.compare_digest(token.token_hash, digest):
+                return token
+        return None
+
+
+class Event(models.Model):
+    """One event as received (after redaction). Append-only: nothing updates these rows."""
+
+    job_id = models.CharField(max_length=200)
+    event_id = models.CharField(max_length=200)
+    type = models.CharField(max_length=200)
+    ts = models.DateTimeField()
+    seq = models.BigIntegerField(null=True, blank=True)
+    attempt = models.IntegerField(default=1)
+    payload = models.JSONField(default=dict)
+    received_at = models.DateTimeField(default=timezone.now)
+    token = models.ForeignKey(IngestToken, null=True, blank=True, on_delete=models.SET_NULL)
+
+    class Meta:
+        constraints = [
+            # Idempotency: a resent event (same job and event_id) is stored once.
+            models.UniqueConstraint(fields=["job_id", "event_id"], name="event_unique_per_job"),
+        ]
+        indexes = [
+            # Replay and export read one job's events; retention deletes by receive time.
+            models.Index(fields=["job_id", "ts"], name="event_job_ts"),
+            models.Index(fields=["received_at"], name="event_received"),
+        ]
+
+    def __str__(self):
+        return f"{self.job_id}/{self.event_id} {self.type}"
+
+
+class Job(models.Model):
+    """A job's replayed state (projection of its events)."""
+
+    job_id = models.CharField(max_length=200, unique=True)
+    status = models.CharField(
+        max_length=32, choices=[(s.value, s.value) for s in RunStatus], default=RunStatus.RUNNING
+    )
+    name = models.CharField(max_length=200, blank=True)
+    workflow = models.CharField(max_length=200, blank=True)
+    correlation_id = models.CharField(max_length=200, blank=True)
+    session_id = models.CharField(max_length=200, blank=True)
+    provider = models.CharField(max_length=200, blank=True)
+    model = models.CharField(max_length=200, blank=True)
+    plan_hash = models.CharField(max_length=200, blank=True)
+    retry_of = models.CharField(max_length=200, blank=True)
+    metadata = models.JSONField(default=dict, blank=True)
+    completed_node_ids = models.JSONField(default=list, blank=True)
+    cursor_node = models.CharField(max_length=200, blank=True)
+    payload_results = models.JSONField(default=dict, blank=True)
+    last_validation_error = models.JSONField(null=True, blank=True)
+    findings = models.JSONField(default=list, blank=True)
+    started_at = models.DateTimeField(null=True, blank=True)
+    finished_at = models.DateTimeField(null=True, blank=True)
+    last_event_at = models.DateTimeField(null=True, blank=True)
+    last_received_at = models.DateTimeField(default=timezone.now)
+    finish_code = models.CharField(max_length=200, blank=True)
+    finish_reason = models.TextField(blank=True)
+    cancel_reason = models.TextField(blank=True)
+    # The root failure (first failing node) as the jobs list shows it.
+    failing_node_id = models.CharField(max_length=200, blank=True)
+    failing_reason = models.TextField(blank=True)
+    failure_code = models.CharField(max_length=200, blank=True)
+    error_type = models.CharField(max_length=200, blank=True)
+    # When the latest failure happened (event time): repair budget counts runs in this order.
+    failed_at = models.DateTimeField(null=True, blank=True)
+    has_retryable = models.BooleanField(default=False)
+    has_failed = models.BooleanField(default=False)
+    step_count = models.IntegerField(default=0)
+    max_attempt = models.IntegerField(default=0)
+    event_count = models.IntegerField(default=0)
+    planner_parse_invalid = models.IntegerField(default=0)
+    planner_degraded = models.IntegerField(default=0)
+    # Tiny per-step summary for the list's segment strip: [[segment, stale], ...] in order.
+    segment_strip = models.JSONField(default=list, blank=True)
+
+    class Meta:
+        indexes = [
+            # Jobs list: newest first, optionally by status (the default "needs attention" view).
+            models.Index(fields=["-started_at", "-id"], name="job_newest"),
+            models.Index(fields=["status", "-started_at", "-id"], name="job_status_newest"),
+            # Lookup box: correlation and session ids; retry_of chains.
+            models.Index(fields=["correlation_id"], name="job_correlation"),
+            models.Index(fields=["session_id"], name="job_session"),
+            models.Index(fields=["retry_of"], name="job_retry_of"),
+            # Stall check: running-ish jobs by last receive time.
+            models.Index(fields=["status", "last_received_at"], name="job_stall"),
+        ]
+
+    def __str__(self):
+        return self.job_id
+
+    @property
+    def is_stalled(self) -> bool:
+        return (
+            self.status in failures.STALLABLE_STATUSES
+            and timezone.now() - self.last_received_at > settings.TRACEVIZ_STALL_AFTER
+        )
+
+
+class Step(models.Model):
+    """One attempt of one node of a job, as replay built it."""
+
+    job = models.ForeignKey(Job, on_delete=models.CASCADE, related_name="steps")
+    node_id = models.CharField(max_length=200)
+    attempt = models.IntegerField()
+    position = models.IntegerField()
+    result_type = models.CharField(max_length=32, blank=True)
+    segment = models.CharField(max_length=16)
+    reason = models.TextField(blank=True)
+    ignored_stale = models.BooleanField(default=False)
+    compensated = models.BooleanField(default=False)
+    compensation_reason = models.TextField(blank=True)
+    started_at = models.DateTimeField(null=True, blank=True)
+    finished_at = models.DateTimeField(null=True, blank=True)
+    duration_ms = models.FloatField(null=True, blank=True)
+    state = models.CharField(max_length=200, blank=True)
+    step_index = models.IntegerField(null=True, blank=True)
+    trace_span_id = models.CharField(max_length=200, blank=True)
+    parent_span_id = models.CharField(max_length=200, blank=True)
+    failure_code = models.CharField(max_length=200, blank=True)
+    error_type = models.CharField(max_length=200, blank=True)
+    tool = models.CharField(max_length=200, blank=True)
+    source = models.CharField(max_length=200, blank=True)
+    plan_hash = models.CharField(max_length=200, blank=True)
+    continue_on_error = models.BooleanField(default=False)
+    epoch = models.BigIntegerField(null=True, blank=True)
+    step_epoch = models.BigIntegerField(null=True, blank=True)
+    payload_results = models.JSONField(default=dict, blank=True)
+    context = models.JSONField(default=dict, blank=True)
+    audit_trail = models.JSONField(default=list, blank=True)
+    extra = models.JSONField(default=dict, blank=True)
+    started_event_id = models.CharField(max_length=200, blank=True)
+    finished_event_id = models.CharField(max_length=200, blank=True)
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(fields=["job", "node_id", "attempt"], name="step_unique_attempt"),
+        ]
+        indexes = [
+            # Job page: a job's steps in event order.
+            models.Index(fields=["job", "position"], name="step_job_position"),
+            # Jobs list filters: jobs that have a step with this failure code / error type.
+            models.Index(fields=["failure_code", "job"], name="step_failure_code"),
+            models.Index(fields=["error_type", "job"], name="step_error_type"),
+            # Dashboard: step results over time.
+            models.Index(fields=["finished_at", "segment"], name="step_finished_segment"),
+        ]
+
+    def __str__(self):
+        return f"{self.node_id}:{self.attempt}"
+
+    @property
+    def step_key(self) -> str:
+        return f"{self.node_id}:{self.attempt}"
+
+
+class Escalation(models.Model):
+    class Status(models.TextChoices):
+        OPEN = "open"
+        ACKNOWLEDGED = "acknowledged"
+        RESOLVED = "resolved"
+
+    class Severity(models.TextChoices):
+        LOW = "low"
+        MEDIUM = "medium"
+        HIGH = "high"
+        CRITICAL = "critical"
+
+    job = models.ForeignKey(Job, null=True, blank=True, on_delete=models.CASCADE,
+                            related_name="escalations")  # fmt: skip
+    kind = models.CharField(max_length=64)
+    node_id = models.CharField(max_length=200, blank=True)
+    severity = models.CharField(max_length=16, choices=Severity.choices)
+    status = models.CharField(max_length=16, choices=Status.choices, default=Status.OPEN)
+    message = models.TextField(blank=True)
+    source = models.CharField(max_length=200, blank=True)
+    assignee = models.ForeignKey(settings.AUTH_USER_MODEL, null=True, blank=True,
+                                 on_delete=models.SET_NULL, related_name="escalations")  # fmt: skip
+    # Every trigger event this escalation has seen: a trigger seen before changes nothing.
+    trigger_event_ids = models.JSONField(default=list, blank=True)
+    triggered_at = models.DateTimeField()
+    created_at = models.DateTimeField(default=timezone.now)
+    updated_at = models.DateTimeField(default=timezone.now)
+    resolved_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        constraints = [
+            # Identity: one escalation per (job, kind, node).
+            models.UniqueConstraint(
+                fields=["job", "kind", "node_id"],
+                condition=Q(job__isnull=False),
+                name="escalation_identity_job",
+            ),
+        ]
+        indexes = [
+            # Queue: open first, oldest first.
+            models.Index(fields=["status", "created_at"], name="escalation_queue"),
+            models.Index(fields=["kind", "status"], name="escalation_kind"),
+        ]
+
+    def __str__(self):
+        return f"{self.kind} {self.job_id or ''} {self.node_id}".strip()
+
+
+class EscalationEntry(models.Model):
+    """The audit trail of an escalation: who did what, when, from which status to which."""
+
+    escalation = models.ForeignKey(Escalation, on_delete=models.CASCADE, related_name="entries")
+    at = models.DateTimeField(default=timezone.now)
+    actor = models.ForeignKey(settings.AUTH_USER_MODEL, null=True, blank=True,
+                              on_delete=models.SET_NULL)  # fmt: skip
+    actor_name = models.CharField(max_length=200)
+    action = models.CharField(max_length=32)
+    from_status = models.CharField(max_length=16, blank=True)
+    to_status = models.CharField(max_length=16, blank=True)
+    note = models.TextField(blank=True)
+
+    class Meta:
+        ordering = ["at", "id"]
+
+    def __str__(self):
+        return f"{self.action} by {self.actor_name}"
+
+
+class Notification(models.Model):
+    """Outbox row: written with the change that caused it, delivered later by a Celery task."""
+
+    class Status(models.TextChoices):
+        PENDING = "pending"
+        SENDING = "sending"
+        SENT = "sent"
+        FAILED = "failed"
+
+    escalation = models.ForeignKey(Escalation, on_delete=models.CASCADE, related_name="notifications")
+    reason = models.CharField(max_length=32)  # opened, reopened
+    status = models.CharField(max_length=16, choices=Status.choices, default=Status.PENDING)
+    attempts = models.IntegerField(default=0)
+    next_attempt_at = models.DateTimeField(default=timezone.now)
+    last_error = models.TextField(blank=True)
+    created_at = models.DateTimeField(default=timezone.now)
+    sent_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        indexes = [
+            # Outbox sweep: pending notifications that are due.
+            models.Index(fields=["status", "next_attempt_at"], name="notification_due"),
+        ]
+
+    def __str__(self):
+        return f"{self.reason} {self.escalation_id} ({self.status})"

@@ -1,0 +1,74 @@
+"""View decorators for the JSON API: bearer tokens, sessions, and database outages."""
+
+from functools import wraps
+
+from django.db import InterfaceError, OperationalError
+from django.http import JsonResponse
+
+from jobs.models import IngestToken
+
+RETRY_AFTER_SECONDS = "5"
+
+
+def json_error(status: int, message: str, **extra) -> JsonResponse:
+    return JsonResponse({"error": message, **extra}, status=status)
+
+
+def bearer_token(request) -> str | None:
+    header = request.headers.get("Authorization", "")
+    scheme, _, value = header.partition(" ")
+    if scheme.lower() != "bearer" or not value.strip():
+        return None
+    return value.strip()
+
+
+def database_unavailable_is_503(view):
+    """A database that cannot be reached answers 503 with Retry-After, never 500: ingest is
+    idempotent, so the producer's retry is safe."""
+
+    @wraps(view)
+    def wrapper(request, *args, **kwargs):
+        try:
+            return view(request, *args, **kwargs)
+        except (OperationalError, InterfaceError):
+            response = json_error(503, "database unavailable, retry later")
+            response["Retry-After"] = RETRY_AFTER_SECONDS
+            return response
+
+    return wrapper
+
+
+def ingest_token_required(view):
+    """Requires ``Authorization: Bearer <ingest token>``; the token is passed on as
+    ``request.ingest_token``."""
+
+    @wraps(view)
+    def wrapper(request, *args, **kwargs):
+        raw = bearer_token(request)
+        if raw is None:
+            return _unauthorized("missing bearer token: send Authorization: Bearer <token>")
+        token = IngestToken.authenticate(raw)
+        if token is None:
+            return _unauthorized("invalid or revoked token")
+        request.ingest_token = token
+        return view(request, *args, **kwargs)
+
+    return wrapper
+
+
+def token_or_login_required(view):
+    """For the read API: a logged-in user or a valid bearer token."""
+
+    @wraps(view)
+    def wrapper(request, *args, **kwargs):
+        if request.user.is_authenticated and bearer_token(request) is None:
+            return view(request, *args, **kwargs)
+        return ingest_token_required(view)(request, *args, **kwargs)
+
+    return wrapper
+
+
+def _unauthorized(message: str) -> JsonResponse:
+    response = json_error(401, message)
+    response["WWW-Authenticate"] = 'Bearer realm="traceviz"'
+    return response

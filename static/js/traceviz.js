@@ -1,0 +1,1 @@
+// traceviz client script: owned by the pages work

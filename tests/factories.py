@@ -1,0 +1,55 @@
+"""Plain factory functions for events, users and stored jobs."""
+
+from datetime import UTC, datetime, timedelta
+
+from django.contrib.auth.models import Group, User
+
+from jobs import events
+from jobs.ingest import store_batch
+
+BASE_TS = datetime(2026, 3, 2, 9, 0, 0, tzinfo=UTC)
+
+
+def ts(seconds: float) -> str:
+    """An RFC 3339 timestamp ``seconds`` after a fixed base time."""
+    return (BASE_TS + timedelta(seconds=seconds)).isoformat().replace("+00:00", "Z")
+
+
+def event(type_: str, job_id: str = "j1", at: float = 0, event_id: str | None = None, seq=None,
+          **payload) -> dict:  # fmt: skip
+    item = {"type": type_, "job_id": job_id, "ts": ts(at), "payload": payload}
+    if event_id is not None:
+        item["event_id"] = event_id
+    if seq is not None:
+        item["seq"] = seq
+    return item
+
+
+def started(node_id: str, job_id: str = "j1", at: float = 0, attempt: int = 1, **payload) -> dict:
+    return event("node_started", job_id, at, node_id=node_id, attempt=attempt, **payload)
+
+
+def finished(node_id: str, result_type: str | None = "success", job_id: str = "j1", at: float = 1,
+             attempt: int = 1, **payload) -> dict:  # fmt: skip
+    if result_type is not None:
+        payload["result_type"] = result_type
+    return event("node_finished", job_id, at, node_id=node_id, attempt=attempt, **payload)
+
+
+def parsed(items: list[dict]) -> list[events.Event]:
+    """Validated events with their timestamps, as replay takes them; fails on invalid items."""
+    batch = events.parse_items(items, max_events=100_000)
+    assert not batch.errors, batch.errors
+    return [event for _index, event in batch.events]
+
+
+def store(items: list[dict], token=None):
+    """Store events through the ingest path (no HTTP); returns the IngestResult."""
+    return store_batch(events.parse_items(items, max_events=100_000), token=token)
+
+
+def user(username: str, *groups: str, staff: bool = False, password: str = "pw-traceviz-1") -> User:
+    account = User.objects.create_user(username, password=password, is_staff=staff)
+    for name in groups:
+        account.groups.add(Group.objects.get_or_create(name=name)[0])
+    return account
