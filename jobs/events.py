@@ -188,7 +188,9 @@ def _is_int(value: Any) -> bool:
 
 def integer(lo: int, hi: int = MAX_SMALL_INT) -> Check:
     message = (
-        f"must be an integer >= {lo}" if hi == MAX_SMALL_INT else f"must be an integer from {lo} to {hi}"
+        f"must be an integer >= {lo}"
+        if hi == MAX_SMALL_INT
+        else f"must be an integer from {lo} to {hi}"
     )
 
     def check(value: Any) -> str | None:
@@ -256,9 +258,7 @@ def anything(value: Any) -> str | None:
 
 IDENT = string(1)
 NAME = string()
-RESULT_TYPES = one_of(
-    "success", "retryable_failure", "permanent_failure", "compensatable_failure"
-)
+RESULT_TYPES = one_of("success", "retryable_failure", "permanent_failure", "compensatable_failure")
 REQUIRED = "required"
 
 NODE_FIELDS: dict[str, Check] = {
@@ -352,6 +352,9 @@ CONTEXT_FIELDS: dict[str, Check] = {
 LONG_TEXT_FIELDS = ("reason", "message")
 ENVELOPE_FIELDS = frozenset({"type", "job_id", "event_id", "ts", "seq", "payload"})
 
+# The only ways strict JSON carries a NUL or a lone surrogate: their \\u escapes.
+RISKY_ESCAPE = re.compile(rb"\\u(0000|[dD][89a-fA-F])")
+
 RFC3339 = re.compile(
     r"^(\d{4})-(\d{2})-(\d{2})[Tt ](\d{2}):(\d{2}):(\d{2})(\.\d{1,9})?([Zz]|[+-]\d{2}:\d{2})$"
 )
@@ -426,13 +429,17 @@ def _bad_text(value: str) -> str | None:
     return None
 
 
-def validate(item: Any) -> tuple[Event | None, list[FieldError]]:
-    """Validate one decoded item: an ``Event`` and no errors, or None and its field errors."""
+def validate(item: Any, check_text: bool = True) -> tuple[Event | None, list[FieldError]]:
+    """Validate one decoded item: an ``Event`` and no errors, or None and its field errors.
+
+    ``check_text=False`` skips the NUL / lone-surrogate walk, for items decoded from JSON text
+    that holds no ``\\u0000`` or surrogate escape (strict JSON has no other way to carry them).
+    """
     if isinstance(item, _LineError):
         return None, [FieldError("(line)", f"not JSON: {item.message}")]
     if not isinstance(item, dict):
         return None, [FieldError("(item)", "must be a JSON object")]
-    errors = _text_problems(item)
+    errors = _text_problems(item) if check_text else []
     if errors:
         return None, errors
     event_type, job_id = item.get("type"), item.get("job_id")
@@ -496,7 +503,7 @@ def _normalized_payload(payload: dict[str, Any]) -> dict[str, Any]:
     return {**payload, **long_text} if long_text else payload
 
 
-def parse_items(items: list[Any], max_events: int) -> ParsedBatch:
+def parse_items(items: list[Any], max_events: int, check_text: bool = True) -> ParsedBatch:
     """Validate every item of a batch; a batch over ``max_events`` is refused whole (413)."""
     if len(items) > max_events:
         raise BodyError(
@@ -504,7 +511,7 @@ def parse_items(items: list[Any], max_events: int) -> ParsedBatch:
         )
     batch = ParsedBatch()
     for index, item in enumerate(items):
-        event, errors = validate(item)
+        event, errors = validate(item, check_text)
         if event is None:
             batch.errors.append({"index": index, "errors": [e.as_dict() for e in errors]})
         else:
@@ -514,7 +521,8 @@ def parse_items(items: list[Any], max_events: int) -> ParsedBatch:
 
 def parse_body(body: bytes, content_type: str | None, max_events: int) -> ParsedBatch:
     """Decode and validate a whole request body; see ``decode_body`` and ``parse_items``."""
-    return parse_items(decode_body(body, content_type), max_events)
+    check_text = RISKY_ESCAPE.search(body) is not None
+    return parse_items(decode_body(body, content_type), max_events, check_text)
 
 
 def order_key(ts: datetime, seq: int | None, event_type: str, attempt: int, event_id: str):

@@ -93,9 +93,7 @@ FAILURE_CODES: dict[FailureCode, tuple[bool, RetryOwner]] = {
 }
 
 # Failures that end a node for good; a retryable one may still be followed by a success.
-TERMINAL_RESULT_TYPES = frozenset(
-    {ResultType.PERMANENT_FAILURE, ResultType.COMPENSATABLE_FAILURE}
-)
+TERMINAL_RESULT_TYPES = frozenset({ResultType.PERMANENT_FAILURE, ResultType.COMPENSATABLE_FAILURE})
 
 
 def segment_for(result_type: str | None) -> Segment:

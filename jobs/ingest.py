@@ -6,7 +6,6 @@ full replay of every touched job into Job, Step and Escalation rows. Replaying t
 the projection identical to ``replay.build`` whatever order the events arrived in.
 """
 
-import json
 import zlib
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field, replace
@@ -16,14 +15,13 @@ from django.conf import settings
 from django.db import connection, transaction
 from django.utils import timezone
 
-from jobs import escalations, replay
+from jobs import bulk, escalations, metrics, replay
 from jobs.events import Event, ParsedBatch
 from jobs.failures import ResultType, RunStatus
 from jobs.models import Escalation, IngestToken, Job, Step
 from jobs.models import Event as EventRow
 from jobs.redaction import redact_payload
 
-INSERT_CHUNK = 500
 EVENT_COLUMNS = ("job_id", "event_id", "type", "ts", "seq", "attempt", "payload", "received_at",
                  "token_id")  # fmt: skip
 
@@ -84,7 +82,11 @@ def store_batch(
         _lock_jobs(job_ids)
         new_keys = _insert_events(events.values(), token, received_at)
         touched = sorted({job_id for job_id, _ in new_keys})
-        project_jobs(touched, received_at=received_at)
+        new_events: dict[str, list[Event]] = {}
+        for key in new_keys:
+            new_events.setdefault(key[0], []).append(events[key])
+        project_jobs(touched, received_at=received_at, new_events=new_events)
+        metrics.record_batch(events[key] for key in new_keys)
         if token is not None:
             IngestToken.objects.filter(pk=token.pk).update(last_used_at=received_at)
     result.stored = len(new_keys)
@@ -109,34 +111,24 @@ def _insert_events(
     events: Iterable[Event], token: IngestToken | None, received_at: datetime
 ) -> set[tuple[str, str]]:
     """Insert event rows, skipping ones already stored; returns the (job_id, event_id) of new rows."""
-    ops = connection.ops
-    table = connection.ops.quote_name(EventRow._meta.db_table)
-    payload_placeholder = "%s::jsonb" if connection.vendor == "postgresql" else "%s"
-    row_placeholder = "(" + ", ".join(
-        payload_placeholder if column == "payload" else "%s" for column in EVENT_COLUMNS
-    ) + ")"  # fmt: skip
-    received = ops.adapt_datetimefield_value(received_at)
-    token_id = token.pk if token else None
-    rows = [
+    adapt = connection.ops.adapt_datetimefield_value
+    received, token_id = adapt(received_at), token.pk if token else None
+    rows = (
         (
-            event.job_id, event.event_id, event.type, ops.adapt_datetimefield_value(event.ts),
-            event.seq, event.attempt, json.dumps(event.payload, ensure_ascii=False), received,
+            event.job_id,
+            event.event_id,
+            event.type,
+            adapt(event.ts),
+            event.seq,
+            event.attempt,
+            bulk.json_text(event.payload),
+            received,
             token_id,
         )  # fmt: skip
         for event in events
-    ]
-    inserted: set[tuple[str, str]] = set()
-    with connection.cursor() as cursor:
-        for start in range(0, len(rows), INSERT_CHUNK):
-            chunk = rows[start : start + INSERT_CHUNK]
-            sql = (
-                f"INSERT INTO {table} ({', '.join(EVENT_COLUMNS)}) VALUES "
-                + ", ".join([row_placeholder] * len(chunk))
-                + " ON CONFLICT (job_id, event_id) DO NOTHING RETURNING job_id, event_id"
-            )
-            cursor.execute(sql, [value for row in chunk for value in row])
-            inserted.update((job_id, event_id) for job_id, event_id in cursor.fetchall())
-    return inserted
+    )
+    table = connection.ops.quote_name(EventRow._meta.db_table)
+    return bulk.insert_new_events(table, EVENT_COLUMNS, rows)
 
 
 def load_events(job_ids: Sequence[str]) -> dict[str, list[Event]]:
@@ -150,43 +142,60 @@ def load_events(job_ids: Sequence[str]) -> dict[str, list[Event]]:
     return by_job
 
 
-def project_jobs(job_ids: Sequence[str], *, received_at: datetime | None = None) -> list[Job]:
+def project_jobs(
+    job_ids: Sequence[str],
+    *,
+    received_at: datetime | None = None,
+    new_events: dict[str, list[Event]] | None = None,
+) -> list[Job]:
     """Replay these jobs from their stored events and write their Job, Step and Escalation rows.
 
     ``received_at`` marks new events having arrived (the stall clock); a rebuild passes None and
-    keeps each job's receive time.
+    keeps each job's receive time. ``new_events`` are events just stored by the caller: a job
+    that has no Job row yet has no other events, so it is replayed from these without reading
+    them back.
     """
     if not job_ids:
         return []
     config = replay_config()
-    states = [replay.build(events, config) for events in load_events(job_ids).values() if events]
     existing = {job.job_id: job for job in Job.objects.filter(job_id__in=job_ids)}
-    jobs = [_job_row(state, existing.get(state.job_id), received_at) for state in states]
-    Job.objects.bulk_create(
-        jobs,
-        update_conflicts=True,
-        unique_fields=["job_id"],
-        update_fields=[f.name for f in Job._meta.concrete_fields if f.name not in ("id", "job_id")],
+    new_events = new_events or {}
+    to_load = [job_id for job_id in job_ids if job_id in existing or job_id not in new_events]
+    events_by_job = {**{j: new_events[j] for j in job_ids if j not in to_load},
+                     **load_events(to_load)}  # fmt: skip
+    states = [replay.build(events, config) for events in events_by_job.values() if events]
+    rows = [_job_row(state, existing.get(state.job_id), received_at) for state in states]
+    previous_status = {job_id: job.status for job_id, job in existing.items()}
+    # New jobs are copied in; jobs seen before are updated in place (their ids stay).
+    bulk.insert_rows(Job, [row for row in rows if row["job_id"] not in existing])
+    for row in rows:
+        if row["job_id"] in existing:
+            job = existing[row["job_id"]]
+            for name, value in row.items():
+                setattr(job, name, value)
+    if existing:
+        Job.objects.bulk_update(existing.values(), JOB_UPDATE_FIELDS, batch_size=500)
+        Step.objects.filter(job_id__in=[job.pk for job in existing.values()]).delete()
+    jobs_by_id = {
+        **{job.job_id: job for job in Job.objects.filter(job_id__in=job_ids).exclude(
+            job_id__in=list(existing))},
+        **existing,
+    }  # fmt: skip
+    bulk.insert_rows(
+        Step,
+        [_step_row(step, jobs_by_id[state.job_id].pk) for state in states for step in state.steps],
     )
-    jobs_by_id = {job.job_id: job for job in jobs}
-    if any(job.pk is None for job in jobs):  # backends that do not return ids on upsert
-        jobs_by_id = {job.job_id: job for job in Job.objects.filter(job_id__in=job_ids)}
-    Step.objects.filter(job__job_id__in=job_ids).delete()
-    Step.objects.bulk_create(
-        [_step_row(step, jobs_by_id[state.job_id]) for state in states for step in state.steps],
-        batch_size=1000,
-    )
-    _apply_escalations(states, jobs_by_id, existing)
+    _apply_escalations(states, jobs_by_id, previous_status)
     return list(jobs_by_id.values())
 
 
-def _job_row(state: replay.JobState, previous: Job | None, received_at: datetime | None) -> Job:
+def _job_row(state: replay.JobState, previous: Job | None, received_at: datetime | None) -> dict:
+    """The Job row's values (by attname) for a replayed state."""
     root = state.root_failure
     segments = {step.segment for step in state.steps}
     failing = [s for s in state.steps if s.node_id in state.failing_node_ids and s.is_failure]
     attrs = state.attributes
-    return Job(
-        id=previous.pk if previous else None,
+    return dict(
         job_id=state.job_id,
         status=state.status,
         **{name: attrs.get(name, "") for name in replay.JOB_ATTRIBUTES},
@@ -219,15 +228,16 @@ def _job_row(state: replay.JobState, previous: Job | None, received_at: datetime
     )
 
 
-def _step_row(step: replay.StepState, job: Job) -> Step:
-    return Step(
-        job=job,
+def _step_row(step: replay.StepState, job_pk: int) -> dict:
+    return dict(
+        job_id=job_pk,
         segment=step.segment.value,
         result_type=step.result_type or "",
         **{name: getattr(step, name) for name in STEP_COPIED_FIELDS},
     )
 
 
+JOB_UPDATE_FIELDS = [f.name for f in Job._meta.concrete_fields if f.name not in ("id", "job_id")]
 STEP_COPIED_FIELDS = (
     "node_id", "attempt", "position", "reason", "ignored_stale", "compensated",
     "compensation_reason", "started_at", "finished_at", "duration_ms", "state", "step_index",
@@ -238,7 +248,7 @@ STEP_COPIED_FIELDS = (
 
 
 def _apply_escalations(
-    states: list[replay.JobState], jobs_by_id: dict[str, Job], previous: dict[str, Job]
+    states: list[replay.JobState], jobs_by_id: dict[str, Job], previous_status: dict[str, str]
 ) -> None:
     job_pks = [job.pk for job in jobs_by_id.values()]
     current = {
@@ -253,8 +263,8 @@ def _apply_escalations(
             current[key] = escalations.apply_trigger(
                 trigger, job=job, existing=current.get(key), source=source
             )
-        was = previous.get(state.job_id)
-        if state.status == RunStatus.COMPLETED and was and was.status != RunStatus.COMPLETED:
+        was = previous_status.get(state.job_id)
+        if state.status == RunStatus.COMPLETED and was and was != RunStatus.COMPLETED:
             escalations.note_recovery(job)
         if state.status == RunStatus.FAILED_LOGIC:
             _check_repair_budget(job, current)

@@ -28,6 +28,8 @@ class IngestToken(models.Model):
     created_at = models.DateTimeField(default=timezone.now)
     last_used_at = models.DateTimeField(null=True, blank=True)
     revoked_at = models.DateTimeField(null=True, blank=True)
+    # Requests per minute; None means settings.TRACEVIZ_INGEST_RATE_LIMIT.
+    rate_limit_per_minute = models.PositiveIntegerField(null=True, blank=True)
 
     def __str__(self):
         return self.name
@@ -40,7 +42,9 @@ class IngestToken(models.Model):
     def issue(cls, name: str) -> tuple["IngestToken", str]:
         """Create a token; returns the row and the clear token, which is never stored."""
         raw = "tvz_" + secrets.token_urlsafe(32)
-        token = cls.objects.create(name=name, prefix=raw[:TOKEN_PREFIX_CHARS], token_hash=cls.hash(raw))
+        token = cls.objects.create(
+            name=name, prefix=raw[:TOKEN_PREFIX_CHARS], token_hash=cls.hash(raw)
+        )
         return token, raw
 
     @classmethod
@@ -76,6 +80,8 @@ class Event(models.Model):
             # Replay and export read one job's events; retention deletes by receive time.
             models.Index(fields=["job_id", "ts"], name="event_job_ts"),
             models.Index(fields=["received_at"], name="event_received"),
+            # Dashboard planner panel and planner alerts: job_started and planner events by time.
+            models.Index(fields=["type", "ts"], name="event_type_ts"),
         ]
 
     def __str__(self):
@@ -188,7 +194,9 @@ class Step(models.Model):
 
     class Meta:
         constraints = [
-            models.UniqueConstraint(fields=["job", "node_id", "attempt"], name="step_unique_attempt"),
+            models.UniqueConstraint(
+                fields=["job", "node_id", "attempt"], name="step_unique_attempt"
+            ),
         ]
         indexes = [
             # Job page: a job's steps in event order.
@@ -234,8 +242,14 @@ class Escalation(models.Model):
     trigger_event_ids = models.JSONField(default=list, blank=True)
     triggered_at = models.DateTimeField()
     created_at = models.DateTimeField(default=timezone.now)
+    # When it last became open (created or reopened): the queue's age counts from here.
+    opened_at = models.DateTimeField(default=timezone.now)
     updated_at = models.DateTimeField(default=timezone.now)
     resolved_at = models.DateTimeField(null=True, blank=True)
+    # A firing alert rule's escalation has no job; node_id then names the alert's subject
+    # (provider/model or failure code), so each subject has its own escalation.
+    alert_rule = models.ForeignKey("AlertRule", null=True, blank=True, on_delete=models.SET_NULL,
+                                   related_name="escalations")  # fmt: skip
 
     class Meta:
         constraints = [
@@ -245,11 +259,19 @@ class Escalation(models.Model):
                 condition=Q(job__isnull=False),
                 name="escalation_identity_job",
             ),
+            # Identity of an alert's escalation: one per (rule, kind, subject).
+            models.UniqueConstraint(
+                fields=["alert_rule", "kind", "node_id"],
+                condition=Q(alert_rule__isnull=False),
+                name="escalation_identity_alert",
+            ),
         ]
         indexes = [
             # Queue: open first, oldest first.
             models.Index(fields=["status", "created_at"], name="escalation_queue"),
             models.Index(fields=["kind", "status"], name="escalation_kind"),
+            # Queue: unresolved first, longest open first (age counts from the last opening).
+            models.Index(fields=["status", "opened_at"], name="escalation_opened"),
         ]
 
     def __str__(self):
@@ -285,11 +307,23 @@ class Notification(models.Model):
         SENT = "sent"
         FAILED = "failed"
 
-    escalation = models.ForeignKey(Escalation, on_delete=models.CASCADE, related_name="notifications")
+    class Channel(models.TextChoices):
+        EMAIL = "email"
+        WEBHOOK = "webhook"
+
+    escalation = models.ForeignKey(
+        Escalation, on_delete=models.CASCADE, related_name="notifications"
+    )
     reason = models.CharField(max_length=32)  # opened, reopened
+    # One row per destination, so a failing webhook never re-sends an email that went out.
+    channel = models.CharField(max_length=16, choices=Channel.choices, default=Channel.EMAIL)
     status = models.CharField(max_length=16, choices=Status.choices, default=Status.PENDING)
+    # Delivery attempts so far; a claim increments it, so it also fences a worker whose lease
+    # expired from recording over the worker that claimed the row after it.
     attempts = models.IntegerField(default=0)
     next_attempt_at = models.DateTimeField(default=timezone.now)
+    # While "sending": when the claim lapses and another worker may take the row again.
+    lease_until = models.DateTimeField(null=True, blank=True)
     last_error = models.TextField(blank=True)
     created_at = models.DateTimeField(default=timezone.now)
     sent_at = models.DateTimeField(null=True, blank=True)
@@ -302,3 +336,110 @@ class Notification(models.Model):
 
     def __str__(self):
         return f"{self.reason} {self.escalation_id} ({self.status})"
+
+
+class AlertRule(models.Model):
+    """An alert threshold, edited by staff in the admin; evaluated by ``alerts.evaluate``.
+
+    Blank provider and model mean "each provider/model on its own" for the planner kinds; a
+    failure-code rate is over all jobs (or the given provider/model's).
+    """
+
+    class Kind(models.TextChoices):
+        PLANNER_DEGRADED_RATE = "planner_degraded_rate", "Planner degraded rate (fraction)"
+        PLANNER_PARSE_INVALID = "planner_parse_invalid", "Planner parse_invalid count"
+        FAILURE_CODE_RATE = "failure_code_rate", "Failure rate of a failure code (fraction)"
+
+    name = models.CharField(max_length=200, unique=True)
+    kind = models.CharField(max_length=32, choices=Kind.choices)
+    provider = models.CharField(max_length=200, blank=True)
+    model = models.CharField(max_length=200, blank=True)
+    failure_code = models.CharField(max_length=200, blank=True)
+    # Fires when the value is above the threshold: a fraction (0.2 = 20 %) for rates, a count
+    # for parse_invalid.
+    threshold = models.FloatField()
+    window_minutes = models.PositiveIntegerField(default=15)
+    min_jobs = models.PositiveIntegerField(default=5)
+    severity = models.CharField(max_length=16, choices=Escalation.Severity.choices,
+                                default=Escalation.Severity.MEDIUM)  # fmt: skip
+    enabled = models.BooleanField(default=True)
+    created_at = models.DateTimeField(default=timezone.now)
+
+    class Meta:
+        ordering = ["name"]
+
+    def __str__(self):
+        return self.name
+
+
+class AlertEpisode(models.Model):
+    """One stretch of time during which a rule held for one subject: firing, then resolved."""
+
+    rule = models.ForeignKey(AlertRule, on_delete=models.CASCADE, related_name="episodes")
+    # "provider/model" for planner kinds, the failure code for failure-code rates.
+    subject = models.CharField(max_length=401, blank=True)
+    provider = models.CharField(max_length=200, blank=True)
+    model = models.CharField(max_length=200, blank=True)
+    firing_since = models.DateTimeField()
+    resolved_at = models.DateTimeField(null=True, blank=True)
+    value = models.FloatField()
+    jobs = models.IntegerField(default=0)
+    last_evaluated_at = models.DateTimeField()
+    escalation = models.ForeignKey(Escalation, null=True, blank=True, on_delete=models.SET_NULL,
+                                   related_name="alert_episodes")  # fmt: skip
+
+    class Meta:
+        constraints = [
+            # A rule fires once per episode: at most one unresolved episode per subject.
+            models.UniqueConstraint(
+                fields=["rule", "subject"],
+                condition=Q(resolved_at__isnull=True),
+                name="alert_episode_one_firing",
+            ),
+        ]
+        indexes = [
+            # Page header and dashboard: firing alerts (resolved_at IS NULL), newest first.
+            models.Index(fields=["resolved_at", "-firing_since"], name="alert_episode_firing"),
+        ]
+
+    def __str__(self):
+        return f"{self.rule} {self.subject}".strip()
+
+    @property
+    def is_firing(self) -> bool:
+        return self.resolved_at is None
+
+
+class Counter(models.Model):
+    """A Prometheus counter series kept in the database, so every web process adds to the same
+    number and it survives restarts. ``labels`` is the canonical key (sorted JSON)."""
+
+    name = models.CharField(max_length=200)
+    labels = models.CharField(max_length=1000, blank=True)
+    value = models.FloatField(default=0)
+
+    class Meta:
+        constraints = [
+            # The upsert target of metrics.increment (INSERT ... ON CONFLICT DO UPDATE).
+            models.UniqueConstraint(fields=["name", "labels"], name="counter_series"),
+        ]
+
+    def __str__(self):
+        return f"{self.name}{self.labels} {self.value:g}"
+
+
+class RateCounter(models.Model):
+    """Requests counted per key (an ingest token, a login address) in fixed time windows. In the
+    database so every web process shares one count."""
+
+    key = models.CharField(max_length=255)
+    window_start = models.DateTimeField()
+    count = models.PositiveIntegerField(default=0)
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(fields=["key", "window_start"], name="rate_counter_window"),
+        ]
+
+    def __str__(self):
+        return f"{self.key} @ {self.window_start}: {self.count}"

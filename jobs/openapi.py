@@ -204,8 +204,15 @@ OPENAPI_DOCUMENT = {
             },
             "Step": {
                 "type": "object",
-                "required": ["node_id", "attempt", "result_type", "segment", "reason",
-                             "ignored_stale", "compensated"],  # fmt: skip
+                "required": [
+                    "node_id",
+                    "attempt",
+                    "result_type",
+                    "segment",
+                    "reason",
+                    "ignored_stale",
+                    "compensated",
+                ],  # fmt: skip
                 "properties": {
                     "node_id": {"type": "string"},
                     "attempt": {"type": "integer"},
@@ -231,8 +238,13 @@ OPENAPI_DOCUMENT = {
                     {"$ref": "#/components/schemas/JobSummary"},
                     {
                         "type": "object",
-                        "required": ["completed_node_ids", "cursor_node", "payload_results",
-                                     "steps", "escalations"],  # fmt: skip
+                        "required": [
+                            "completed_node_ids",
+                            "cursor_node",
+                            "payload_results",
+                            "steps",
+                            "escalations",
+                        ],  # fmt: skip
                         "properties": {
                             "completed_node_ids": {"type": "array", "items": {"type": "string"}},
                             "cursor_node": {"type": "string", "nullable": True},

@@ -5,6 +5,7 @@ Pure: plain data in, plain data out. Masks bearer tokens, API keys, JWTs, passwo
 truncates raw planner output previews.
 """
 
+import functools
 import re
 from typing import Any
 
@@ -17,10 +18,16 @@ SECRET_KEY_NAME = re.compile(
 )
 # Keys that merely mention a secret-ish word but hold identifiers we must keep readable.
 NON_SECRET_KEYS = frozenset({"session_id", "token_name", "max_tokens", "tokens", "token_count"})
+# Token *counts* (max_tokens, prompt_tokens, total_tokens, ...) are usage figures, not secrets.
+NON_SECRET_SUFFIXES = ("tokens", "token_count")
 
 SECRET_PATTERNS: list[tuple[re.Pattern[str], str]] = [
-    # Authorization: Bearer <token> / Basic <credentials>
-    (re.compile(r"(?i)\b(bearer|basic)\s+[A-Za-z0-9\-._~+/]{8,}=*"), r"\1 " + MASK),
+    # Authorization: Bearer <token> / Basic <credentials>. A short letters-only word is prose
+    # ("basic information"), not a credential.
+    (
+        re.compile(r"(?i)\b(bearer|basic)\s+(?![A-Za-z]{1,19}\b)[A-Za-z0-9\-._~+/]{8,}=*"),
+        r"\1 " + MASK,
+    ),
     # JSON Web Tokens: three base64url segments, the first two starting with '{"' encoded.
     (re.compile(r"\beyJ[A-Za-z0-9_-]{5,}\.eyJ[A-Za-z0-9_-]{5,}\.[A-Za-z0-9_-]*"), MASK),
     # Provider API keys: sk-..., sk-proj-..., sk-ant-..., rk-..., GitHub and Slack tokens.
@@ -31,26 +38,44 @@ SECRET_PATTERNS: list[tuple[re.Pattern[str], str]] = [
     (re.compile(r"\b(AKIA|ASIA)[0-9A-Z]{16}\b"), MASK),
     # Passwords in URLs: scheme://user:password@host
     (re.compile(r"(?i)\b([a-z][a-z0-9+.\-]*://[^\s:/@]+):[^\s@/]+@"), r"\1:" + MASK + "@"),
-    # key=value and key: value pairs whose key names a secret.
-    (
-        re.compile(
-            r"(?i)\b([\w-]*(?:password|passwd|pwd|secret|token|api[_-]?key|apikey|access[_-]?key"
-            r"|authorization)[\w-]*)(\s*[=:]\s*)(\"[^\"]*\"|'[^']*'|[^\s&,;\"']+)"
-        ),
-        r"\1\2" + MASK,
-    ),
 ]
+# key=value and key: value pairs whose key names a secret ("Authorization: Bearer x" keeps the
+# scheme word and masks what follows it).
+SECRET_PAIR = re.compile(
+    r"(?i)\b([\w-]*(?:password|passwd|pwd|secret|token|api[_-]?key|apikey|access[_-]?key"
+    r"|authorization)[\w-]*)(\s*[=:]\s*)((?:bearer|basic)\s+)?(\"[^\"]*\"|'[^']*'|[^\s&,;\"']+)"
+)
+
+
+def _mask_pair(match: re.Match[str]) -> str:
+    key, separator, scheme, _value = match.groups()
+    if not is_secret_key(key):
+        return match.group(0)
+    return f"{key}{separator}{scheme or ''}{MASK}"
 
 
 def redact_text(value: str) -> str:
     """``value`` with every recognised secret replaced by ``[REDACTED]``."""
+    # Short strings (ids, names, codes) repeat across events: remember their answer.
+    return _redact_short(value) if len(value) <= CACHED_TEXT_CHARS else _redact_text(value)
+
+
+def _redact_text(value: str) -> str:
     for pattern, replacement in SECRET_PATTERNS:
         value = pattern.sub(replacement, value)
-    return value
+    return SECRET_PAIR.sub(_mask_pair, value)
 
 
+CACHED_TEXT_CHARS = 200
+_redact_short = functools.lru_cache(maxsize=8192)(_redact_text)
+
+
+@functools.lru_cache(maxsize=4096)
 def is_secret_key(name: str) -> bool:
-    return name.lower() not in NON_SECRET_KEYS and bool(SECRET_KEY_NAME.search(name))
+    lowered = name.lower()
+    if lowered in NON_SECRET_KEYS or lowered.endswith(NON_SECRET_SUFFIXES):
+        return False
+    return bool(SECRET_KEY_NAME.search(name))
 
 
 def redact(value: Any) -> Any:
@@ -59,7 +84,9 @@ def redact(value: Any) -> Any:
         return redact_text(value)
     if isinstance(value, dict):
         return {
-            key: (MASK if is_secret_key(key) and value[key] not in (None, "") else redact(value[key]))
+            key: (
+                MASK if is_secret_key(key) and value[key] not in (None, "") else redact(value[key])
+            )
             for key in value
         }
     if isinstance(value, list):

@@ -109,6 +109,7 @@ class JobState:
     finish_reason: str = ""
     cancel_reason: str = ""
     last_validation_error: dict[str, Any] | None = None
+    # Nodes failing now (latest non-stale attempt a failure), in the order their failure began.
     failing_node_ids: list[str] = field(default_factory=list)
     escalation_triggers: list[EscalationTrigger] = field(default_factory=list)
     findings: list[lint.Finding] = field(default_factory=list)
@@ -131,9 +132,7 @@ class JobState:
 
 def sort_events(events: Iterable[Event]) -> list[Event]:
     """Events in event order. Every event must carry a ``ts`` (ingest defaults it)."""
-    return sorted(
-        events, key=lambda e: order_key(e.ts, e.seq, e.type, e.attempt, e.event_id)
-    )
+    return sorted(events, key=lambda e: order_key(e.ts, e.seq, e.type, e.attempt, e.event_id))
 
 
 def build(events: Iterable[Event], config: ReplayConfig = ReplayConfig()) -> JobState:
@@ -226,14 +225,14 @@ class _Replay:
             return  # source 002's cancellation fence: kept and shown, changes nothing.
         node = step.node_id
         if step.result_type == ResultType.SUCCESS:
-            self.failing.pop(node, None)
+            self._recovered(node)
             if node not in self.completed:
                 self.completed.add(node)
                 self.state.completed_node_ids.append(node)
             self.state.payload_results.update(step.payload_results)
             self.state.cursor_node = node
         elif step.continue_on_error:
-            self.failing.pop(node, None)  # source 004: declared in the plan, the run goes on.
+            self._recovered(node)  # source 004: declared in the plan, the run goes on.
         else:
             self.failing.pop(node, None)
             self.failing[node] = step
@@ -246,6 +245,12 @@ class _Replay:
             self.boundary_nodes.setdefault(
                 node, f"ran plan {step.plan_hash}, the job's plan is {job_hash}"
             )
+
+    def _recovered(self, node: str) -> None:
+        """``node``'s latest attempt is no longer a failure: it stops being a failing node."""
+        self.failing.pop(node, None)
+        if node in self.state.failing_node_ids:
+            self.state.failing_node_ids.remove(node)
 
     def _on_compensation_finished(self, event: Event) -> None:
         node = event.payload["node_id"]
@@ -361,7 +366,9 @@ class _Replay:
             holding[("boundary_violation", node)] = ("high", f"Node {node} {why}")
         for finding in self.linter.findings:
             if finding.severity == "error" and finding.kind in lint.CONTRACT_VIOLATION_KINDS:
-                holding.setdefault(("contract_violation", finding.node_id), ("high", finding.message))
+                holding.setdefault(
+                    ("contract_violation", finding.node_id), ("high", finding.message)
+                )
         return holding
 
     def _evaluate_rules(self, event: Event) -> None:
@@ -410,4 +417,3 @@ def _step_message(step: StepState, what: str) -> str:
     detail = f" ({step.error_type})" if step.error_type else ""
     reason = f": {step.reason}" if step.reason else ""
     return f"Node {step.node_id} {what}{detail}{reason}"
-

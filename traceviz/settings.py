@@ -4,6 +4,7 @@ The embedded default is a SQLite file and eager Celery, so ``make run`` needs no
 ``DATABASE_URL`` points at PostgreSQL and ``CELERY_BROKER_URL`` at Redis in production and CI.
 """
 
+import ipaddress
 import os
 from datetime import timedelta
 from pathlib import Path
@@ -99,6 +100,7 @@ TEMPLATES = [
                 "django.template.context_processors.request",
                 "django.contrib.auth.context_processors.auth",
                 "django.contrib.messages.context_processors.messages",
+                "jobs.context_processors.firing_alerts",
             ],
         },
     },
@@ -121,8 +123,11 @@ if DATABASES["default"]["ENGINE"] == "django.db.backends.sqlite3":
     }
     DATABASES["default"]["CONN_MAX_AGE"] = 0
 else:
-    DATABASES["default"].setdefault("OPTIONS", {})["connect_timeout"] = env_int(
-        "DATABASE_CONNECT_TIMEOUT", 5, minimum=1
+    DATABASES["default"].setdefault("OPTIONS", {}).update(
+        connect_timeout=env_int("DATABASE_CONNECT_TIMEOUT", 5, minimum=1),
+        # Ingest writes wide multi-row statements; binding on the server skips quoting every
+        # value in Python, which dominated ingest time with client-side binding.
+        server_side_binding=env_bool("DATABASE_SERVER_SIDE_BINDING", True),
     )
 
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
@@ -167,8 +172,28 @@ TRACEVIZ_REPAIR_BUDGET = env_int("TRACEVIZ_REPAIR_BUDGET", 3, minimum=0)
 TRACEVIZ_STALL_AFTER = timedelta(seconds=env_int("TRACEVIZ_STALL_AFTER", 30 * 60, minimum=1))
 TRACEVIZ_RETENTION_DAYS = env_int("TRACEVIZ_RETENTION_DAYS", 0)  # 0 keeps everything
 TRACEVIZ_JOBS_PAGE_SIZE = env_int("TRACEVIZ_JOBS_PAGE_SIZE", 50, minimum=1)
+# Requests per minute per ingest token (0: unlimited) and login attempts per address per 5 min.
+TRACEVIZ_INGEST_RATE_LIMIT = env_int("TRACEVIZ_INGEST_RATE_LIMIT", 6000)
+TRACEVIZ_LOGIN_RATE_LIMIT = env_int("TRACEVIZ_LOGIN_RATE_LIMIT", 20)
 TRACEVIZ_ESCALATION_WEBHOOK_URL = env_str("TRACEVIZ_ESCALATION_WEBHOOK_URL", "")
 TRACEVIZ_ESCALATION_EMAILS = env_list("TRACEVIZ_ESCALATION_EMAILS", [])
+# /metrics: a bearer token, or client addresses (IPs or CIDR networks), or a staff session.
+TRACEVIZ_METRICS_TOKEN = env_str("TRACEVIZ_METRICS_TOKEN", "")
+TRACEVIZ_METRICS_ALLOW = env_list("TRACEVIZ_METRICS_ALLOW", ["127.0.0.1", "::1"])
+try:
+    TRACEVIZ_METRICS_ALLOW_NETWORKS = [ipaddress.ip_network(a) for a in TRACEVIZ_METRICS_ALLOW]
+except ValueError as error:
+    raise ImproperlyConfigured(f"TRACEVIZ_METRICS_ALLOW: {error}") from None
+# Escalation queue: an unresolved escalation open longer than this is highlighted.
+TRACEVIZ_ESCALATION_AGE_TARGET = timedelta(
+    seconds=env_int("TRACEVIZ_ESCALATION_AGE_TARGET", 4 * 3600, minimum=1)
+)
+# Outbox delivery: attempts per notification (backoff 1 s doubling to 5 min, 0-30 % jitter),
+# the webhook's timeout, and how long a "sending" claim lasts before another worker may retake
+# it (longer than one delivery can take).
+TRACEVIZ_NOTIFY_MAX_ATTEMPTS = env_int("TRACEVIZ_NOTIFY_MAX_ATTEMPTS", 8, minimum=1)
+TRACEVIZ_WEBHOOK_TIMEOUT = env_int("TRACEVIZ_WEBHOOK_TIMEOUT", 10, minimum=1)
+TRACEVIZ_NOTIFY_LEASE = timedelta(seconds=env_int("TRACEVIZ_NOTIFY_LEASE", 120, minimum=10))
 
 # Celery: no broker configured means tasks run eagerly in-process (the embedded default).
 CELERY_BROKER_URL = env_str("CELERY_BROKER_URL", "")
@@ -177,7 +202,20 @@ CELERY_TASK_EAGER_PROPAGATES = True
 CELERY_TASK_ACKS_LATE = True
 CELERY_TASK_REJECT_ON_WORKER_LOST = True
 CELERY_WORKER_PREFETCH_MULTIPLIER = 1
+# Redis redelivers a message not acked within the visibility timeout. With acks_late a task is
+# acked when it ends, and a delivery retry waits up to 6.5 min (5 min cap + 30 % jitter) as a
+# countdown held by the worker: one hour covers both with room to spare.
 CELERY_BROKER_TRANSPORT_OPTIONS = {"visibility_timeout": 3600}
+# Periodic tasks (run `celery -A traceviz beat`): the outbox sweep re-sends what a broker outage
+# or a dead worker left pending, the stall check opens `stalled` escalations, retention trims
+# old data in bounded batches (a no-op while TRACEVIZ_RETENTION_DAYS is 0).
+CELERY_BEAT_SCHEDULE = {
+    "sweep-outbox": {"task": "jobs.tasks.sweep_outbox", "schedule": 60.0},
+    "check-stalls": {"task": "jobs.tasks.check_stalls", "schedule": 60.0},
+    "apply-retention": {"task": "jobs.tasks.apply_retention", "schedule": 3600.0},
+    # Alert rules (dashboard work): firing and resolving episodes, each minute.
+    "evaluate-alerts": {"task": "jobs.tasks.evaluate_alerts", "schedule": 60.0},
+}
 CELERY_TASK_IGNORE_RESULT = True
 CELERY_TIMEZONE = "UTC"
 

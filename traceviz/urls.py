@@ -1,14 +1,21 @@
 from django.contrib import admin
 from django.urls import include, path
 
-from jobs.views import api
+from jobs.views import api, auth, otlp
+from jobs.views import dashboard as dashboard_views
+from jobs.views import metrics as metrics_views
 
 urlpatterns = [
     path("api/v1/events", api.ingest_events, name="api-events"),
+    path("v1/traces", otlp.export_traces, name="otlp-traces"),
     path("api/v1/jobs", api.jobs_list, name="api-jobs"),
     path("api/v1/jobs/<path:job_id>", api.job_detail, name="api-job"),
     path("api/v1/openapi.json", api.openapi, name="api-openapi"),
     path("healthz", api.healthz, name="healthz"),
+    path("metrics", metrics_views.prometheus_metrics, name="metrics"),
+    path("dashboard/", dashboard_views.dashboard, name="dashboard"),
+    path("escalations/", include("jobs.urls_escalations")),
+    path("accounts/login/", auth.login, name="login"),
     path("accounts/", include("django.contrib.auth.urls")),
     path("admin/", admin.site.urls),
     path("", include("jobs.urls")),

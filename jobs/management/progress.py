@@ -23,11 +23,11 @@ class Progress:
         rate = self.done / elapsed
         if self.total:
             left = (self.total - self.done) / rate if rate else 0
-            return (
-                f"{self.label}: {self.done}/{self.total} ({rate:,.0f}/s, ~{left:.0f}s left)"
-            )
+            return f"{self.label}: {self.done}/{self.total} ({rate:,.0f}/s, ~{left:.0f}s left)"
         return f"{self.label}: {self.done} ({rate:,.0f}/s)"
 
     def finish(self) -> str:
         elapsed = time.monotonic() - self.started
-        return f"{self.label}: {self.done} in {elapsed:.1f}s ({self.done / max(elapsed, 1e-9):,.0f}/s)"
+        return (
+            f"{self.label}: {self.done} in {elapsed:.1f}s ({self.done / max(elapsed, 1e-9):,.0f}/s)"
+        )

@@ -12,15 +12,17 @@ from django.views.decorators.cache import never_cache
 from django.views.decorators.csrf import csrf_exempt
 from django.views.decorators.http import require_GET, require_POST
 
-from jobs import events, ingest
+from jobs import events, ingest, metrics
 from jobs.failures import RunStatus
 from jobs.models import Job
 from jobs.openapi import OPENAPI_DOCUMENT
 from jobs.views.decorators import (
+    RETRY_AFTER_SECONDS,
     database_unavailable_is_503,
     ingest_token_required,
     json_error,
     token_or_login_required,
+    token_rate_limited,
 )
 
 MAX_PAGE_SIZE = 500
@@ -43,8 +45,10 @@ def read_body(request, limit: int) -> bytes:
 
 @csrf_exempt
 @require_POST
+@metrics.measure_ingest
 @database_unavailable_is_503
 @ingest_token_required
+@token_rate_limited
 def ingest_events(request):
     """POST /api/v1/events: one JSON object, a JSON array, or NDJSON lines."""
     limit = settings.TRACEVIZ_MAX_BODY_BYTES
@@ -52,9 +56,7 @@ def ingest_events(request):
         body = events.decompress(
             read_body(request, limit), request.headers.get("Content-Encoding"), limit
         )
-        batch = events.parse_body(
-            body, request.content_type, settings.TRACEVIZ_MAX_BATCH_EVENTS
-        )
+        batch = events.parse_body(body, request.content_type, settings.TRACEVIZ_MAX_BATCH_EVENTS)
     except events.BodyError as error:
         return json_error(error.status, error.message)
     result = ingest.store_batch(batch, token=request.ingest_token)
@@ -201,5 +203,7 @@ def healthz(request):
         with connection.cursor() as cursor:
             cursor.execute("SELECT 1")
     except Exception:
-        return JsonResponse({"status": "unavailable", "database": "unreachable"}, status=503)
+        response = JsonResponse({"status": "unavailable", "database": "unreachable"}, status=503)
+        response["Retry-After"] = RETRY_AFTER_SECONDS
+        return response
     return JsonResponse({"status": "ok", "database": "ok"})

@@ -2,9 +2,11 @@
 
 from functools import wraps
 
+from django.conf import settings
 from django.db import InterfaceError, OperationalError
 from django.http import JsonResponse
 
+from jobs import ratelimit
 from jobs.models import IngestToken
 
 RETRY_AFTER_SECONDS = "5"
@@ -72,3 +74,21 @@ def _unauthorized(message: str) -> JsonResponse:
     response = json_error(401, message)
     response["WWW-Authenticate"] = 'Bearer realm="traceviz"'
     return response
+
+
+def token_rate_limited(view):
+    """Per-token request limit (TRACEVIZ_INGEST_RATE_LIMIT per minute, or the token's own):
+    past it, 429 with Retry-After. Goes inside ``ingest_token_required``."""
+
+    @wraps(view)
+    def wrapper(request, *args, **kwargs):
+        token = request.ingest_token
+        limit = token.rate_limit_per_minute or settings.TRACEVIZ_INGEST_RATE_LIMIT
+        retry_after = ratelimit.hit(f"token:{token.pk}", limit, 60)
+        if retry_after is not None:
+            response = json_error(429, f"rate limit of {limit} requests per minute exceeded")
+            response["Retry-After"] = str(retry_after)
+            return response
+        return view(request, *args, **kwargs)
+
+    return wrapper

@@ -1,1 +1,77 @@
-// traceviz client script: owned by the pages work
+// traceviz client script: owned by the pages work. No inline script anywhere (CSP script-src
+// 'self'); everything here is progressive enhancement over working links and forms.
+(function () {
+  "use strict";
+
+  function stepLinks() {
+    return Array.prototype.slice.call(document.querySelectorAll("#step-list [data-step-link]"));
+  }
+
+  function isTyping(target) {
+    if (!target || !target.tagName) return false;
+    var tag = target.tagName.toLowerCase();
+    return tag === "input" || tag === "textarea" || tag === "select" || target.isContentEditable;
+  }
+
+  // j / k move focus through the step list; Enter on the focused link opens its panel (it is a
+  // plain link with hx-get, so the browser's own Enter handling does the rest).
+  document.addEventListener("keydown", function (event) {
+    if (event.defaultPrevented || event.altKey || event.ctrlKey || event.metaKey) return;
+    if (isTyping(event.target)) return;
+    if (event.key !== "j" && event.key !== "k") return;
+    var links = stepLinks();
+    if (!links.length) return;
+    var index = links.indexOf(document.activeElement);
+    if (index === -1) {
+      var current = document.querySelector('#step-list [data-step-link][aria-current="true"]');
+      index = current ? links.indexOf(current) : -1;
+      index = event.key === "j" ? index + 1 : Math.max(index - 1, 0);
+      if (index === -1) index = 0;
+    } else {
+      index += event.key === "j" ? 1 : -1;
+    }
+    index = Math.min(Math.max(index, 0), links.length - 1);
+    links[index].focus();
+    links[index].scrollIntoView({ block: "nearest" });
+    event.preventDefault();
+  });
+
+  // Keep the step list's "current" marker in step with the panel that is shown, whether it
+  // came from a click, a deep link or a history restore.
+  function markCurrentStep() {
+    var panel = document.getElementById("step-panel");
+    if (!panel) return;
+    var key = panel.getAttribute("data-step-key") || "";
+    stepLinks().forEach(function (link) {
+      if (key && link.getAttribute("data-step-key") === key) {
+        link.setAttribute("aria-current", "true");
+      } else {
+        link.removeAttribute("aria-current");
+      }
+    });
+  }
+
+  // The live-refreshing jobs table skips a refresh while the user is inside it (focus on a
+  // link, an expanded reason, a text selection): a refresh must not steal focus or the place.
+  function userIsBusyIn(element) {
+    if (element.contains(document.activeElement) && document.activeElement !== document.body) {
+      return true;
+    }
+    if (element.querySelector("details[open]")) return true;
+    var selection = window.getSelection && window.getSelection();
+    if (selection && !selection.isCollapsed && element.contains(selection.anchorNode)) return true;
+    return document.hidden;
+  }
+
+  document.addEventListener("htmx:beforeRequest", function (event) {
+    var element = event.detail && event.detail.elt;
+    if (!element || !element.hasAttribute || !element.hasAttribute("data-live-refresh")) return;
+    // Only the table's own timer lands here: filter changes and page links are issued by the
+    // form and the links, so they always go through.
+    if (userIsBusyIn(element)) event.preventDefault();
+  });
+
+  document.addEventListener("htmx:afterSettle", markCurrentStep);
+  document.addEventListener("htmx:historyRestore", markCurrentStep);
+  document.addEventListener("DOMContentLoaded", markCurrentStep);
+})();

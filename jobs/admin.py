@@ -1,0 +1,126 @@
+"""Admin: staff edit alert rules; jobs, steps, events, escalations and tokens are read-mostly
+(the projection is rebuilt from events, escalations change through their actions, tokens are
+issued and revoked by management commands so the clear token is shown once)."""
+
+from django.contrib import admin
+
+from jobs.models import (
+    AlertEpisode,
+    AlertRule,
+    Escalation,
+    EscalationEntry,
+    Event,
+    IngestToken,
+    Job,
+    Step,
+)
+
+
+class ReadOnlyAdmin(admin.ModelAdmin):
+    """Viewable by staff; never added, changed or deleted here."""
+
+    def has_add_permission(self, request, obj=None):
+        return False
+
+    def has_change_permission(self, request, obj=None):
+        return False
+
+    def has_delete_permission(self, request, obj=None):
+        return False
+
+
+class AlertEpisodeInline(admin.TabularInline):
+    model = AlertEpisode
+    fields = ("subject", "firing_since", "resolved_at", "value", "jobs", "escalation")
+    readonly_fields = fields
+    extra = 0
+    max_num = 0
+    ordering = ("-firing_since",)
+    show_change_link = False
+
+    def get_queryset(self, request):
+        return super().get_queryset(request).select_related("escalation")
+
+
+@admin.register(AlertRule)
+class AlertRuleAdmin(admin.ModelAdmin):
+    list_display = ("name", "kind", "provider", "model", "failure_code", "threshold",
+                    "window_minutes", "min_jobs", "severity", "enabled")  # fmt: skip
+    list_filter = ("kind", "enabled", "severity")
+    list_editable = ("threshold", "enabled")
+    search_fields = ("name", "provider", "model", "failure_code")
+    fieldsets = (
+        (None, {"fields": ("name", "kind", "enabled", "severity")}),
+        (
+            "Subject (blank provider/model: each provider/model on its own)",
+            {"fields": ("provider", "model", "failure_code")},
+        ),  # fmt: skip
+        (
+            "Condition: fires when the value is above the threshold",
+            {
+                "fields": ("threshold", "window_minutes", "min_jobs"),
+                "description": "Rates are fractions (0.2 = 20 %); parse_invalid is a count.",
+            },
+        ),  # fmt: skip
+    )
+    inlines = [AlertEpisodeInline]
+
+
+@admin.register(AlertEpisode)
+class AlertEpisodeAdmin(ReadOnlyAdmin):
+    list_display = ("rule", "subject", "firing_since", "resolved_at", "value", "jobs")
+    list_filter = ("rule",)
+    list_select_related = ("rule",)
+    date_hierarchy = "firing_since"
+
+
+@admin.register(Job)
+class JobAdmin(ReadOnlyAdmin):
+    list_display = ("job_id", "status", "workflow", "provider", "model", "started_at",
+                    "failure_code", "error_type")  # fmt: skip
+    list_filter = ("status",)
+    search_fields = ("job_id", "correlation_id", "session_id")
+    show_full_result_count = False
+
+
+@admin.register(Step)
+class StepAdmin(ReadOnlyAdmin):
+    list_display = ("job", "node_id", "attempt", "result_type", "segment", "finished_at",
+                    "duration_ms")  # fmt: skip
+    list_filter = ("segment",)
+    list_select_related = ("job",)
+    search_fields = ("job__job_id", "node_id")
+    raw_id_fields = ("job",)
+    show_full_result_count = False
+
+
+@admin.register(Event)
+class EventAdmin(ReadOnlyAdmin):
+    list_display = ("job_id", "event_id", "type", "ts", "received_at")
+    search_fields = ("job_id", "event_id")
+    show_full_result_count = False
+
+
+class EscalationEntryInline(admin.TabularInline):
+    model = EscalationEntry
+    fields = ("at", "actor_name", "action", "from_status", "to_status", "note")
+    readonly_fields = fields
+    extra = 0
+    max_num = 0
+    can_delete = False
+
+
+@admin.register(Escalation)
+class EscalationAdmin(ReadOnlyAdmin):
+    list_display = ("pk", "kind", "job", "alert_rule", "node_id", "severity", "status",
+                    "triggered_at")  # fmt: skip
+    list_filter = ("status", "kind", "severity")
+    list_select_related = ("job", "alert_rule")
+    raw_id_fields = ("job", "assignee", "alert_rule")
+    inlines = [EscalationEntryInline]
+
+
+@admin.register(IngestToken)
+class IngestTokenAdmin(ReadOnlyAdmin):
+    list_display = ("name", "prefix", "created_at", "last_used_at", "revoked_at")
+    exclude = ("token_hash",)

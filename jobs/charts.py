@@ -1,0 +1,692 @@
+"""The operations dashboard's numbers and figures (DESIGN.md section 6, source 001 phase 2).
+
+Every number is a SQL aggregate (GROUP BY, COUNT DISTINCT, percentile_cont); Python only shapes
+the few aggregated rows into plotly figures (plain dicts, emitted with ``json_script`` and drawn by
+``static/js/charts.js``).
+
+Time: a job belongs to the bucket of its start (``Job.started_at``, event time), and its steps
+with it. The jobs list filters ``since``/``until`` on the same field, so the link of every bar
+lists exactly the jobs whose steps the bar counts, and the job count in each tooltip equals that
+list's count. Planner panels count events by their own ``ts``.
+"""
+
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+from urllib.parse import urlencode
+
+from django.db import connection
+from django.db.models import Count, Q
+from django.db.models.functions import Trunc
+from django.utils import timezone
+
+from jobs import alerts, failures
+from jobs.failures import FailureCode, RunStatus, Segment
+from jobs.models import AlertEpisode, AlertRule, Escalation, Job, Step
+
+RANGES = {"1h": timedelta(hours=1), "24h": timedelta(hours=24), "7d": timedelta(days=7)}
+DEFAULT_RANGE = "24h"
+BUCKETS = {"minute": timedelta(minutes=1), "hour": timedelta(hours=1), "day": timedelta(days=1)}
+MAX_CUSTOM_RANGE = timedelta(days=92)
+TOP_NODES = 10
+# On SQLite a percentile reads at most this many rows per node (two per percentile).
+PERCENTILES = (("p50", 0.5), ("p95", 0.95))
+
+# The job pages' segment colours (traceviz.css: --ok, --retry, --failed), with this fallback
+# when the stylesheet does not define them (charts.js resolves "var(--name, fallback)").
+SEGMENT_COLORS = {
+    Segment.OK: "var(--ok, #2e7d32)",
+    Segment.RETRYABLE: "var(--retry, #b26a00)",
+    Segment.FAILED: "var(--failed, #c62828)",
+}
+RESULT_SEGMENTS = (Segment.OK, Segment.RETRYABLE, Segment.FAILED)
+OWNER_COLORS = {"adapter": "#1565c0", "plan": "#6a1b9a", "reducer": "#c62828"}
+STATUS_COLORS = {
+    RunStatus.FAILED: "#c62828",
+    RunStatus.FAILED_LOGIC: "#ad1457",
+    RunStatus.FAILED_INTERNAL: "#6d1b1b",
+    RunStatus.PAUSED_TRANSIENT: "#b26a00",
+    RunStatus.PAUSED_APPROVAL: "#f9a825",
+    RunStatus.PAUSED_RECONCILIATION: "#8d6e63",
+    RunStatus.RUNNING: "#546e7a",
+    RunStatus.CANCELLING: "#78909c",
+    RunStatus.CANCELLED: "#90a4ae",
+    RunStatus.COMPLETED: "#2e7d32",
+}
+FAILED_STATUSES = (RunStatus.FAILED, RunStatus.FAILED_LOGIC, RunStatus.FAILED_INTERNAL)
+AGE_BANDS = (
+    ("under 1 h", timedelta(hours=1), "#90caf9"),
+    ("1–24 h", timedelta(hours=24), "#42a5f5"),
+    ("1–7 d", timedelta(days=7), "#1565c0"),
+    ("over 7 d", None, "#0d2b5e"),
+)
+PLANNER_COLORS = ("#6a1b9a", "#00838f", "#ef6c00", "#283593", "#558b2f", "#ad1457")
+
+
+# --- time range and filters -------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class Window:
+    """[start, end) of the dashboard, its bucket size and the provider/model filter."""
+
+    key: str
+    start: datetime
+    end: datetime
+    bucket: str
+    provider: str = ""
+    model: str = ""
+
+    @property
+    def previous(self) -> "Window":
+        span = self.end - self.start
+        return Window(self.key, self.start - span, self.start, self.bucket, self.provider,
+                      self.model)  # fmt: skip
+
+    def bucket_bounds(self, bucket_start: datetime) -> tuple[datetime, datetime]:
+        """A bucket's [since, until), clipped to the window (first and last buckets are partial)."""
+        return max(bucket_start, self.start), min(bucket_start + BUCKETS[self.bucket], self.end)
+
+    def jobs(self):
+        """Jobs started in the window (and of the provider/model, when filtered)."""
+        jobs = Job.objects.filter(started_at__gte=self.start, started_at__lt=self.end)
+        return jobs.filter(**self._job_filter(""))
+
+    def steps(self):
+        """Steps of those jobs."""
+        steps = Step.objects.filter(job__started_at__gte=self.start, job__started_at__lt=self.end)
+        return steps.filter(**self._job_filter("job__"))
+
+    def _job_filter(self, prefix: str) -> dict:
+        return {f"{prefix}{name}": value
+                for name, value in (("provider", self.provider), ("model", self.model)) if value}  # fmt: skip
+
+
+def bucket_for(span: timedelta) -> str:
+    if span <= timedelta(hours=3):
+        return "minute"
+    if span <= timedelta(days=3):
+        return "hour"
+    return "day"
+
+
+def parse_window(params, now: datetime | None = None) -> tuple[Window, list[str]]:
+    """The window the query string asks for (``range`` 1h, 24h, 7d or custom with ISO
+    ``since``/``until``; ``provider``, ``model``); errors fall back to the last 24 hours."""
+    now = now or timezone.now()
+    errors: list[str] = []
+    key = params.get("range") or DEFAULT_RANGE
+    provider = params.get("provider", "").strip()[:200]
+    model = params.get("model", "").strip()[:200]
+    if key == "custom":
+        since, until = _parse_time(params.get("since")), _parse_time(params.get("until")) or now
+        if since is None:
+            errors.append("A custom range needs a start (since), as an ISO date and time.")
+        elif since >= until:
+            errors.append("The custom range must start before it ends.")
+        elif until - since > MAX_CUSTOM_RANGE:
+            errors.append("A custom range can span at most 92 days.")
+        else:
+            return Window(key, since, until, bucket_for(until - since), provider, model), errors
+        key = DEFAULT_RANGE
+    elif key not in RANGES:
+        errors.append(f"Unknown range {key!r}: showing the last 24 hours.")
+        key = DEFAULT_RANGE
+    span = RANGES[key]
+    return Window(key, now - span, now, bucket_for(span), provider, model), errors
+
+
+def _parse_time(raw: str | None) -> datetime | None:
+    if not raw:
+        return None
+    try:
+        value = datetime.fromisoformat(raw.strip().replace(" ", "+"))
+    except ValueError:
+        return None
+    return value if timezone.is_aware(value) else value.replace(tzinfo=UTC)
+
+
+def iso(value: datetime) -> str:
+    return value.astimezone(UTC).isoformat().replace("+00:00", "Z")
+
+
+def wall(value: datetime) -> str:
+    """A time as plotly draws it: wall-clock time in the current (display) time zone, no
+    offset (plotly ignores offsets); the axis title names the zone."""
+    return timezone.localtime(value).strftime("%Y-%m-%dT%H:%M:%S")
+
+
+def zone_label() -> str:
+    offset = timezone.localtime().strftime("%z")
+    return f"{timezone.get_current_timezone_name()}, UTC{offset[:3]}:{offset[3:]}"
+
+
+def _time_axis(window: Window, title: str) -> dict:
+    return {
+        "type": "date",
+        "range": [wall(window.start), wall(window.end)],
+        "title": {"text": f"{title} ({zone_label()})"},
+    }
+
+
+def jobs_url(window: Window, since: datetime | None = None, until: datetime | None = None,
+             **filters) -> str:  # fmt: skip
+    """The jobs list (``/``) filtered to the jobs a chart element counts (jobs.filters names).
+
+    Without a status filter the list shows only jobs needing attention; ``show=all`` lifts that.
+    """
+    params: list[tuple[str, str]] = []
+    statuses = filters.pop("status", ())
+    if isinstance(statuses, str):
+        statuses = (statuses,)
+    if not statuses:
+        params.append(("show", "all"))
+    params.extend(("status", str(status)) for status in statuses)
+    params.extend((name, str(value)) for name, value in filters.items() if value)
+    for name in ("provider", "model"):
+        if getattr(window, name) and name not in filters:
+            params.append((name, getattr(window, name)))
+    params.append(("since", iso(since or window.start)))
+    params.append(("until", iso(until or window.end)))
+    return "/?" + urlencode(params)
+
+
+# --- figures ----------------------------------------------------------------------------------
+
+
+def _layout(**extra) -> dict:
+    layout = {
+        "margin": {"l": 56, "r": 16, "t": 8, "b": 48},
+        "height": 320,
+        "hovermode": "closest",
+        "legend": {"orientation": "h", "y": -0.2},
+        "paper_bgcolor": "rgba(0,0,0,0)",
+        "plot_bgcolor": "rgba(0,0,0,0)",
+        "font": {"family": "system-ui, sans-serif", "size": 12},
+    }
+    layout.update(extra)
+    return layout
+
+
+def _figure(data: list[dict], layout: dict, empty: str) -> dict:
+    """A figure, or its empty state (``empty`` says what to send to see data)."""
+    return {"data": data, "layout": layout, "empty": "" if data else empty}
+
+
+def step_results(window: Window) -> dict:
+    """Finished steps per bucket, stacked by segment (ok / retryable / failed).
+
+    customdata per bar: [jobs list URL, number of jobs that list shows]. For retryable and failed
+    those are the jobs with such a step (``segment=`` filter); the list cannot filter on ok, so
+    an ok bar lists every job started in the bucket and says so.
+    """
+    rows = (
+        window.steps()
+        .filter(segment__in=RESULT_SEGMENTS)
+        .annotate(bucket=Trunc("job__started_at", window.bucket, tzinfo=UTC))
+        .values("bucket", "segment")
+        .annotate(steps=Count("id"), jobs=Count("job_id", distinct=True))
+        .order_by("bucket", "segment")
+    )
+    counts = {(row["bucket"], row["segment"]): row for row in rows}
+    jobs_per_bucket = dict(
+        window.jobs()
+        .annotate(bucket=Trunc("started_at", window.bucket, tzinfo=UTC))
+        .values_list("bucket")
+        .annotate(n=Count("id"))
+        .order_by()
+    )
+    buckets = sorted({bucket for bucket, _segment in counts})
+    data = []
+    for segment in RESULT_SEGMENTS:
+        x, y, custom = [], [], []
+        for bucket in buckets:
+            row = counts.get((bucket, segment))
+            if row is None:
+                continue
+            since, until = window.bucket_bounds(bucket)
+            if segment == Segment.OK:
+                url, jobs = jobs_url(window, since, until), jobs_per_bucket.get(bucket, 0)
+                note = "jobs started then (the list has no ok-only filter)"
+            else:
+                url, jobs = jobs_url(window, since, until, segment=segment.value), row["jobs"]
+                note = f"jobs with a {segment.value} step"
+            x.append(wall(bucket))
+            y.append(row["steps"])
+            custom.append([url, jobs, note])
+        if x:
+            data.append(
+                {
+                    "type": "bar",
+                    "name": segment.value,
+                    "x": x,
+                    "y": y,
+                    "customdata": custom,
+                    "marker": {"color": SEGMENT_COLORS[segment]},
+                    "hovertemplate": f"%{{y}} {segment.value} steps<br>%{{customdata[1]}} "
+                    "%{customdata[2]}<br>%{x}<extra>click to list them</extra>",
+                }
+            )
+    layout = _layout(
+        barmode="stack",
+        xaxis=_time_axis(window, "job started"),
+        yaxis={"title": {"text": "steps"}, "rangemode": "tozero"},
+    )
+    return _figure(data, layout, "No finished steps for jobs started in this range. Send "
+                   "node_finished events with a result_type to POST /api/v1/events to see them.")  # fmt: skip
+
+
+def failures_by_code(window: Window) -> dict:
+    """Steps carrying each canonical failure code, coloured by its retry owner (source 002);
+    customdata: [list URL, jobs with such a step, owner]. Producer codes outside the canonical
+    set count as unknown_failure in the taxonomy but cannot be listed by code: ``unlisted``
+    reports how many steps carry them."""
+    rows = (
+        window.steps()
+        .exclude(failure_code="")
+        .values("failure_code")
+        .annotate(steps=Count("id"), jobs=Count("job_id", distinct=True))
+        .order_by("-steps", "failure_code")
+    )
+    canonical = {code.value for code in FailureCode}
+    listed = [row for row in rows if row["failure_code"] in canonical]
+    unlisted = sum(row["steps"] for row in rows if row["failure_code"] not in canonical)
+    data = []
+    for owner, color in OWNER_COLORS.items():
+        own = [r for r in listed if failures.retry_owner(r["failure_code"]).value == owner]
+        if not own:
+            continue
+        data.append(
+            {
+                "type": "bar",
+                "orientation": "h",
+                "name": f"retried by {owner}",
+                "y": [r["failure_code"] for r in own],
+                "x": [r["steps"] for r in own],
+                "customdata": [
+                    [jobs_url(window, failure_code=r["failure_code"]), r["jobs"], owner]
+                    for r in own
+                ],
+                "marker": {"color": color},
+                "hovertemplate": "%{y}: %{x} failed steps<br>%{customdata[1]} jobs · retry owner "
+                "%{customdata[2]}<extra>click to list them</extra>",
+            }
+        )
+    layout = _layout(
+        barmode="stack",
+        yaxis={"automargin": True, "categoryorder": "total ascending"},
+        xaxis={"title": {"text": "steps"}, "rangemode": "tozero"},
+    )
+    figure = _figure(data, layout, "No failure codes in this range. Failed node_finished events "
+                     "with a failure_code (source 002 codes) show up here.")  # fmt: skip
+    figure["unlisted"] = unlisted
+    return figure
+
+
+def failures_by_error_type(window: Window) -> dict:
+    """Jobs with a step of each error type, stacked by the job's run status (source 003 table);
+    each segment links to exactly those jobs (error_type + status)."""
+    rows = (
+        window.steps()
+        .filter(error_type__in=list(failures.RUN_STATUS_BY_ERROR_TYPE))
+        .values("error_type", "job__status")
+        .annotate(steps=Count("id"), jobs=Count("job_id", distinct=True))
+        .order_by("error_type", "job__status")
+    )
+    by_status: dict[str, list[dict]] = {}
+    for row in rows:
+        by_status.setdefault(row["job__status"], []).append(row)
+    data = []
+    for status, color in STATUS_COLORS.items():
+        own = by_status.get(status.value)
+        if not own:
+            continue
+        data.append(
+            {
+                "type": "bar",
+                "orientation": "h",
+                "name": status.value,
+                "y": [r["error_type"] for r in own],
+                "x": [r["jobs"] for r in own],
+                "customdata": [
+                    [
+                        jobs_url(window, error_type=r["error_type"], status=status.value),
+                        r["jobs"],
+                        r["steps"],
+                    ]  # fmt: skip
+                    for r in own
+                ],
+                "marker": {"color": color},
+                "hovertemplate": f"%{{y}} → {status.value}: %{{customdata[1]}} jobs "
+                "(%{customdata[2]} steps)<extra>click to list them</extra>",
+            }
+        )
+    layout = _layout(
+        barmode="stack",
+        yaxis={"automargin": True, "categoryorder": "total ascending"},
+        xaxis={"title": {"text": "jobs"}, "rangemode": "tozero"},
+    )
+    return _figure(data, layout, "No classified error types in this range. Failed "
+                   "node_finished events with an error_type (auth, network, logic, …) show here.")  # fmt: skip
+
+
+def degraded_rate_threshold(window: Window) -> AlertRule | None:
+    """The enabled degraded-rate rule that applies to the filtered provider/model (a rule for
+    that exact provider/model first, then a generic one)."""
+    rules = AlertRule.objects.filter(kind=AlertRule.Kind.PLANNER_DEGRADED_RATE, enabled=True)
+    rules = rules.filter(Q(provider="") | Q(provider=window.provider)) if window.provider else (
+        rules.filter(provider=""))  # fmt: skip
+    rules = rules.filter(Q(model="") | Q(model=window.model)) if window.model else (
+        rules.filter(model=""))  # fmt: skip
+    return rules.order_by("-provider", "-model", "pk").first()
+
+
+def planner(window: Window) -> tuple[dict, dict]:
+    """Two figures from one aggregate over planner events: parse_invalid and degraded counts per
+    provider/model and bucket, and the degraded rate (degraded events / jobs carrying that
+    provider/model) with the alert threshold as a dashed line."""
+    rows = list(
+        alerts.planner_activity(
+            window.start,
+            window.end,
+            provider=window.provider,
+            model=window.model,
+            bucket=window.bucket,
+        )  # fmt: skip
+    )
+    series: dict[str, list[dict]] = {}
+    for row in rows:
+        series.setdefault(f"{row['provider']}/{row['model']}", []).append(row)
+    counts, rates = [], []
+    for index, (subject, points) in enumerate(sorted(series.items())):
+        color = PLANNER_COLORS[index % len(PLANNER_COLORS)]
+        custom = [
+            [
+                jobs_url(
+                    window,
+                    *window.bucket_bounds(p["bucket"]),
+                    provider=p["provider"],
+                    model=p["model"],
+                ),
+                p["jobs"],
+                p["parse_invalid"],
+                p["degraded"],
+            ]  # fmt: skip
+            for p in points
+        ]
+        x = [wall(p["bucket"]) for p in points]
+        for kind, opacity in (("parse_invalid", 0.45), ("degraded", 1.0)):
+            if not any(p[kind] for p in points):
+                continue
+            counts.append(
+                {
+                    "type": "bar",
+                    "name": f"{subject} {kind}",
+                    "legendgroup": subject,
+                    "x": x,
+                    "y": [p[kind] for p in points],
+                    "customdata": custom,
+                    "marker": {"color": color, "opacity": opacity},
+                    "hovertemplate": f"{subject}<br>%{{y}} {kind} events in %{{customdata[1]}} "
+                    "jobs<br>%{x}<extra>click to list the jobs</extra>",
+                }
+            )
+        rates.append(
+            {
+                "type": "scatter",
+                "mode": "lines+markers",
+                "name": f"{subject} degraded rate",
+                "x": x,
+                "y": [round(p["degraded"] / p["jobs"], 4) if p["jobs"] else 0 for p in points],
+                "customdata": custom,
+                "line": {"color": color},
+                "hovertemplate": f"{subject}: %{{y:.0%}} degraded<br>%{{customdata[3]}} of "
+                "%{customdata[1]} jobs<br>%{x}<extra>click to list the jobs</extra>",
+            }
+        )
+    rule = degraded_rate_threshold(window)
+    if rates and rule is not None:
+        rates.append(
+            {
+                "type": "scatter",
+                "mode": "lines",
+                "name": f"alert threshold {rule.threshold:.0%}",
+                "x": [wall(window.start), wall(window.end)],
+                "y": [rule.threshold, rule.threshold],
+                "line": {"color": "#c62828", "dash": "dash", "width": 2},
+                "hoverinfo": "name",
+            }
+        )
+    empty = ("No planner events in this range. Send graph.next_step.parse_invalid and "
+             "graph.next_step.degraded events with provider and model (source 001).")  # fmt: skip
+    xaxis = _time_axis(window, "event time")
+    counts_figure = _figure(
+        counts, _layout(barmode="group", xaxis=xaxis, yaxis={"title": {"text": "events"}}), empty
+    )
+    rate_figure = _figure(
+        rates,
+        _layout(
+            xaxis=xaxis,
+            yaxis={"title": {"text": "degraded rate"}, "tickformat": ".0%", "rangemode": "tozero"},
+        ),  # fmt: skip
+        empty,
+    )
+    return counts_figure, rate_figure
+
+
+def duration_percentiles(window: Window) -> list[dict]:
+    """p50/p95 of duration_ms per node for the TOP_NODES nodes with the most timed steps:
+    rows of node_id, steps, p50, p95, in descending step count."""
+    steps = window.steps().filter(duration_ms__isnull=False)
+    if connection.vendor == "postgresql":
+        return _percentiles_postgres(window)
+    top = list(
+        steps.values("node_id")
+        .annotate(steps=Count("id"))
+        .order_by("-steps", "node_id")[:TOP_NODES]
+    )
+    for row in top:
+        node_steps = steps.filter(node_id=row["node_id"]).order_by("duration_ms")
+        for name, fraction in PERCENTILES:
+            row[name] = _percentile_cont(node_steps, row["steps"], fraction)
+    return top
+
+
+def _percentile_cont(ordered, n: int, fraction: float) -> float:
+    """percentile_cont on SQLite: the two neighbouring values around position fraction*(n-1)
+    of an ORDER BY duration_ms query (OFFSET, two rows), linearly interpolated."""
+    position = fraction * (n - 1)
+    lower = int(position)
+    values = list(ordered.values_list("duration_ms", flat=True)[lower : lower + 2])
+    if len(values) == 1 or position == lower:
+        return values[0]
+    return values[0] + (values[1] - values[0]) * (position - lower)
+
+
+def _percentiles_postgres(window: Window) -> list[dict]:
+    step, job = Step._meta.db_table, Job._meta.db_table
+    where, params = ["j.started_at >= %s", "j.started_at < %s", "s.duration_ms IS NOT NULL"], [
+        window.start, window.end]  # fmt: skip
+    for name in ("provider", "model"):
+        if getattr(window, name):
+            where.append(f"j.{name} = %s")
+            params.append(getattr(window, name))
+    sql = f"""
+        SELECT s.node_id, count(*) AS steps,
+               percentile_cont(0.5) WITHIN GROUP (ORDER BY s.duration_ms) AS p50,
+               percentile_cont(0.95) WITHIN GROUP (ORDER BY s.duration_ms) AS p95
+        FROM {step} s JOIN {job} j ON j.id = s.job_id
+        WHERE {" AND ".join(where)}
+        GROUP BY s.node_id ORDER BY steps DESC, s.node_id LIMIT {TOP_NODES}
+    """
+    with connection.cursor() as cursor:
+        cursor.execute(sql, params)
+        names = [column.name for column in cursor.description]
+        return [dict(zip(names, row, strict=True)) for row in cursor.fetchall()]
+
+
+def durations(window: Window) -> dict:
+    """Grouped horizontal bars: p50 and p95 per top node. The jobs list has no node filter, so
+    a bar opens the jobs of the range."""
+    rows = duration_percentiles(window)
+    nodes = [row["node_id"] for row in rows]
+    url = jobs_url(window)
+    data = [
+        {
+            "type": "bar",
+            "orientation": "h",
+            "name": name,
+            "y": nodes,
+            "x": [round(row[name], 1) for row in rows],
+            "customdata": [[url, row["steps"]] for row in rows],
+            "marker": {"color": color},
+            "hovertemplate": f"%{{y}} {name}: %{{x}} ms over %{{customdata[1]}} steps"
+            "<extra>click for the range's jobs</extra>",
+        }
+        for name, color in (("p50", "#64b5f6"), ("p95", "#0d47a1"))
+        if rows
+    ]
+    layout = _layout(
+        barmode="group",
+        yaxis={"automargin": True, "autorange": "reversed"},
+        xaxis={"title": {"text": "ms"}, "rangemode": "tozero"},
+    )
+    return _figure(data, layout, "No step durations in this range. node_finished events with "
+                   "duration_ms (or a node_started before them) show up here.")  # fmt: skip
+
+
+def open_escalations(now: datetime) -> dict:
+    """Unresolved escalations by kind, stacked by age since they (re)opened (triggered_at);
+    a segment opens the escalation queue for that kind."""
+    bands = {}
+    lower = None
+    for label, upper, _color in AGE_BANDS:
+        condition = Q()
+        if lower is not None:
+            condition &= Q(triggered_at__lte=now - lower)
+        if upper is not None:
+            condition &= Q(triggered_at__gt=now - upper)
+        bands[label] = Count("id", filter=condition) if condition else Count("id")
+        lower = upper
+    rows = list(
+        Escalation.objects.exclude(status=Escalation.Status.RESOLVED)
+        .values("kind")
+        .annotate(**{f"band{i}": expr for i, expr in enumerate(bands.values())})
+        .order_by("kind")
+    )
+    data = []
+    for i, (label, _upper, color) in enumerate(AGE_BANDS):
+        own = [row for row in rows if row[f"band{i}"]]
+        if not own:
+            continue
+        data.append(
+            {
+                "type": "bar",
+                "name": f"open {label}",
+                "x": [row["kind"] for row in own],
+                "y": [row[f"band{i}"] for row in own],
+                "customdata": [
+                    ["/escalations/?" + urlencode({"kind": row["kind"]}), row[f"band{i}"]]
+                    for row in own
+                ],
+                "marker": {"color": color},
+                "hovertemplate": f"%{{x}}: %{{y}} unresolved, open {label}"
+                "<extra>click for the queue</extra>",
+            }
+        )
+    layout = _layout(barmode="stack", yaxis={"title": {"text": "escalations"}, "dtick": 1,
+                                              "rangemode": "tozero"})  # fmt: skip
+    return _figure(data, layout, "No unresolved escalations. They open from replay rules, "
+                   "escalation_raised events and firing alert rules.")  # fmt: skip
+
+
+# --- headline numbers -------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class Headline:
+    label: str
+    value: float
+    previous: float
+    url: str = ""
+    percent: bool = False
+
+    @property
+    def change(self) -> float:
+        return self.value - self.previous
+
+    @property
+    def display(self) -> str:
+        return f"{self.value:.1%}" if self.percent else f"{self.value:g}"
+
+    @property
+    def change_display(self) -> str:
+        if self.percent:
+            return f"{self.change * 100:+.1f} pt"
+        return f"{self.change:+g}"
+
+
+def headlines(window: Window, now: datetime) -> list[Headline]:
+    """Jobs, failed jobs, failure rate, open escalations and firing alerts, each against the
+    previous period of the same length (escalations and alerts: as they stood at its end)."""
+    previous = window.previous
+    in_now = Q(started_at__gte=window.start)
+    failed = Q(status__in=[s.value for s in FAILED_STATUSES])
+    jobs = Job.objects.filter(started_at__gte=previous.start, started_at__lt=window.end)
+    jobs = jobs.filter(**window._job_filter("")).aggregate(
+        jobs=Count("id", filter=in_now),
+        failed=Count("id", filter=in_now & failed),
+        jobs_before=Count("id", filter=~in_now),
+        failed_before=Count("id", filter=~in_now & failed),
+    )
+    cutoff = window.start
+    escalations = Escalation.objects.aggregate(
+        open=Count("id", filter=~Q(status=Escalation.Status.RESOLVED)),
+        before=Count(
+            "id",
+            filter=Q(created_at__lte=cutoff)
+            & (Q(resolved_at__isnull=True) | Q(resolved_at__gt=cutoff)),
+        ),  # fmt: skip
+    )
+    firing = AlertEpisode.objects.aggregate(
+        now=Count("id", filter=Q(resolved_at__isnull=True)),
+        before=Count(
+            "id",
+            filter=Q(firing_since__lte=cutoff)
+            & (Q(resolved_at__isnull=True) | Q(resolved_at__gt=cutoff)),
+        ),  # fmt: skip
+    )
+
+    def rate(failed_count: int, total: int) -> float:
+        return failed_count / total if total else 0.0
+
+    return [
+        Headline("Jobs", jobs["jobs"], jobs["jobs_before"], jobs_url(window)),
+        Headline(
+            "Failed jobs",
+            jobs["failed"],
+            jobs["failed_before"],
+            jobs_url(window, status=[s.value for s in FAILED_STATUSES]),
+        ),  # fmt: skip
+        Headline(
+            "Failure rate",
+            rate(jobs["failed"], jobs["jobs"]),
+            rate(jobs["failed_before"], jobs["jobs_before"]),
+            percent=True,
+        ),  # fmt: skip
+        Headline("Open escalations", escalations["open"], escalations["before"], "/escalations/"),
+        Headline("Firing alerts", firing["now"], firing["before"], "#alerts"),
+    ]
+
+
+def panels(window: Window, now: datetime) -> dict:
+    """Every figure the dashboard shows, keyed by name (the chart id with underscores)."""
+    planner_counts, planner_rate = planner(window)
+    return {
+        "step_results": step_results(window),
+        "failures_by_code": failures_by_code(window),
+        "failures_by_error_type": failures_by_error_type(window),
+        "planner_counts": planner_counts,
+        "planner_rate": planner_rate,
+        "durations": durations(window),
+        "open_escalations": open_escalations(now),
+    }

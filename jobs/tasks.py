@@ -1,0 +1,77 @@
+"""Celery tasks: side effects only (DESIGN.md section 2). Each takes ids or nothing, re-fetches
+what it needs, returns quietly when a row is gone, and works in bounded batches; the logic lives
+in ``notify``, ``escalations`` and ``retention`` so it is tested without a worker.
+
+Without CELERY_BROKER_URL the tasks run eagerly in-process; with it, run a worker and beat
+(``celery -A traceviz worker`` and ``celery -A traceviz beat``; the schedule is
+CELERY_BEAT_SCHEDULE in settings).
+"""
+
+import functools
+import logging
+
+from celery import shared_task
+from celery.contrib.django.task import DjangoTask
+from django.conf import settings
+from django.db import transaction
+from django.utils import timezone
+
+from jobs import escalations, notify, retention
+
+logger = logging.getLogger(__name__)
+SWEEP_BATCH = 500
+
+
+class OutboxTask(DjangoTask):
+    def delay_on_commit(self, *args, **kwargs) -> None:
+        """As DjangoTask's, but robust: a broker that is down when the transaction commits
+        must not fail the request that wrote the outbox row; the sweep sends the row later."""
+        transaction.on_commit(functools.partial(self.delay, *args, **kwargs), robust=True)
+
+
+@shared_task(base=OutboxTask, ignore_result=True)
+def deliver_notification(notification_id: int) -> str:
+    """Deliver one outbox row. A failed attempt goes back to pending with its next time set by
+    the backoff; with a broker the retry is scheduled for that time (the sweep is the safety
+    net), eagerly it is left to the sweep so a failing webhook never blocks a request."""
+    outcome = notify.deliver(notification_id)
+    if outcome.retry_at is not None and not deliver_notification.app.conf.task_always_eager:
+        deliver_notification.apply_async((notification_id,), eta=outcome.retry_at)
+    return outcome.status or "not claimed"
+
+
+@shared_task(ignore_result=True)
+def sweep_outbox(batch_size: int = SWEEP_BATCH) -> int:
+    """Periodic: enqueue every notification that is due and not held by a live worker (lost
+    enqueues, retries whose message was lost, rows whose worker died). Duplicate messages are
+    harmless: only one delivery can claim a row. Returns how many were enqueued."""
+    now = timezone.now()
+    abandoned = notify.fail_abandoned(now)
+    if abandoned:
+        logger.warning("outbox: %d notifications failed after their last worker died", abandoned)
+    due = notify.due_ids(now, batch_size)
+    for notification_id in due:
+        deliver_notification.delay(notification_id)
+    return len(due)
+
+
+@shared_task(ignore_result=True)
+def check_stalls() -> int:
+    """Periodic: open or reopen ``stalled`` escalations. Returns how many."""
+    return escalations.check_stalls()
+
+
+@shared_task(ignore_result=True)
+def apply_retention() -> dict:
+    """Periodic: delete data older than TRACEVIZ_RETENTION_DAYS (a no-op while it is 0)."""
+    result = retention.apply_retention(settings.TRACEVIZ_RETENTION_DAYS)
+    return {"jobs": result.jobs, "events": result.events, "escalations": result.escalations}
+
+
+@shared_task(ignore_result=True)
+def evaluate_alerts() -> dict:
+    """Periodic: evaluate alert rules (fire new episodes, resolve stopped ones)."""
+    from jobs import alerts
+
+    outcome = alerts.evaluate()
+    return {"fired": len(outcome.fired), "resolved": len(outcome.resolved)}

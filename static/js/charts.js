@@ -1,0 +1,85 @@
+// Draws every [data-chart] element with plotly.js (served from the plotly wheel), on first
+// load and on every htmx swap. The figure is the JSON that json_script put in the element whose
+// id is the data-chart value. Clicking a bar or point opens the URL in its customdata[0].
+(function () {
+  "use strict";
+
+  var CSS_VAR = /^var\((--[\w-]+)\s*,\s*([^)]+)\)$/;
+  var styles = null;
+
+  // "var(--ok, #2e7d32)" -> the stylesheet's --ok if it defines one, else the fallback.
+  function resolveColor(value) {
+    if (typeof value !== "string") return value;
+    var match = CSS_VAR.exec(value);
+    if (!match) return value;
+    styles = styles || getComputedStyle(document.documentElement);
+    return styles.getPropertyValue(match[1]).trim() || match[2].trim();
+  }
+
+  function resolveColors(figure) {
+    (figure.data || []).forEach(function (trace) {
+      if (trace.marker && trace.marker.color) trace.marker.color = resolveColor(trace.marker.color);
+      if (trace.line && trace.line.color) trace.line.color = resolveColor(trace.line.color);
+    });
+    // Text and grid follow the page's theme (light or dark).
+    styles = styles || getComputedStyle(document.documentElement);
+    var text = styles.getPropertyValue("--text").trim();
+    var grid = styles.getPropertyValue("--border").trim();
+    if (text) figure.layout.font = Object.assign({}, figure.layout.font, { color: text });
+    if (grid) {
+      ["xaxis", "yaxis"].forEach(function (axis) {
+        figure.layout[axis] = Object.assign({ gridcolor: grid, zerolinecolor: grid }, figure.layout[axis]);
+      });
+    }
+    return figure;
+  }
+
+  function linkOf(point) {
+    var custom = point && point.customdata;
+    return Array.isArray(custom) && typeof custom[0] === "string" ? custom[0] : null;
+  }
+
+  function draw(element) {
+    if (element.dataset.drawn === "true" || typeof Plotly === "undefined") return;
+    var source = document.getElementById(element.dataset.chart);
+    if (!source) return;
+    var figure = resolveColors(JSON.parse(source.textContent));
+    element.dataset.drawn = "true";
+    Plotly.newPlot(element, figure.data, figure.layout, {
+      displaylogo: false,
+      responsive: true,
+      modeBarButtonsToRemove: ["select2d", "lasso2d"],
+    }).then(function () {
+      element.dataset.ready = "true";
+    });
+    element.on("plotly_click", function (event) {
+      var url = linkOf(event.points && event.points[0]);
+      // Only same-origin paths: the URLs come from our own server, never from producers.
+      if (url && (url.charAt(0) === "/" && url.charAt(1) !== "/" || url.charAt(0) === "#")) {
+        window.location.assign(url);
+      }
+    });
+    element.on("plotly_hover", function () { element.style.cursor = "pointer"; });
+    element.on("plotly_unhover", function () { element.style.cursor = ""; });
+  }
+
+  function drawAll(root) {
+    var elements = [];
+    if (root.matches && root.matches("[data-chart]")) elements.push(root);
+    if (root.querySelectorAll) elements = elements.concat(Array.from(root.querySelectorAll("[data-chart]")));
+    elements.forEach(draw);
+  }
+
+  // Plotly charts swapped out by htmx are purged, so their listeners do not leak.
+  document.addEventListener("htmx:beforeSwap", function (event) {
+    var target = event.detail.target;
+    if (!target || typeof Plotly === "undefined") return;
+    target.querySelectorAll("[data-chart]").forEach(function (element) { Plotly.purge(element); });
+  });
+
+  if (window.htmx) {
+    htmx.onLoad(drawAll);
+  } else {
+    document.addEventListener("DOMContentLoaded", function () { drawAll(document.body); });
+  }
+})();

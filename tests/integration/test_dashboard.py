@@ -1,0 +1,317 @@
+"""The dashboard's numbers against hand-counted fixtures, its links against the jobs list, and
+the page itself (access, partial rendering, empty states)."""
+
+from datetime import timedelta
+from urllib.parse import parse_qs, urlsplit
+
+import pytest
+from django.http import QueryDict
+
+from jobs import charts
+from jobs.filters import JobFilterForm, filter_jobs
+from jobs.models import AlertRule
+from tests.factories import BASE_TS, event, finished, store, user
+
+HOUR = 3600
+OPENAI = {"provider": "openai", "model": "gpt-4.1"}
+ANTHROPIC = {"provider": "anthropic", "model": "claude-x"}
+
+
+def job_started(job_id, at, **payload):
+    return event("job_started", job_id, at, name=job_id, workflow="wf", **payload)
+
+
+def planner_event(kind, job_id, at, **payload):
+    return event(f"graph.next_step.{kind}", job_id, at, **payload)
+
+
+@pytest.fixture
+def fixture_jobs(db):
+    """Hand-counted (BASE_TS is 09:00 UTC; the window is 09:00-12:00, hourly buckets):
+
+    09:00 j1 openai  n1 ok, n2 retryable (adapter_timeout, network), n2#2 ok  -> running
+    09:10 j2 openai  n1 failed permanent (tool_not_found, logic)              -> failed:logic
+    10:05 j3         n1 ok, n2 failed compensatable (provider_terminal,
+                     PermanentError)                                           -> failed
+    10:20 j4 anthr.  parse_invalid x2, degraded                                -> failed
+    10:30 j5 anthr.  n1 ok                                                     -> running
+    11:10 j6         n1 retryable (weird_code, auth)                           -> paused:approval
+    08:00 j0         n1 ok, finished completed (previous period)
+    """
+    store(
+        [
+            job_started("j0", -HOUR),
+            finished("n1", job_id="j0", at=-HOUR + 1, duration_ms=10),
+            event("job_finished", "j0", -HOUR + 2, status="completed"),
+            job_started("j1", 0, **OPENAI),
+            finished("n1", job_id="j1", at=1, duration_ms=100),
+            finished("n2", "retryable_failure", job_id="j1", at=2, failure_code="adapter_timeout",
+                     error_type="network", duration_ms=50),  # fmt: skip
+            finished("n2", job_id="j1", at=3, attempt=2, duration_ms=150),
+            job_started("j2", 600, **OPENAI),
+            finished("n1", "permanent_failure", job_id="j2", at=601, failure_code="tool_not_found",
+                     error_type="logic", duration_ms=200),  # fmt: skip
+            job_started("j3", HOUR + 300),
+            finished("n1", job_id="j3", at=HOUR + 301, duration_ms=300),
+            finished("n2", "compensatable_failure", job_id="j3", at=HOUR + 302,
+                     failure_code="provider_terminal", error_type="PermanentError",
+                     duration_ms=250),  # fmt: skip
+            job_started("j4", HOUR + 1200, **ANTHROPIC),
+            planner_event("parse_invalid", "j4", HOUR + 1201, attempt=1, **ANTHROPIC),
+            planner_event("parse_invalid", "j4", HOUR + 1202, attempt=2, **ANTHROPIC),
+            planner_event("degraded", "j4", HOUR + 1203, attempts=2, **ANTHROPIC),
+            job_started("j5", HOUR + 1800, **ANTHROPIC),
+            finished("n1", job_id="j5", at=HOUR + 1801, duration_ms=400),
+            job_started("j6", 2 * HOUR + 600),
+            finished("n1", "retryable_failure", job_id="j6", at=2 * HOUR + 601,
+                     failure_code="weird_code", error_type="auth", duration_ms=500),  # fmt: skip
+        ]
+    )
+
+
+@pytest.fixture
+def window():
+    return charts.Window("custom", BASE_TS, BASE_TS + timedelta(hours=3), "hour")
+
+
+def trace(figure, name):
+    return next(t for t in figure["data"] if t["name"] == name)
+
+
+def by_x(figure_trace):
+    return dict(zip(figure_trace["x"], figure_trace["y"], strict=True))
+
+
+def list_count(url: str) -> int:
+    """How many jobs the jobs list shows for a chart link (its own form and queryset)."""
+    parts = urlsplit(url)
+    assert parts.path == "/"
+    form = JobFilterForm(QueryDict(parts.query))
+    assert form.is_valid(), form.errors
+    return filter_jobs(form.cleaned_data).count()
+
+
+def assert_links_match_list(figure):
+    """Every element's customdata is [URL, jobs]: that many jobs in the list it opens."""
+    checked = 0
+    for figure_trace in figure["data"]:
+        for url, jobs, *_rest in figure_trace.get("customdata", []):
+            assert list_count(url) == jobs, (figure_trace["name"], url)
+            checked += 1
+    assert checked
+
+
+def test_step_results_count_steps_per_bucket_and_segment(fixture_jobs, window):
+    figure = charts.step_results(window)
+    assert by_x(trace(figure, "ok")) == {
+        "2026-03-02T09:00:00": 2, "2026-03-02T10:00:00": 2,
+    }  # fmt: skip
+    assert by_x(trace(figure, "retryable")) == {
+        "2026-03-02T09:00:00": 1, "2026-03-02T11:00:00": 1,
+    }  # fmt: skip
+    assert by_x(trace(figure, "failed")) == {
+        "2026-03-02T09:00:00": 1, "2026-03-02T10:00:00": 1,
+    }  # fmt: skip
+    assert [row[1] for row in trace(figure, "ok")["customdata"]] == [2, 3]
+    assert [row[1] for row in trace(figure, "failed")["customdata"]] == [1, 1]
+
+
+def test_step_results_tooltip_job_counts_equal_the_linked_list(fixture_jobs, window):
+    assert_links_match_list(charts.step_results(window))
+
+
+def test_step_result_bar_links_to_its_bucket_and_segment(fixture_jobs, window):
+    url = trace(charts.step_results(window), "failed")["customdata"][1][0]
+    assert parse_qs(urlsplit(url).query) == {
+        "show": ["all"], "segment": ["failed"],
+        "since": ["2026-03-02T10:00:00Z"], "until": ["2026-03-02T11:00:00Z"],
+    }  # fmt: skip
+
+
+def test_failures_by_code_counts_steps_per_canonical_code(fixture_jobs, window):
+    figure = charts.failures_by_code(window)
+    counts = {
+        code: steps
+        for figure_trace in figure["data"]
+        for code, steps in zip(figure_trace["y"], figure_trace["x"], strict=True)
+    }
+    assert counts == {"adapter_timeout": 1, "tool_not_found": 1, "provider_terminal": 1}
+    assert trace(figure, "retried by adapter")["y"] == ["adapter_timeout"]
+    assert figure["unlisted"] == 1  # weird_code
+    assert_links_match_list(figure)
+
+
+def test_failures_by_error_type_count_jobs_per_run_status(fixture_jobs, window):
+    figure = charts.failures_by_error_type(window)
+    cells = {
+        (error_type, figure_trace["name"]): jobs
+        for figure_trace in figure["data"]
+        for error_type, jobs in zip(figure_trace["y"], figure_trace["x"], strict=True)
+    }
+    assert cells == {
+        ("network", "running"): 1,
+        ("logic", "failed:logic"): 1,
+        ("PermanentError", "failed"): 1,
+        ("auth", "paused:approval"): 1,
+    }
+    assert_links_match_list(figure)
+
+
+def test_planner_counts_and_degraded_rate_per_provider_model(fixture_jobs, window):
+    counts, rate = charts.planner(window)
+    assert by_x(trace(counts, "anthropic/claude-x parse_invalid")) == {"2026-03-02T10:00:00": 2}
+    assert by_x(trace(counts, "anthropic/claude-x degraded")) == {"2026-03-02T10:00:00": 1}
+    # j4 and j5 carry anthropic/claude-x on job_started: 1 degraded of 2 jobs.
+    assert by_x(trace(rate, "anthropic/claude-x degraded rate")) == {"2026-03-02T10:00:00": 0.5}
+    assert by_x(trace(rate, "openai/gpt-4.1 degraded rate")) == {"2026-03-02T09:00:00": 0}
+    assert not any(t["name"].startswith("openai/gpt-4.1 parse") for t in counts["data"])
+
+
+def test_planner_rate_draws_the_alert_threshold(fixture_jobs, window):
+    _counts, rate = charts.planner(window)
+    assert trace(rate, "alert threshold 20%")["y"] == [0.2, 0.2]
+    AlertRule.objects.filter(kind=AlertRule.Kind.PLANNER_DEGRADED_RATE).update(threshold=0.35)
+    _counts, rate = charts.planner(window)
+    assert trace(rate, "alert threshold 35%")["y"] == [0.35, 0.35]
+
+
+def test_planner_bars_link_to_the_provider_models_jobs_in_the_bucket(fixture_jobs, window):
+    counts, _rate = charts.planner(window)
+    url, jobs, *_ = trace(counts, "anthropic/claude-x degraded")["customdata"][0]
+    assert jobs == 2
+    assert list_count(url) == 2
+
+
+def test_duration_percentiles_per_node(fixture_jobs, window):
+    rows = {row["node_id"]: row for row in charts.duration_percentiles(window)}
+    # n1: 100 200 300 400 500 -> p50 300, p95 at position 3.8 -> 480 (percentile_cont).
+    assert rows["n1"]["steps"] == 5
+    assert rows["n1"]["p50"] == pytest.approx(300)
+    assert rows["n1"]["p95"] == pytest.approx(480)
+    # n2: 50 150 250 -> p50 150, p95 at position 1.9 -> 240.
+    assert rows["n2"]["p50"] == pytest.approx(150)
+    assert rows["n2"]["p95"] == pytest.approx(240)
+    assert list(rows) == ["n1", "n2"]
+
+
+def test_filtering_by_provider_narrows_every_panel(fixture_jobs):
+    window = charts.Window("custom", BASE_TS, BASE_TS + timedelta(hours=3), "hour", "openai")
+    figure = charts.step_results(window)
+    assert sum(sum(t["y"]) for t in figure["data"]) == 4  # j1's three steps and j2's one
+    assert all("provider=openai" in row[0] for t in figure["data"] for row in t["customdata"])
+    assert_links_match_list(figure)
+
+
+def test_open_escalations_by_kind_and_age(fixture_jobs):
+    figure = charts.open_escalations(BASE_TS + timedelta(hours=3))
+    # j6 paused:approval at 11:10 -> one user_action escalation, 50 minutes old at 12:00.
+    assert trace(figure, "open under 1 h")["x"] == ["user_action"]
+    assert trace(figure, "open under 1 h")["y"] == [1]
+    figure = charts.open_escalations(BASE_TS + timedelta(days=2))
+    assert trace(figure, "open 1–7 d")["y"] == [1]
+
+
+def test_headlines_compare_with_the_previous_period(fixture_jobs, window):
+    numbers = {h.label: h for h in charts.headlines(window, BASE_TS + timedelta(hours=3))}
+    assert (numbers["Jobs"].value, numbers["Jobs"].previous) == (6, 1)
+    assert (numbers["Failed jobs"].value, numbers["Failed jobs"].previous) == (3, 0)
+    assert numbers["Failure rate"].value == pytest.approx(0.5)
+    assert numbers["Failure rate"].change_display == "+50.0 pt"
+    assert numbers["Open escalations"].value == 1
+    assert list_count(numbers["Failed jobs"].url) == 3
+    assert list_count(numbers["Jobs"].url) == 6
+
+
+def test_empty_range_says_what_to_send(db, window):
+    figure = charts.step_results(window)
+    assert figure["data"] == []
+    assert "node_finished" in figure["empty"]
+
+
+def test_parse_window_defaults_to_the_last_24_hours():
+    now = BASE_TS
+    window, errors = charts.parse_window({}, now)
+    assert (window.key, window.start, window.end, window.bucket) == (
+        "24h", now - timedelta(hours=24), now, "hour",
+    )  # fmt: skip
+    assert errors == []
+
+
+def test_parse_window_reads_a_custom_range():
+    window, errors = charts.parse_window(
+        {"range": "custom", "since": "2026-03-02T09:00:00Z", "until": "2026-03-02T10:00:00Z"},
+        BASE_TS,
+    )
+    assert (window.start, window.end, window.bucket) == (
+        BASE_TS, BASE_TS + timedelta(hours=1), "minute",
+    )  # fmt: skip
+    assert errors == []
+
+
+def test_parse_window_reports_a_bad_custom_range():
+    window, errors = charts.parse_window({"range": "custom", "since": "yesterday"}, BASE_TS)
+    assert window.key == "24h"
+    assert errors
+
+
+# --- the page -------------------------------------------------------------------------------
+
+CUSTOM = "/dashboard/?range=custom&since=2026-03-02T09:00:00Z&until=2026-03-02T12:00:00Z"
+
+
+@pytest.fixture
+def operator_client(client, db):
+    client.force_login(user("olga", "operator"))
+    return client
+
+
+def test_dashboard_needs_a_role(client, db):
+    assert client.get("/dashboard/").status_code == 302
+    client.force_login(user("nobody"))
+    assert client.get("/dashboard/").status_code == 403
+
+
+def test_dashboard_emits_each_figure_as_json_and_a_chart_div(operator_client, fixture_jobs):
+    response = operator_client.get(CUSTOM)
+    html = response.content.decode()
+    assert response.status_code == 200
+    for chart_id in ("step-results", "failures-by-code", "failures-by-error-type",
+                     "planner-counts", "planner-rate", "durations", "open-escalations"):  # fmt: skip
+        assert f'<script id="{chart_id}" type="application/json">' in html
+        assert f'data-chart="{chart_id}"' in html
+    assert "vendor/plotly/plotly.min.js" in html
+    assert "js/charts.js" in html
+    assert response["Vary"] and "HX-Request" in response["Vary"]
+
+
+def test_dashboard_fragment_renders_panels_without_page_chrome(operator_client, fixture_jobs):
+    response = operator_client.get(CUSTOM, HTTP_HX_REQUEST="true")
+    html = response.content.decode()
+    assert html.lstrip().startswith('<section id="dashboard-panels"')
+    assert "site-header" not in html
+    assert 'data-chart="step-results"' in html
+
+
+def test_history_restore_gets_the_whole_page(operator_client, fixture_jobs):
+    response = operator_client.get(
+        CUSTOM, HTTP_HX_REQUEST="true", HTTP_HX_HISTORY_RESTORE_REQUEST="true"
+    )
+    assert "site-header" in response.content.decode()
+
+
+def test_empty_dashboard_shows_what_to_send_instead_of_axes(operator_client):
+    html = operator_client.get("/dashboard/").content.decode()
+    assert 'data-chart="' not in html
+    assert "Send node_finished events" in html
+    assert "graph.next_step.degraded" in html
+
+
+def test_dashboard_query_count_does_not_grow_with_rows(
+    operator_client, fixture_jobs, django_assert_max_num_queries
+):
+    with django_assert_max_num_queries(20):
+        operator_client.get(CUSTOM)
+    store([job_started(f"x{i}", 100 + i, **OPENAI) for i in range(30)]
+          + [finished("n1", job_id=f"x{i}", at=101 + i) for i in range(30)])  # fmt: skip
+    with django_assert_max_num_queries(20):
+        operator_client.get(CUSTOM)

@@ -1,0 +1,456 @@
+"""Projection: stored Job/Step/Escalation rows equal replay over the stored events, whatever the
+batching (DESIGN.md sections 2 and 5), rebuilds, escalation life cycle, repair budget, import."""
+
+import json
+import threading
+
+import pytest
+from django.core.management import CommandError, call_command
+from django.db import connection
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from jobs import escalations, events, ingest, replay
+from jobs.models import Escalation, EscalationEntry, Event, Job, Notification, Step
+from tests.conftest import require_postgres
+from tests.factories import event, finished, started, store, user
+from tests.strategies import job_events
+
+pytestmark = pytest.mark.django_db
+
+HYPOTHESIS = settings(max_examples=40, deadline=None,
+                      suppress_health_check=[HealthCheck.function_scoped_fixture,
+                                             HealthCheck.too_slow])  # fmt: skip
+
+
+def replayed(job_id: str) -> replay.JobState:
+    return replay.build(ingest.load_events([job_id])[job_id], ingest.replay_config())
+
+
+def job_values(job: Job) -> tuple:
+    return (job.status, job.completed_node_ids, job.cursor_node, job.payload_results,
+            job.last_validation_error, job.findings, job.started_at, job.finished_at,
+            job.last_event_at, job.failing_node_id, job.event_count, job.step_count,
+            job.planner_parse_invalid, job.planner_degraded, job.provider, job.plan_hash)  # fmt: skip
+
+
+def state_values(state: replay.JobState) -> tuple:
+    root = state.root_failure
+    return (state.status.value, state.completed_node_ids, state.cursor_node,
+            state.payload_results, state.last_validation_error,
+            [f.as_dict() for f in state.findings], state.started_at, state.finished_at,
+            state.last_event_at, root.node_id if root else "", state.event_count,
+            len(state.steps), state.planner_parse_invalid, state.planner_degraded,
+            state.attributes.get("provider", ""), state.attributes.get("plan_hash", ""))  # fmt: skip
+
+
+STEP_COLUMNS = ("node_id", "attempt", "position", "result_type", "segment", "reason",
+                "ignored_stale", "compensated", "state", "epoch", "error_type", "failure_code",
+                "continue_on_error", "payload_results", "started_event_id",
+                "finished_event_id", "started_at", "finished_at")  # fmt: skip
+
+
+def step_rows(job: Job) -> list[tuple]:
+    return list(job.steps.order_by("position").values_list(*STEP_COLUMNS))
+
+
+def step_values(state: replay.JobState) -> list[tuple]:
+    return [
+        tuple(
+            (s.result_type or "") if name == "result_type"
+            else s.segment.value if name == "segment"
+            else getattr(s, name)
+            for name in STEP_COLUMNS
+        )
+        for s in state.steps
+    ]  # fmt: skip
+
+
+def escalation_set(job_id: str) -> set[tuple]:
+    return set(Escalation.objects.filter(job__job_id=job_id)
+               .values_list("kind", "node_id", "severity", "status"))  # fmt: skip
+
+
+def trigger_set(state: replay.JobState) -> set[tuple]:
+    first: dict[tuple, str] = {}
+    for t in state.escalation_triggers:
+        first.setdefault((t.kind, t.node_id), t.severity)
+    return {(kind, node, severity, "open") for (kind, node), severity in first.items()}
+
+
+def assert_parity(job_id: str) -> None:
+    state = replayed(job_id)
+    job = Job.objects.get(job_id=job_id)
+    assert job_values(job) == state_values(state)
+    assert step_rows(job) == step_values(state)
+    assert escalation_set(job_id) == trigger_set(state)
+
+
+def store_in_batches(items: list[dict], sizes: list[int]) -> None:
+    start, index = 0, 0
+    while start < len(items):
+        size = sizes[index % len(sizes)] if sizes else len(items)
+        store(items[start : start + size])
+        start, index = start + size, index + 1
+
+
+def clear() -> None:
+    Event.objects.all().delete()
+    Job.objects.all().delete()
+
+
+# --- replay parity ----------------------------------------------------------------------------
+
+
+@HYPOTHESIS
+@given(data=st.data(), jobs=st.lists(st.sampled_from(["j1", "j2", "j3"]), min_size=1, max_size=3,
+                                    unique=True))  # fmt: skip
+def test_stored_rows_equal_replay_whatever_the_batching(db, data, jobs):
+    clear()
+    items = [item for job_id in jobs for item in data.draw(job_events(job_id))]
+    shuffled = data.draw(st.permutations(items))
+    sizes = data.draw(st.lists(st.integers(1, 6), min_size=1, max_size=5))
+    store_in_batches(shuffled, sizes)
+    for job_id in jobs:
+        assert_parity(job_id)
+
+
+@HYPOTHESIS
+@given(data=st.data(), items=job_events("j1", min_size=2))
+def test_same_escalations_in_one_batch_or_one_event_at_a_time(db, data, items):
+    clear()
+    store(items)
+    one_batch = escalation_set("j1")
+    clear()
+    for item in data.draw(st.permutations(items)):
+        store([item])
+    assert escalation_set("j1") == one_batch
+
+
+def test_event_older_than_the_jobs_latest_replays_the_whole_job():
+    store([finished("n1", "retryable_failure", at=5, error_type="network"),
+           finished("n1", at=6, attempt=2)])  # fmt: skip
+    store([event("cancel_requested", at=4, epoch=3)])
+    job = Job.objects.get(job_id="j1")
+    assert (job.status, job.completed_node_ids) == ("cancelling", [])
+    assert list(job.steps.values_list("ignored_stale", flat=True)) == [True, True]
+    assert_parity("j1")
+
+
+def test_late_cancel_withdraws_an_escalation_nobody_touched():
+    store([finished("n1", "permanent_failure", at=5, error_type="auth")])
+    assert escalation_set("j1") == {("user_action", "n1", "medium", "open")}
+    store([event("cancel_requested", at=4, epoch=2)])
+    assert escalation_set("j1") == set()
+    assert Notification.objects.count() == 0
+
+
+def test_late_cancel_keeps_an_escalation_someone_acknowledged():
+    store([finished("n1", "permanent_failure", at=5, error_type="auth")])
+    escalations.acknowledge(Escalation.objects.get(), user("support1", "support"))
+    store([event("cancel_requested", at=4, epoch=2)])
+    assert escalation_set("j1") == {("user_action", "n1", "medium", "acknowledged")}
+
+
+def test_concurrent_batches_of_one_job_keep_parity(transaction_db):
+    require_postgres()
+    first = [finished(f"n{i}", "retryable_failure", "cj", at=i, attempt=1) for i in range(0, 40, 2)]
+    second = [finished(f"n{i}", "success", "cj", at=i + 1, attempt=2) for i in range(0, 40, 2)]
+    errors = []
+
+    def ingest_all(items):
+        try:
+            for start in range(0, len(items), 5):
+                store(items[start : start + 5])
+        except Exception as error:  # reported below, a thread cannot fail the test itself
+            errors.append(error)
+        finally:
+            connection.close()
+
+    threads = [threading.Thread(target=ingest_all, args=(items,)) for items in (first, second)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert errors == []
+    assert Event.objects.filter(job_id="cj").count() == 40
+    assert Job.objects.get(job_id="cj").completed_node_ids == [f"n{i}" for i in range(0, 40, 2)]
+    assert_parity("cj")
+
+
+# --- rebuild_projections ----------------------------------------------------------------------
+
+
+def rows(model, exclude=()) -> list[dict]:
+    fields = [f.attname for f in model._meta.concrete_fields if f.attname not in exclude]
+    return sorted(model.objects.values(*fields), key=repr)
+
+
+def failing_jobs() -> None:
+    store([
+        event("job_started", "r1", at=0, plan_hash="p1"),
+        finished("n1", "permanent_failure", "r1", at=1, error_type="auth"),
+        finished("n2", "retryable_failure", "r2", at=1, error_type="internal"),
+        finished("n3", "permanent_failure", "r3", at=1, state="indeterminate"),
+    ])  # fmt: skip
+
+
+def test_rebuild_projections_reproduces_the_same_rows():
+    failing_jobs()
+    before = (rows(Job), rows(Step, exclude=("id",)), rows(Escalation), rows(EscalationEntry),
+              rows(Notification))  # fmt: skip
+    call_command("rebuild_projections", stdout=None, stderr=None)
+    after = (rows(Job), rows(Step, exclude=("id",)), rows(Escalation), rows(EscalationEntry),
+             rows(Notification))  # fmt: skip
+    assert after == before
+    for job_id in ("r1", "r2", "r3"):
+        assert_parity(job_id)
+
+
+def test_rebuild_projections_repairs_a_tampered_projection():
+    failing_jobs()
+    Job.objects.filter(job_id="r1").update(status="completed", completed_node_ids=["x"])
+    Step.objects.filter(job__job_id="r2").delete()
+    call_command("rebuild_projections", stdout=None, stderr=None)
+    assert_parity("r1")
+    assert_parity("r2")
+
+
+def test_rebuild_leaves_what_people_did_to_escalations_untouched():
+    failing_jobs()
+    support = user("support1", "support")
+    acked = Escalation.objects.get(job__job_id="r1")
+    resolved = Escalation.objects.get(job__job_id="r2")
+    escalations.acknowledge(acked, support)
+    escalations.resolve(resolved, support, "fixed the connector")
+    before = (rows(Escalation), rows(EscalationEntry), rows(Notification))
+    call_command("rebuild_projections", stdout=None, stderr=None)
+    assert (rows(Escalation), rows(EscalationEntry), rows(Notification)) == before
+    assert dict(Escalation.objects.values_list("job__job_id", "status")) == {
+        "r1": "acknowledged", "r2": "resolved", "r3": "open"}  # fmt: skip
+
+
+def test_rebuild_of_one_job_only_touches_that_job():
+    failing_jobs()
+    Job.objects.filter(job_id__in=["r1", "r2"]).update(status="completed")
+    call_command("rebuild_projections", job=["r1"], stdout=None, stderr=None)
+    assert dict(Job.objects.values_list("job_id", "status")) == {
+        "r1": "paused:approval", "r2": "completed", "r3": "paused:reconciliation"}  # fmt: skip
+
+
+# --- escalation life cycle through ingest -----------------------------------------------------
+
+
+def auth_failure(at: float, attempt: int) -> dict:
+    return finished("n1", "retryable_failure", at=at, attempt=attempt, error_type="auth")
+
+
+def test_new_escalation_gets_an_opened_entry_and_a_notification():
+    store([auth_failure(1, 1) | {"event_id": "f1"}])
+    escalation = Escalation.objects.get()
+    assert (escalation.kind, escalation.node_id, escalation.status, escalation.source,
+            escalation.trigger_event_ids) == ("user_action", "n1", "open", "replay", ["f1"])  # fmt: skip
+    assert list(escalation.entries.values_list("action", "actor_name", "to_status")) == [
+        ("opened", "traceviz", "open")]  # fmt: skip
+    assert list(Notification.objects.values_list("reason", "status")) == [("opened", "pending")]
+
+
+def test_resolved_escalation_stays_resolved_when_its_rule_keeps_holding():
+    store([auth_failure(1, 1)])
+    escalations.resolve(Escalation.objects.get(), user("support1", "support"), "re-authed")
+    store([finished("n2", at=2), auth_failure(3, 2)])
+    escalation = Escalation.objects.get()
+    assert escalation.status == "resolved"
+    assert list(escalation.entries.values_list("action", flat=True)) == ["opened", "resolved"]
+    assert Notification.objects.count() == 1
+
+
+def test_resolved_escalation_reopens_on_a_new_trigger():
+    store([auth_failure(1, 1)])
+    escalations.resolve(Escalation.objects.get(), user("support1", "support"), "re-authed")
+    store([finished("n1", at=2, attempt=2) | {"event_id": "ok2"}])
+    assert Escalation.objects.get().status == "resolved"
+    store([auth_failure(3, 3) | {"event_id": "f3"}])
+    escalation = Escalation.objects.get()
+    assert escalation.status == "open"
+    assert escalation.trigger_event_ids[-1] == "f3"
+    assert list(escalation.entries.values_list("action", "from_status", "to_status")) == [
+        ("opened", "", "open"), ("resolved", "open", "resolved"),
+        ("reopened", "resolved", "open")]  # fmt: skip
+    assert list(Notification.objects.values_list("reason", flat=True).order_by("id")) == [
+        "opened", "reopened"]  # fmt: skip
+
+
+def test_resend_does_not_reopen_a_resolved_escalation():
+    items = [auth_failure(1, 1), finished("n1", at=2, attempt=2), auth_failure(3, 3)]
+    store(items)
+    escalations.resolve(Escalation.objects.get(), user("support1", "support"), "done")
+    store(items)
+    assert Escalation.objects.get().status == "resolved"
+
+
+def test_job_finishing_completed_adds_job_recovered_to_unresolved_escalations():
+    store([auth_failure(1, 1),
+           finished("n2", "permanent_failure", at=2, error_type="BoundaryViolation")])  # fmt: skip
+    support = user("support1", "support")
+    boundary = Escalation.objects.get(kind="boundary_violation")
+    escalations.resolve(boundary, support, "known")
+    store([finished("n1", at=3, attempt=2), event("job_finished", at=4, status="completed")])
+    actions = {esc.kind: list(esc.entries.values_list("action", flat=True))
+               for esc in Escalation.objects.all()}  # fmt: skip
+    assert actions == {"user_action": ["opened", "job recovered"],
+                       "boundary_violation": ["opened", "resolved"]}  # fmt: skip
+    assert Escalation.objects.get(kind="user_action").status == "open"
+
+
+def test_job_recovered_is_noted_once():
+    store([auth_failure(1, 1)])
+    store([event("job_finished", at=4, status="completed")])
+    store([event("custom.thing", at=5)])
+    call_command("rebuild_projections", stdout=None, stderr=None)
+    assert list(EscalationEntry.objects.values_list("action", flat=True)) == [
+        "opened", "job recovered"]  # fmt: skip
+
+
+def test_raised_escalation_comes_from_the_producer():
+    store([event("escalation_raised", at=1, kind="budget", message="over", severity="high",
+                 node_id="n7")])  # fmt: skip
+    escalation = Escalation.objects.get()
+    assert (escalation.kind, escalation.node_id, escalation.severity, escalation.message,
+            escalation.source) == ("raised", "n7", "high", "over", "producer")  # fmt: skip
+
+
+# --- repair budget ----------------------------------------------------------------------------
+
+
+def logic_run(job_id: str, at: float, retry_of: str | None = None) -> list[dict]:
+    start = {"retry_of": retry_of} if retry_of else {}
+    return [
+        event("job_started", job_id, at=at, **start),
+        finished("fix", "permanent_failure", job_id, at=at + 1, error_type="logic")
+        | {"event_id": f"{job_id}-fail"},
+    ]
+
+
+def test_repair_budget_exhausted_on_the_run_that_pushed_the_chain_over(settings):
+    settings.TRACEVIZ_REPAIR_BUDGET = 2
+    store(logic_run("run-1", 0))
+    store(logic_run("run-2", 10, retry_of="run-1"))
+    assert not Escalation.objects.filter(kind="repair_budget_exhausted").exists()
+    store(logic_run("run-3", 20, retry_of="run-2"))
+    escalation = Escalation.objects.get(kind="repair_budget_exhausted")
+    assert (escalation.job.job_id, escalation.node_id, escalation.severity,
+            escalation.trigger_event_ids) == ("run-3", "", "medium", ["run-3-fail"])  # fmt: skip
+
+
+def test_repair_budget_picks_the_run_by_event_time_not_arrival(settings):
+    settings.TRACEVIZ_REPAIR_BUDGET = 2
+    store(logic_run("run-3", 20, retry_of="run-2"))
+    store(logic_run("run-1", 0))
+    store(logic_run("run-2", 10, retry_of="run-1"))
+    (escalation,) = Escalation.objects.filter(kind="repair_budget_exhausted")
+    assert escalation.job.job_id == "run-3"
+
+
+def test_repair_budget_uses_the_default_of_three(settings):
+    assert settings.TRACEVIZ_REPAIR_BUDGET == 3
+    for i in range(3):
+        store(logic_run(f"run-{i}", i * 10, retry_of=f"run-{i - 1}" if i else None))
+    assert not Escalation.objects.filter(kind="repair_budget_exhausted").exists()
+    store(logic_run("run-3", 30, retry_of="run-2"))
+    assert Escalation.objects.get(kind="repair_budget_exhausted").job.job_id == "run-3"
+
+
+def test_runs_outside_the_chain_do_not_count(settings):
+    settings.TRACEVIZ_REPAIR_BUDGET = 1
+    store(logic_run("a-1", 0))
+    store(logic_run("b-1", 5))
+    assert not Escalation.objects.filter(kind="repair_budget_exhausted").exists()
+
+
+# --- import_events ----------------------------------------------------------------------------
+
+
+def run_import(path) -> tuple[dict, str | None]:
+    from io import StringIO
+
+    out = StringIO()
+    try:
+        call_command("import_events", str(path), stdout=out, stderr=StringIO())
+        failure = None
+    except CommandError as error:
+        failure = str(error)
+    return json.loads(out.getvalue()), failure
+
+
+STREAM = [event("job_started", "imp", at=0), started("n1", "imp", at=1),
+          finished("n1", "success", "imp", at=2)]  # fmt: skip
+
+
+def test_import_events_reads_a_json_file(tmp_path):
+    path = tmp_path / "events.json"
+    path.write_text(json.dumps(STREAM))
+    report, failure = run_import(path)
+    assert (report["stored"], report["rejected"], failure) == (3, 0, None)
+    assert Job.objects.get(job_id="imp").completed_node_ids == ["n1"]
+    assert_parity("imp")
+
+
+def test_import_events_reads_an_ndjson_file(tmp_path):
+    path = tmp_path / "events.ndjson"
+    path.write_text("\n".join(json.dumps(item) for item in STREAM))
+    report, failure = run_import(path)
+    assert (report["received"], report["stored"], failure) == (3, 3, None)
+
+
+def test_import_events_reports_rejects_and_fails(tmp_path):
+    path = tmp_path / "events.ndjson"
+    path.write_text("\n".join([json.dumps(STREAM[0]), "nope", json.dumps({"type": "t"})]))
+    report, failure = run_import(path)
+    assert (report["stored"], report["rejected"]) == (1, 2)
+    assert [e["index"] for e in report["errors"]] == [1, 2]
+    assert failure == "2 of 3 events rejected"
+
+
+def test_import_events_reports_indexes_across_batches(tmp_path):
+    path = tmp_path / "events.json"
+    items = [event("custom", "imp", at=i, event_id=f"e{i}") for i in range(5)]
+    items[3]["seq"] = -1
+    path.write_text(json.dumps(items))
+    from io import StringIO
+
+    out = StringIO()
+    with pytest.raises(CommandError):
+        call_command("import_events", str(path), "--batch", "2", stdout=out, stderr=StringIO())
+    assert [e["index"] for e in json.loads(out.getvalue())["errors"]] == [3]
+
+
+def test_import_events_twice_stores_duplicates_once(tmp_path):
+    path = tmp_path / "events.json"
+    path.write_text(json.dumps(STREAM))
+    run_import(path)
+    report, failure = run_import(path)
+    assert (report["stored"], report["duplicates"], failure) == (0, 3, None)
+
+
+def test_import_events_of_an_unreadable_file_fails(tmp_path):
+    with pytest.raises(CommandError, match="cannot read"):
+        call_command("import_events", str(tmp_path / "missing.json"))
+
+
+def test_import_events_of_a_file_that_is_not_json_fails(tmp_path):
+    path = tmp_path / "events.json"
+    path.write_text("{nope")
+    with pytest.raises(CommandError, match="body is not JSON"):
+        call_command("import_events", str(path))
+
+
+def test_store_batch_uses_receive_time_for_events_without_ts():
+    from datetime import UTC, datetime
+
+    received = datetime(2026, 5, 1, 12, 0, tzinfo=UTC)
+    batch = events.parse_items([{"type": "node_finished", "job_id": "nt",
+                                 "payload": {"node_id": "n1"}}], 10)  # fmt: skip
+    ingest.store_batch(batch, received_at=received)
+    assert Event.objects.get(job_id="nt").ts == received
+    assert Job.objects.get(job_id="nt").last_received_at == received
