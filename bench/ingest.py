@@ -106,6 +106,45 @@ def manage(*args: str) -> str:
     ).stdout
 
 
+class NoLint:
+    """Stands in for jobs.lint.Linter to measure what contract lint costs."""
+
+    findings: list = []
+
+    def observe(self, *args, **kwargs):
+        pass
+
+    def finish(self, **kwargs):
+        return []
+
+
+def lint_overhead(events: int, jobs: int, batch: int, seed: int, rounds: int = 3) -> None:
+    """In-process store_batch throughput with and without contract lint, alternating rounds so
+    machine noise hits both alike."""
+    import django
+
+    django.setup()
+    from jobs import events as contract
+    from jobs import replay
+    from jobs.ingest import store_batch
+
+    real = replay.lint.Linter
+    rates: dict[str, list[float]] = {"with lint": [], "without lint": []}
+    for n in range(rounds):
+        for label in rates:
+            replay.lint.Linter = real if label == "with lint" else NoLint
+            bodies = build_bodies(events, jobs, batch, seed * 100 + n * 2 + len(label))
+            started = time.perf_counter()
+            for body in bodies:
+                store_batch(contract.parse_body(body, "application/x-ndjson", 10_000))
+            rates[label].append(events / (time.perf_counter() - started))
+    replay.lint.Linter = real
+    best = {label: max(values) for label, values in rates.items()}
+    cost = (best["without lint"] - best["with lint"]) / best["without lint"] * 100
+    print(f"in-process ingest, best of {rounds}: with lint {best['with lint']:,.0f} events/s, "
+          f"without lint {best['without lint']:,.0f} events/s: lint costs {cost:.1f} %")  # fmt: skip
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--events", type=int, default=200_000)
@@ -116,7 +155,15 @@ def main() -> None:
     parser.add_argument("--url", help="a running server; default: start gunicorn here")
     parser.add_argument("--token")
     parser.add_argument("--seed", type=int, default=int(time.time()))
+    parser.add_argument(
+        "--lint-overhead", action="store_true",
+        help="measure in-process ingest with and without contract lint instead",
+    )  # fmt: skip
     args = parser.parse_args()
+    if args.lint_overhead:
+        sys.path.insert(0, str(ROOT))
+        lint_overhead(min(args.events, 20_000), min(args.jobs, 2_000), args.batch, args.seed)
+        return
 
     server = None
     url, token = args.url, args.token

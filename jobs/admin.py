@@ -44,8 +44,18 @@ class AlertEpisodeInline(admin.TabularInline):
 
 @admin.register(AlertRule)
 class AlertRuleAdmin(admin.ModelAdmin):
-    list_display = ("name", "kind", "provider", "model", "failure_code", "threshold",
-                    "window_minutes", "min_jobs", "severity", "enabled")  # fmt: skip
+    list_display = (
+        "name",
+        "kind",
+        "provider",
+        "model",
+        "failure_code",
+        "threshold",
+        "window_minutes",
+        "min_jobs",
+        "severity",
+        "enabled",
+    )
     list_filter = ("kind", "enabled", "severity")
     list_editable = ("threshold", "enabled")
     search_fields = ("name", "provider", "model", "failure_code")
@@ -54,14 +64,14 @@ class AlertRuleAdmin(admin.ModelAdmin):
         (
             "Subject (blank provider/model: each provider/model on its own)",
             {"fields": ("provider", "model", "failure_code")},
-        ),  # fmt: skip
+        ),
         (
             "Condition: fires when the value is above the threshold",
             {
                 "fields": ("threshold", "window_minutes", "min_jobs"),
                 "description": "Rates are fractions (0.2 = 20 %); parse_invalid is a count.",
             },
-        ),  # fmt: skip
+        ),
     )
     inlines = [AlertEpisodeInline]
 
@@ -76,8 +86,16 @@ class AlertEpisodeAdmin(ReadOnlyAdmin):
 
 @admin.register(Job)
 class JobAdmin(ReadOnlyAdmin):
-    list_display = ("job_id", "status", "workflow", "provider", "model", "started_at",
-                    "failure_code", "error_type")  # fmt: skip
+    list_display = (
+        "job_id",
+        "status",
+        "workflow",
+        "provider",
+        "model",
+        "started_at",
+        "failure_code",
+        "error_type",
+    )
     list_filter = ("status",)
     search_fields = ("job_id", "correlation_id", "session_id")
     show_full_result_count = False
@@ -85,8 +103,15 @@ class JobAdmin(ReadOnlyAdmin):
 
 @admin.register(Step)
 class StepAdmin(ReadOnlyAdmin):
-    list_display = ("job", "node_id", "attempt", "result_type", "segment", "finished_at",
-                    "duration_ms")  # fmt: skip
+    list_display = (
+        "job",
+        "node_id",
+        "attempt",
+        "result_type",
+        "segment",
+        "finished_at",
+        "duration_ms",
+    )
     list_filter = ("segment",)
     list_select_related = ("job",)
     search_fields = ("job__job_id", "node_id")
@@ -112,8 +137,16 @@ class EscalationEntryInline(admin.TabularInline):
 
 @admin.register(Escalation)
 class EscalationAdmin(ReadOnlyAdmin):
-    list_display = ("pk", "kind", "job", "alert_rule", "node_id", "severity", "status",
-                    "triggered_at")  # fmt: skip
+    list_display = (
+        "pk",
+        "kind",
+        "job",
+        "alert_rule",
+        "node_id",
+        "severity",
+        "status",
+        "triggered_at",
+    )
     list_filter = ("status", "kind", "severity")
     list_select_related = ("job", "alert_rule")
     raw_id_fields = ("job", "assignee", "alert_rule")

@@ -51,8 +51,14 @@ class Outcome:
     resolved: list[AlertEpisode]
 
 
-def planner_activity(start: datetime, end: datetime, *, provider: str = "", model: str = "",
-                     bucket: str | None = None):  # fmt: skip
+def planner_activity(
+    start: datetime,
+    end: datetime,
+    *,
+    provider: str = "",
+    model: str = "",
+    bucket: str | None = None,
+):
     """Planner counts per provider/model (and per ``bucket``, a Trunc kind, when given) from
     events with ts in [start, end): rows of provider, model, [bucket,] jobs, parse_invalid,
     degraded. ``jobs`` are the jobs that carry that provider/model on job_started or on a planner
@@ -105,8 +111,11 @@ def _failure_code_rate(rule: AlertRule, start: datetime, end: datetime) -> list[
     with_code = Step.objects.filter(job=OuterRef("pk"), failure_code=rule.failure_code)
     totals = jobs.aggregate(jobs=Count("id"), count=Count("id", filter=Q(Exists(with_code))))
     value = totals["count"] / totals["jobs"] if totals["jobs"] else 0.0
-    return [Measurement(rule.failure_code, rule.provider, rule.model, totals["count"],
-                        totals["jobs"], value)]  # fmt: skip
+    return [
+        Measurement(
+            rule.failure_code, rule.provider, rule.model, totals["count"], totals["jobs"], value
+        )
+    ]
 
 
 def holds(rule: AlertRule, measurement: Measurement) -> bool:
@@ -165,19 +174,29 @@ def _fire(rule: AlertRule, measurement: Measurement, now: datetime) -> AlertEpis
     try:
         with transaction.atomic():
             episode = AlertEpisode.objects.create(
-                rule=rule, subject=measurement.subject, provider=measurement.provider,
-                model=measurement.model, firing_since=now, value=measurement.value,
-                jobs=measurement.jobs, last_evaluated_at=now,
-            )  # fmt: skip
+                rule=rule,
+                subject=measurement.subject,
+                provider=measurement.provider,
+                model=measurement.model,
+                firing_since=now,
+                value=measurement.value,
+                jobs=measurement.jobs,
+                last_evaluated_at=now,
+            )
             trigger = EscalationTrigger(
-                "raised", measurement.subject, rule.severity, message,
-                f"alert:{rule.pk}:{measurement.subject}:{now.isoformat()}", now,
-            )  # fmt: skip
+                "raised",
+                measurement.subject,
+                rule.severity,
+                message,
+                f"alert:{rule.pk}:{measurement.subject}:{now.isoformat()}",
+                now,
+            )
             existing = Escalation.objects.filter(
                 alert_rule=rule, kind="raised", node_id=measurement.subject
             ).first()
-            escalation = escalations.apply_trigger(trigger, job=None, existing=existing,
-                                                   source=f"alert: {rule.name}")  # fmt: skip
+            escalation = escalations.apply_trigger(
+                trigger, job=None, existing=existing, source=f"alert: {rule.name}"
+            )
             if escalation.alert_rule_id is None:
                 escalation.alert_rule = rule
                 escalation.save(update_fields=["alert_rule"])
@@ -203,11 +222,13 @@ def _resolve(episodes: Iterable[AlertEpisode], now: datetime) -> list[AlertEpiso
                 escalation = Escalation.objects.get(pk=episode.escalation_id)
                 # Support decides whether to resolve the escalation; the trail says why.
                 EscalationEntry.objects.create(
-                    escalation=escalation, actor_name=escalations.SYSTEM_ACTOR,
-                    action="alert resolved", from_status=escalation.status,
+                    escalation=escalation,
+                    actor_name=escalations.SYSTEM_ACTOR,
+                    action="alert resolved",
+                    from_status=escalation.status,
                     to_status=escalation.status,
                     note=f"The alert stopped firing at {now.isoformat()}",
-                )  # fmt: skip
+                )
         resolved.append(episode)
     return resolved
 

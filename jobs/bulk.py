@@ -71,6 +71,9 @@ def insert_new_events(
                 f"CREATE TEMP TABLE IF NOT EXISTS {STAGE_TABLE} ON COMMIT DELETE ROWS "
                 f"AS SELECT {quoted} FROM {table} WITH NO DATA"
             )
+            # ON COMMIT empties the stage only when the outermost transaction commits: a second
+            # batch inside one transaction (an import, a test) must not see the first one's rows.
+            cursor.execute(f"DELETE FROM {STAGE_TABLE}")
             with cursor.cursor.copy(f"COPY {STAGE_TABLE} ({quoted}) FROM STDIN") as copy:
                 for row in rows:
                     copy.write_row(row)

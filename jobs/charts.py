@@ -8,18 +8,20 @@ Time: a job belongs to the bucket of its start (``Job.started_at``, event time),
 with it. The jobs list filters ``since``/``until`` on the same field, so the link of every bar
 lists exactly the jobs whose steps the bar counts, and the job count in each tooltip equals that
 list's count. Planner panels count events by their own ``ts``.
+
+The step panels read hourly pre-aggregates (``jobs.rollup``) for the whole hours of the range and
+aggregate only the partial hours at its ends (and hours not yet refreshed) from Step rows.
 """
 
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from urllib.parse import urlencode
 
-from django.db import connection
 from django.db.models import Count, Q
 from django.db.models.functions import Trunc
 from django.utils import timezone
 
-from jobs import alerts, failures
+from jobs import alerts, failures, rollup
 from jobs.failures import FailureCode, RunStatus, Segment
 from jobs.models import AlertEpisode, AlertRule, Escalation, Job, Step
 
@@ -28,8 +30,11 @@ DEFAULT_RANGE = "24h"
 BUCKETS = {"minute": timedelta(minutes=1), "hour": timedelta(hours=1), "day": timedelta(days=1)}
 MAX_CUSTOM_RANGE = timedelta(days=92)
 TOP_NODES = 10
-# On SQLite a percentile reads at most this many rows per node (two per percentile).
 PERCENTILES = (("p50", 0.5), ("p95", 0.95))
+# Up to this many timed steps (of the top nodes) percentiles are exact, from the steps
+# themselves; above it they come from the rollup's histograms (within 2 %).
+DURATION_EXACT_STEPS = 20_000
+Kind = rollup.Kind
 
 # The job pages' segment colours (traceviz.css: --ok, --retry, --failed), with this fallback
 # when the stylesheet does not define them (charts.js resolves "var(--name, fallback)").
@@ -55,8 +60,8 @@ STATUS_COLORS = {
 FAILED_STATUSES = (RunStatus.FAILED, RunStatus.FAILED_LOGIC, RunStatus.FAILED_INTERNAL)
 AGE_BANDS = (
     ("under 1 h", timedelta(hours=1), "#90caf9"),
-    ("1–24 h", timedelta(hours=24), "#42a5f5"),
-    ("1–7 d", timedelta(days=7), "#1565c0"),
+    ("1-24 h", timedelta(hours=24), "#42a5f5"),
+    ("1-7 d", timedelta(days=7), "#1565c0"),
     ("over 7 d", None, "#0d2b5e"),
 )
 PLANNER_COLORS = ("#6a1b9a", "#00838f", "#ef6c00", "#283593", "#558b2f", "#ad1457")
@@ -79,8 +84,9 @@ class Window:
     @property
     def previous(self) -> "Window":
         span = self.end - self.start
-        return Window(self.key, self.start - span, self.start, self.bucket, self.provider,
-                      self.model)  # fmt: skip
+        return Window(
+            self.key, self.start - span, self.start, self.bucket, self.provider, self.model
+        )
 
     def bucket_bounds(self, bucket_start: datetime) -> tuple[datetime, datetime]:
         """A bucket's [since, until), clipped to the window (first and last buckets are partial)."""
@@ -96,9 +102,23 @@ class Window:
         steps = Step.objects.filter(job__started_at__gte=self.start, job__started_at__lt=self.end)
         return steps.filter(**self._job_filter("job__"))
 
+    def plan(self) -> rollup.Plan:
+        """Which hours of the window the rollup answers (refreshing dirty ones, bounded)."""
+        return rollup.plan(self.start, self.end)
+
+    def cells(self, plan: rollup.Plan | None, *kinds: str) -> list[rollup.Cell]:
+        return rollup.cells(plan or self.plan(), kinds, self.provider, self.model)
+
+    def bucket_of(self, hour: datetime) -> datetime:
+        """The bucket (hour or UTC day) of a rollup hour."""
+        return hour.replace(hour=0) if self.bucket == "day" else hour
+
     def _job_filter(self, prefix: str) -> dict:
-        return {f"{prefix}{name}": value
-                for name, value in (("provider", self.provider), ("model", self.model)) if value}  # fmt: skip
+        return {
+            f"{prefix}{name}": value
+            for name, value in (("provider", self.provider), ("model", self.model))
+            if value
+        }
 
 
 def bucket_for(span: timedelta) -> str:
@@ -168,8 +188,9 @@ def _time_axis(window: Window, title: str) -> dict:
     }
 
 
-def jobs_url(window: Window, since: datetime | None = None, until: datetime | None = None,
-             **filters) -> str:  # fmt: skip
+def jobs_url(
+    window: Window, since: datetime | None = None, until: datetime | None = None, **filters
+) -> str:
     """The jobs list (``/``) filtered to the jobs a chart element counts (jobs.filters names).
 
     Without a status filter the list shows only jobs needing attention; ``show=all`` lifts that.
@@ -195,10 +216,10 @@ def jobs_url(window: Window, since: datetime | None = None, until: datetime | No
 
 def _layout(**extra) -> dict:
     layout = {
-        "margin": {"l": 56, "r": 16, "t": 8, "b": 48},
-        "height": 320,
+        "margin": {"l": 56, "r": 16, "t": 36, "b": 56},
+        "height": 340,
         "hovermode": "closest",
-        "legend": {"orientation": "h", "y": -0.2},
+        "legend": {"orientation": "h", "x": 0, "y": 1.02, "yanchor": "bottom"},
         "paper_bgcolor": "rgba(0,0,0,0)",
         "plot_bgcolor": "rgba(0,0,0,0)",
         "font": {"family": "system-ui, sans-serif", "size": 12},
@@ -212,13 +233,30 @@ def _figure(data: list[dict], layout: dict, empty: str) -> dict:
     return {"data": data, "layout": layout, "empty": "" if data else empty}
 
 
-def step_results(window: Window) -> dict:
+def step_results(window: Window, plan: rollup.Plan | None = None) -> dict:
     """Finished steps per bucket, stacked by segment (ok / retryable / failed).
 
     customdata per bar: [jobs list URL, number of jobs that list shows]. For retryable and failed
     those are the jobs with such a step (``segment=`` filter); the list cannot filter on ok, so
-    an ok bar lists every job started in the bucket and says so.
+    an ok bar lists every job started in the bucket and says so. Minute buckets (ranges up to
+    3 hours) are counted from Step rows, hour and day buckets from the rollup.
     """
+    if window.bucket == "minute":
+        counts, jobs_per_bucket = _step_results_raw(window)
+    else:
+        counts, jobs_per_bucket = {}, {}
+        for cell in window.cells(plan, Kind.SEGMENT, Kind.JOBS):
+            bucket = window.bucket_of(cell.hour)
+            if cell.kind == Kind.JOBS:
+                jobs_per_bucket[bucket] = jobs_per_bucket.get(bucket, 0) + cell.jobs
+            elif cell.dimension in RESULT_SEGMENTS:
+                row = counts.setdefault((bucket, cell.dimension), {"steps": 0, "jobs": 0})
+                row["steps"] += cell.steps
+                row["jobs"] += cell.jobs
+    return _step_results_figure(window, counts, jobs_per_bucket)
+
+
+def _step_results_raw(window: Window) -> tuple[dict, dict]:
     rows = (
         window.steps()
         .filter(segment__in=RESULT_SEGMENTS)
@@ -235,6 +273,10 @@ def step_results(window: Window) -> dict:
         .annotate(n=Count("id"))
         .order_by()
     )
+    return counts, jobs_per_bucket
+
+
+def _step_results_figure(window: Window, counts: dict, jobs_per_bucket: dict) -> dict:
     buckets = sorted({bucket for bucket, _segment in counts})
     data = []
     for segment in RESULT_SEGMENTS:
@@ -271,22 +313,27 @@ def step_results(window: Window) -> dict:
         xaxis=_time_axis(window, "job started"),
         yaxis={"title": {"text": "steps"}, "rangemode": "tozero"},
     )
-    return _figure(data, layout, "No finished steps for jobs started in this range. Send "
-                   "node_finished events with a result_type to POST /api/v1/events to see them.")  # fmt: skip
+    return _figure(
+        data,
+        layout,
+        "No finished steps for jobs started in this range. Send "
+        "node_finished events with a result_type to POST /api/v1/events to see them.",
+    )
 
 
-def failures_by_code(window: Window) -> dict:
+def failures_by_code(window: Window, plan: rollup.Plan | None = None) -> dict:
     """Steps carrying each canonical failure code, coloured by its retry owner (source 002);
     customdata: [list URL, jobs with such a step, owner]. Producer codes outside the canonical
     set count as unknown_failure in the taxonomy but cannot be listed by code: ``unlisted``
     reports how many steps carry them."""
-    rows = (
-        window.steps()
-        .exclude(failure_code="")
-        .values("failure_code")
-        .annotate(steps=Count("id"), jobs=Count("job_id", distinct=True))
-        .order_by("-steps", "failure_code")
-    )
+    by_code: dict[str, dict] = {}
+    for cell in window.cells(plan, Kind.FAILURE_CODE):
+        row = by_code.setdefault(
+            cell.dimension, {"failure_code": cell.dimension, "steps": 0, "jobs": 0}
+        )
+        row["steps"] += cell.steps
+        row["jobs"] += cell.jobs
+    rows = sorted(by_code.values(), key=lambda row: (-row["steps"], row["failure_code"]))
     canonical = {code.value for code in FailureCode}
     listed = [row for row in rows if row["failure_code"] in canonical]
     unlisted = sum(row["steps"] for row in rows if row["failure_code"] not in canonical)
@@ -316,22 +363,30 @@ def failures_by_code(window: Window) -> dict:
         yaxis={"automargin": True, "categoryorder": "total ascending"},
         xaxis={"title": {"text": "steps"}, "rangemode": "tozero"},
     )
-    figure = _figure(data, layout, "No failure codes in this range. Failed node_finished events "
-                     "with a failure_code (source 002 codes) show up here.")  # fmt: skip
+    figure = _figure(
+        data,
+        layout,
+        "No failure codes in this range. Failed node_finished events "
+        "with a failure_code (source 002 codes) show up here.",
+    )
     figure["unlisted"] = unlisted
     return figure
 
 
-def failures_by_error_type(window: Window) -> dict:
+def failures_by_error_type(window: Window, plan: rollup.Plan | None = None) -> dict:
     """Jobs with a step of each error type, stacked by the job's run status (source 003 table);
     each segment links to exactly those jobs (error_type + status)."""
-    rows = (
-        window.steps()
-        .filter(error_type__in=list(failures.RUN_STATUS_BY_ERROR_TYPE))
-        .values("error_type", "job__status")
-        .annotate(steps=Count("id"), jobs=Count("job_id", distinct=True))
-        .order_by("error_type", "job__status")
-    )
+    cells: dict[tuple[str, str], dict] = {}
+    for cell in window.cells(plan, Kind.ERROR_TYPE):
+        if cell.dimension not in failures.RUN_STATUS_BY_ERROR_TYPE:
+            continue
+        row = cells.setdefault(
+            (cell.dimension, cell.status),
+            {"error_type": cell.dimension, "job__status": cell.status, "steps": 0, "jobs": 0},
+        )
+        row["steps"] += cell.steps
+        row["jobs"] += cell.jobs
+    rows = [cells[key] for key in sorted(cells)]
     by_status: dict[str, list[dict]] = {}
     for row in rows:
         by_status.setdefault(row["job__status"], []).append(row)
@@ -352,7 +407,7 @@ def failures_by_error_type(window: Window) -> dict:
                         jobs_url(window, error_type=r["error_type"], status=status.value),
                         r["jobs"],
                         r["steps"],
-                    ]  # fmt: skip
+                    ]
                     for r in own
                 ],
                 "marker": {"color": color},
@@ -365,18 +420,28 @@ def failures_by_error_type(window: Window) -> dict:
         yaxis={"automargin": True, "categoryorder": "total ascending"},
         xaxis={"title": {"text": "jobs"}, "rangemode": "tozero"},
     )
-    return _figure(data, layout, "No classified error types in this range. Failed "
-                   "node_finished events with an error_type (auth, network, logic, …) show here.")  # fmt: skip
+    return _figure(
+        data,
+        layout,
+        "No classified error types in this range. Failed "
+        "node_finished events with an error_type (auth, network, logic, …) show here.",
+    )
 
 
 def degraded_rate_threshold(window: Window) -> AlertRule | None:
     """The enabled degraded-rate rule that applies to the filtered provider/model (a rule for
     that exact provider/model first, then a generic one)."""
     rules = AlertRule.objects.filter(kind=AlertRule.Kind.PLANNER_DEGRADED_RATE, enabled=True)
-    rules = rules.filter(Q(provider="") | Q(provider=window.provider)) if window.provider else (
-        rules.filter(provider=""))  # fmt: skip
-    rules = rules.filter(Q(model="") | Q(model=window.model)) if window.model else (
-        rules.filter(model=""))  # fmt: skip
+    rules = (
+        rules.filter(Q(provider="") | Q(provider=window.provider))
+        if window.provider
+        else (rules.filter(provider=""))
+    )
+    rules = (
+        rules.filter(Q(model="") | Q(model=window.model))
+        if window.model
+        else (rules.filter(model=""))
+    )
     return rules.order_by("-provider", "-model", "pk").first()
 
 
@@ -391,7 +456,7 @@ def planner(window: Window) -> tuple[dict, dict]:
             provider=window.provider,
             model=window.model,
             bucket=window.bucket,
-        )  # fmt: skip
+        )
     )
     series: dict[str, list[dict]] = {}
     for row in rows:
@@ -410,7 +475,7 @@ def planner(window: Window) -> tuple[dict, dict]:
                 p["jobs"],
                 p["parse_invalid"],
                 p["degraded"],
-            ]  # fmt: skip
+            ]
             for p in points
         ]
         x = [wall(p["bucket"]) for p in points]
@@ -456,8 +521,10 @@ def planner(window: Window) -> tuple[dict, dict]:
                 "hoverinfo": "name",
             }
         )
-    empty = ("No planner events in this range. Send graph.next_step.parse_invalid and "
-             "graph.next_step.degraded events with provider and model (source 001).")  # fmt: skip
+    empty = (
+        "No planner events in this range. Send graph.next_step.parse_invalid and "
+        "graph.next_step.degraded events with provider and model (source 001)."
+    )
     xaxis = _time_axis(window, "event time")
     counts_figure = _figure(
         counts, _layout(barmode="group", xaxis=xaxis, yaxis={"title": {"text": "events"}}), empty
@@ -467,67 +534,68 @@ def planner(window: Window) -> tuple[dict, dict]:
         _layout(
             xaxis=xaxis,
             yaxis={"title": {"text": "degraded rate"}, "tickformat": ".0%", "rangemode": "tozero"},
-        ),  # fmt: skip
+        ),
         empty,
     )
     return counts_figure, rate_figure
 
 
-def duration_percentiles(window: Window) -> list[dict]:
+def duration_percentiles(window: Window, plan: rollup.Plan | None = None) -> list[dict]:
     """p50/p95 of duration_ms per node for the TOP_NODES nodes with the most timed steps:
-    rows of node_id, steps, p50, p95, in descending step count."""
-    steps = window.steps().filter(duration_ms__isnull=False)
-    if connection.vendor == "postgresql":
-        return _percentiles_postgres(window)
-    top = list(
-        steps.values("node_id")
-        .annotate(steps=Count("id"))
-        .order_by("-steps", "node_id")[:TOP_NODES]
-    )
-    for row in top:
-        node_steps = steps.filter(node_id=row["node_id"]).order_by("duration_ms")
-        for name, fraction in PERCENTILES:
-            row[name] = _percentile_cont(node_steps, row["steps"], fraction)
+    rows of node_id, steps, p50, p95, exact (bool), in descending step count.
+
+    Step counts come from the rollup. Percentiles are percentile_cont over the steps themselves
+    while the top nodes have at most DURATION_EXACT_STEPS timed steps in the range, else they
+    are read from the merged hourly histograms (within 2 % of the exact value)."""
+    by_node: dict[str, list] = {}
+    for cell in window.cells(plan, Kind.DURATION):
+        entry = by_node.setdefault(cell.dimension, [0, []])
+        entry[0] += cell.steps
+        entry[1].append(cell.histogram)
+    ranked = sorted(by_node.items(), key=lambda item: (-item[1][0], item[0]))[:TOP_NODES]
+    top = [{"node_id": node, "steps": steps} for node, (steps, _histograms) in ranked]
+    if sum(row["steps"] for row in top) <= DURATION_EXACT_STEPS:
+        exact = _exact_percentiles(window, [row["node_id"] for row in top])
+        for row in top:
+            row.update(zip((name for name, _f in PERCENTILES), exact[row["node_id"]], strict=True))
+            row["exact"] = True
+        return top
+    for row, (_node, (_steps, histograms)) in zip(top, ranked, strict=True):
+        values = rollup.percentiles(rollup.merge(histograms), [f for _n, f in PERCENTILES])
+        row.update(zip((name for name, _f in PERCENTILES), values, strict=True))
+        row["exact"] = False
     return top
 
 
-def _percentile_cont(ordered, n: int, fraction: float) -> float:
-    """percentile_cont on SQLite: the two neighbouring values around position fraction*(n-1)
-    of an ORDER BY duration_ms query (OFFSET, two rows), linearly interpolated."""
-    position = fraction * (n - 1)
+def _exact_percentiles(window: Window, nodes: list[str]) -> dict[str, list[float]]:
+    """percentile_cont per node from the (few) timed steps themselves, in one query."""
+    durations_by_node: dict[str, list[float]] = {node: [] for node in nodes}
+    rows = (
+        window.steps()
+        .filter(node_id__in=nodes, duration_ms__isnull=False)
+        .values_list("node_id", "duration_ms")
+    )
+    for node, duration in rows:
+        durations_by_node[node].append(duration)
+    return {
+        node: [_percentile_cont(sorted(values), fraction) for _name, fraction in PERCENTILES]
+        for node, values in durations_by_node.items()
+    }
+
+
+def _percentile_cont(ordered: list[float], fraction: float) -> float:
+    """percentile_cont: the two values around position fraction*(n-1), interpolated."""
+    position = fraction * (len(ordered) - 1)
     lower = int(position)
-    values = list(ordered.values_list("duration_ms", flat=True)[lower : lower + 2])
-    if len(values) == 1 or position == lower:
-        return values[0]
-    return values[0] + (values[1] - values[0]) * (position - lower)
+    if position == lower:
+        return ordered[lower]
+    return ordered[lower] + (ordered[lower + 1] - ordered[lower]) * (position - lower)
 
 
-def _percentiles_postgres(window: Window) -> list[dict]:
-    step, job = Step._meta.db_table, Job._meta.db_table
-    where, params = ["j.started_at >= %s", "j.started_at < %s", "s.duration_ms IS NOT NULL"], [
-        window.start, window.end]  # fmt: skip
-    for name in ("provider", "model"):
-        if getattr(window, name):
-            where.append(f"j.{name} = %s")
-            params.append(getattr(window, name))
-    sql = f"""
-        SELECT s.node_id, count(*) AS steps,
-               percentile_cont(0.5) WITHIN GROUP (ORDER BY s.duration_ms) AS p50,
-               percentile_cont(0.95) WITHIN GROUP (ORDER BY s.duration_ms) AS p95
-        FROM {step} s JOIN {job} j ON j.id = s.job_id
-        WHERE {" AND ".join(where)}
-        GROUP BY s.node_id ORDER BY steps DESC, s.node_id LIMIT {TOP_NODES}
-    """
-    with connection.cursor() as cursor:
-        cursor.execute(sql, params)
-        names = [column.name for column in cursor.description]
-        return [dict(zip(names, row, strict=True)) for row in cursor.fetchall()]
-
-
-def durations(window: Window) -> dict:
+def durations(window: Window, plan: rollup.Plan | None = None) -> dict:
     """Grouped horizontal bars: p50 and p95 per top node. The jobs list has no node filter, so
-    a bar opens the jobs of the range."""
-    rows = duration_percentiles(window)
+    a bar opens the jobs of the range. ``note`` says when the percentiles are approximate."""
+    rows = duration_percentiles(window, plan)
     nodes = [row["node_id"] for row in rows]
     url = jobs_url(window)
     data = [
@@ -550,8 +618,18 @@ def durations(window: Window) -> dict:
         yaxis={"automargin": True, "autorange": "reversed"},
         xaxis={"title": {"text": "ms"}, "rangemode": "tozero"},
     )
-    return _figure(data, layout, "No step durations in this range. node_finished events with "
-                   "duration_ms (or a node_started before them) show up here.")  # fmt: skip
+    figure = _figure(
+        data,
+        layout,
+        "No step durations in this range. node_finished events with "
+        "duration_ms (or a node_started before them) show up here.",
+    )
+    if not all(row["exact"] for row in rows):
+        figure["note"] = (
+            f"Over {DURATION_EXACT_STEPS:,} timed steps, p50 and p95 are read from hourly "
+            "histograms (log-spaced buckets 2 % wide): within 2 % of the exact value."
+        )
+    return figure
 
 
 def open_escalations(now: datetime) -> dict:
@@ -593,10 +671,15 @@ def open_escalations(now: datetime) -> dict:
                 "<extra>click for the queue</extra>",
             }
         )
-    layout = _layout(barmode="stack", yaxis={"title": {"text": "escalations"}, "dtick": 1,
-                                              "rangemode": "tozero"})  # fmt: skip
-    return _figure(data, layout, "No unresolved escalations. They open from replay rules, "
-                   "escalation_raised events and firing alert rules.")  # fmt: skip
+    layout = _layout(
+        barmode="stack", yaxis={"title": {"text": "escalations"}, "dtick": 1, "rangemode": "tozero"}
+    )
+    return _figure(
+        data,
+        layout,
+        "No unresolved escalations. They open from replay rules, "
+        "escalation_raised events and firing alert rules.",
+    )
 
 
 # --- headline numbers -------------------------------------------------------------------------
@@ -645,7 +728,7 @@ def headlines(window: Window, now: datetime) -> list[Headline]:
             "id",
             filter=Q(created_at__lte=cutoff)
             & (Q(resolved_at__isnull=True) | Q(resolved_at__gt=cutoff)),
-        ),  # fmt: skip
+        ),
     )
     firing = AlertEpisode.objects.aggregate(
         now=Count("id", filter=Q(resolved_at__isnull=True)),
@@ -653,7 +736,7 @@ def headlines(window: Window, now: datetime) -> list[Headline]:
             "id",
             filter=Q(firing_since__lte=cutoff)
             & (Q(resolved_at__isnull=True) | Q(resolved_at__gt=cutoff)),
-        ),  # fmt: skip
+        ),
     )
 
     def rate(failed_count: int, total: int) -> float:
@@ -666,13 +749,13 @@ def headlines(window: Window, now: datetime) -> list[Headline]:
             jobs["failed"],
             jobs["failed_before"],
             jobs_url(window, status=[s.value for s in FAILED_STATUSES]),
-        ),  # fmt: skip
+        ),
         Headline(
             "Failure rate",
             rate(jobs["failed"], jobs["jobs"]),
             rate(jobs["failed_before"], jobs["jobs_before"]),
             percent=True,
-        ),  # fmt: skip
+        ),
         Headline("Open escalations", escalations["open"], escalations["before"], "/escalations/"),
         Headline("Firing alerts", firing["now"], firing["before"], "#alerts"),
     ]
@@ -681,12 +764,17 @@ def headlines(window: Window, now: datetime) -> list[Headline]:
 def panels(window: Window, now: datetime) -> dict:
     """Every figure the dashboard shows, keyed by name (the chart id with underscores)."""
     planner_counts, planner_rate = planner(window)
+    plan = window.plan()
+    kinds = [Kind.FAILURE_CODE, Kind.ERROR_TYPE, Kind.DURATION]
+    if window.bucket != "minute":
+        kinds += [Kind.SEGMENT, Kind.JOBS]
+    rollup.prefetch(plan, kinds, window.provider, window.model)
     return {
-        "step_results": step_results(window),
-        "failures_by_code": failures_by_code(window),
-        "failures_by_error_type": failures_by_error_type(window),
+        "step_results": step_results(window, plan),
+        "failures_by_code": failures_by_code(window, plan),
+        "failures_by_error_type": failures_by_error_type(window, plan),
         "planner_counts": planner_counts,
         "planner_rate": planner_rate,
-        "durations": durations(window),
+        "durations": durations(window, plan),
         "open_escalations": open_escalations(now),
     }

@@ -149,12 +149,16 @@ STATE_KINDS = frozenset({"user_action", "internal", "reconciliation", "max_retri
                          "boundary_violation", "contract_violation"})  # fmt: skip
 
 
-def withdraw_unheld(job: Job, held: set[tuple[str, str]]) -> list[Escalation]:
-    """Delete the job's state-kind escalations whose (kind, node) replay no longer triggers,
-    unless a person has acted on them (those stay, with what people did). Returns the deleted
-    ones. This keeps the set of escalations independent of how delivery was batched."""
+def withdraw_unheld(
+    job_escalations: Iterable[Escalation], held: set[tuple[str, str]]
+) -> list[Escalation]:
+    """Delete a job's open state-kind escalations whose (kind, node) its replay no longer
+    triggers, unless a person has acted on them (those stay, with what people did). Returns the
+    deleted ones. This keeps the set of escalations independent of how delivery was batched."""
     withdrawn = []
-    for escalation in job.escalations.filter(kind__in=STATE_KINDS, status=Status.OPEN):
+    for escalation in job_escalations:
+        if escalation.kind not in STATE_KINDS or escalation.status != Status.OPEN:
+            continue
         if (escalation.kind, escalation.node_id) in held:
             continue
         if escalation.entries.filter(actor__isnull=False).exists():

@@ -164,7 +164,7 @@ def _loads(raw: bytes) -> Any:
     if text.startswith("\ufeff"):
         text = text[1:]
     try:
-        return json.loads(text, parse_constant=_reject_constant)
+        return json.loads(text, parse_constant=_reject_constant, parse_float=_finite_float)
     except json.JSONDecodeError as exc:
         return _LineError(f"{exc.msg} at line {exc.lineno} column {exc.colno}")
     except ValueError as exc:
@@ -175,6 +175,15 @@ def _loads(raw: bytes) -> Any:
 
 def _reject_constant(name: str) -> Any:
     raise ValueError(f"{name} is not valid JSON")
+
+
+def _finite_float(literal: str) -> float:
+    """A JSON number as a float; one too large for a double (1e400) would become infinity,
+    which no JSON column can store, so it is refused like the Infinity literal."""
+    value = float(literal)
+    if not math.isfinite(value):
+        raise ValueError(f"number {literal[:40]} is out of range")
+    return value
 
 
 # --- validation ---------------------------------------------------------------------------

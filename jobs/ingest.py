@@ -15,7 +15,7 @@ from django.conf import settings
 from django.db import connection, transaction
 from django.utils import timezone
 
-from jobs import bulk, escalations, metrics, replay
+from jobs import bulk, escalations, metrics, replay, rollup
 from jobs.events import Event, ParsedBatch
 from jobs.failures import ResultType, RunStatus
 from jobs.models import Escalation, IngestToken, Job, Step
@@ -166,6 +166,10 @@ def project_jobs(
     states = [replay.build(events, config) for events in events_by_job.values() if events]
     rows = [_job_row(state, existing.get(state.job_id), received_at) for state in states]
     previous_status = {job_id: job.status for job_id, job in existing.items()}
+    # The dashboard rollup recomputes these jobs' start hours (before and after) later.
+    rollup.mark_dirty(
+        [job.started_at for job in existing.values()] + [r["started_at"] for r in rows]
+    )
     # New jobs are copied in; jobs seen before are updated in place (their ids stay).
     bulk.insert_rows(Job, [row for row in rows if row["job_id"] not in existing])
     for row in rows:
@@ -174,7 +178,11 @@ def project_jobs(
             for name, value in row.items():
                 setattr(job, name, value)
     if existing:
-        Job.objects.bulk_update(existing.values(), JOB_UPDATE_FIELDS, batch_size=500)
+        if len(existing) <= FEW_JOBS:  # one plain UPDATE each beats bulk_update's CASE per field
+            for job in existing.values():
+                job.save(update_fields=JOB_UPDATE_FIELDS)
+        else:
+            Job.objects.bulk_update(existing.values(), JOB_UPDATE_FIELDS, batch_size=500)
         Step.objects.filter(job_id__in=[job.pk for job in existing.values()]).delete()
     jobs_by_id = {
         **{job.job_id: job for job in Job.objects.filter(job_id__in=job_ids).exclude(
@@ -237,6 +245,7 @@ def _step_row(step: replay.StepState, job_pk: int) -> dict:
     )
 
 
+FEW_JOBS = 20
 JOB_UPDATE_FIELDS = [f.name for f in Job._meta.concrete_fields if f.name not in ("id", "job_id")]
 STEP_COPIED_FIELDS = (
     "node_id", "attempt", "position", "reason", "ignored_stale", "compensated",
@@ -263,6 +272,10 @@ def _apply_escalations(
             current[key] = escalations.apply_trigger(
                 trigger, job=job, existing=current.get(key), source=source
             )
+        held = {(trigger.kind, trigger.node_id) for trigger in state.escalation_triggers}
+        mine = [esc for key, esc in current.items() if key[0] == job.pk]
+        for withdrawn in escalations.withdraw_unheld(mine, held):
+            current.pop((job.pk, withdrawn.kind, withdrawn.node_id), None)
         was = previous_status.get(state.job_id)
         if state.status == RunStatus.COMPLETED and was and was != RunStatus.COMPLETED:
             escalations.note_recovery(job)

@@ -8,6 +8,7 @@ findings, firing alerts); it never reads the event table.
 """
 
 import json
+import logging
 import re
 import time
 from collections import Counter as Tally
@@ -15,7 +16,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from functools import wraps
 
-from django.db import connection
+from django.db import DatabaseError, connection
 from django.db.models import Count
 from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily
@@ -23,6 +24,8 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Histo
 from jobs import events
 from jobs.failures import ResultType
 from jobs.models import AlertEpisode, Counter, Escalation, Job
+
+logger = logging.getLogger(__name__)
 
 PARSE_INVALID = "pdca_next_step_parse_invalid_total"
 DEGRADED = "pdca_next_step_degraded_total"
@@ -46,11 +49,11 @@ class CounterSpec:
 COUNTERS: dict[str, CounterSpec] = {
     PARSE_INVALID: CounterSpec(
         "Planner outputs that failed to parse (source 001).", ("provider", "model")
-    ),  # fmt: skip
+    ),
     DEGRADED: CounterSpec(
         "Planner runs that ended degraded after bounded retries (source 001).",
         ("provider", "model"),
-    ),  # fmt: skip
+    ),
     EVENTS_INGESTED: CounterSpec("Events stored (duplicates not counted), by type.", ("type",)),
     STEPS: CounterSpec("node_finished events stored, by result_type.", ("result_type",)),
     REJECTIONS: CounterSpec(
@@ -108,8 +111,10 @@ def record_batch(new_events: Iterable[events.Event]) -> None:
             result_type = event.payload.get("result_type") or ResultType.SUCCESS.value
             deltas[STEPS, labels_key(result_type=str(result_type))] += 1
         elif counter := PLANNER_COUNTERS.get(event.type):
-            labels = labels_key(provider=_label_value(event.payload.get("provider")),
-                                model=_label_value(event.payload.get("model")))  # fmt: skip
+            labels = labels_key(
+                provider=_label_value(event.payload.get("provider")),
+                model=_label_value(event.payload.get("model")),
+            )
             deltas[counter, labels] += 1
     increment(deltas)
 
@@ -146,8 +151,10 @@ def rejection_deltas(status: int, body: dict) -> Tally:
     item_errors = body.get("errors") if isinstance(body.get("errors"), list) else []
     for item in item_errors:
         for error in item.get("errors", []):
-            labels = labels_key(field=rejection_field(str(error.get("field", ""))),
-                                reason=rejection_reason(str(error.get("message", ""))))  # fmt: skip
+            labels = labels_key(
+                field=rejection_field(str(error.get("field", ""))),
+                reason=rejection_reason(str(error.get("message", ""))),
+            )
             deltas[REJECTIONS, labels] += 1
     if status >= 400 and not item_errors:
         reason = f"{status} {rejection_reason(str(body.get('error', '')))}".strip()
@@ -180,12 +187,14 @@ def measure_ingest(view):
                 body = json.loads(response.content)
             except ValueError:
                 body = {}
-            deltas.update(rejection_deltas(response.status_code, body if isinstance(body, dict)
-                                           else {}))  # fmt: skip
+            deltas.update(
+                rejection_deltas(response.status_code, body if isinstance(body, dict) else {})
+            )
         try:
             increment(deltas)
-        except Exception:  # noqa: BLE001 - metrics must never turn an ingest answer into a 500
-            pass
+        except DatabaseError:
+            # Metrics must never turn an ingest answer (already decided) into a 500.
+            logger.warning("ingest metrics not recorded", exc_info=True)
         return response
 
     return wrapper
@@ -209,19 +218,29 @@ class DatabaseCollector:
             yield family
         yield self._latency(by_name)
         yield self._gauge(
-            "traceviz_escalations_open", "Escalations not resolved, by kind.", "kind",
+            "traceviz_escalations_open",
+            "Escalations not resolved, by kind.",
+            "kind",
             Escalation.objects.exclude(status=Escalation.Status.RESOLVED)
-            .values_list("kind").annotate(n=Count("id")).order_by("kind"),
-        )  # fmt: skip
+            .values_list("kind")
+            .annotate(n=Count("id"))
+            .order_by("kind"),
+        )
         yield self._gauge(
-            "traceviz_contract_findings", "Contract findings on stored jobs, by kind.", "kind",
+            "traceviz_contract_findings",
+            "Contract findings on stored jobs, by kind.",
+            "kind",
             contract_findings_by_kind(),
-        )  # fmt: skip
+        )
         yield self._gauge(
-            "traceviz_alerts_firing", "Alert episodes firing, by rule.", "rule",
+            "traceviz_alerts_firing",
+            "Alert episodes firing, by rule.",
+            "rule",
             AlertEpisode.objects.filter(resolved_at__isnull=True)
-            .values_list("rule__name").annotate(n=Count("id")).order_by("rule__name"),
-        )  # fmt: skip
+            .values_list("rule__name")
+            .annotate(n=Count("id"))
+            .order_by("rule__name"),
+        )
 
     @staticmethod
     def _gauge(name, documentation, label, rows):

@@ -443,3 +443,57 @@ class RateCounter(models.Model):
 
     def __str__(self):
         return f"{self.key} @ {self.window_start}: {self.count}"
+
+
+class DashboardRollup(models.Model):
+    """The dashboard's step panels pre-aggregated (jobs.rollup): per hour of job start (UTC),
+    provider, model and the panel's own dimension, how many steps and how many distinct jobs.
+    A job lies in one hour and has one provider/model, so job counts add up across rows."""
+
+    class Kind(models.TextChoices):
+        JOBS = "jobs"  # jobs started (dimension empty; steps = their step_count)
+        SEGMENT = "segment"  # dimension: step segment
+        FAILURE_CODE = "failure_code"  # dimension: failure code (non-empty)
+        ERROR_TYPE = "error_type"  # dimension: error type (non-empty); status: the job's
+        DURATION = "duration"  # dimension: node id; steps with a duration, their histogram
+
+    hour = models.DateTimeField()
+    kind = models.CharField(max_length=16, choices=Kind.choices)
+    provider = models.CharField(max_length=200, blank=True)
+    model = models.CharField(max_length=200, blank=True)
+    dimension = models.CharField(max_length=200, blank=True)
+    status = models.CharField(max_length=32, blank=True)
+    steps = models.IntegerField(default=0)
+    jobs = models.IntegerField(default=0)
+    # Duration rows: {bucket: steps}, log-spaced buckets of duration_ms (jobs.rollup.bucket_of).
+    histogram = models.JSONField(null=True, blank=True)
+
+    class Meta:
+        constraints = [
+            # One row per cell. Its index serves the panels' reads (an hour range, then kind)
+            # and the refresh's delete of recomputed hours.
+            models.UniqueConstraint(
+                fields=["hour", "kind", "provider", "model", "dimension", "status"],
+                name="rollup_cell",
+            ),
+        ]
+
+    def __str__(self):
+        return f"{self.hour:%Y-%m-%d %H:00} {self.kind} {self.dimension}"
+
+
+class DashboardDirtyHour(models.Model):
+    """An hour of job start whose rollup rows may be stale. project_jobs appends one row per
+    start hour it touched (append-only: concurrent batches never conflict or wait on each
+    other); jobs.rollup.refresh deletes the rows it saw and recomputes their hours."""
+
+    hour = models.DateTimeField()
+
+    class Meta:
+        indexes = [
+            # Refresh: the dirty hours inside the dashboard's range, newest first.
+            models.Index(fields=["hour"], name="dirty_hour"),
+        ]
+
+    def __str__(self):
+        return f"{self.hour:%Y-%m-%d %H:00}"

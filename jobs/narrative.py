@@ -64,18 +64,20 @@ def format_duration_ms(duration_ms: float | None) -> str:
 def lines_for(
     events: Iterable[Event],
     *,
-    root_step: tuple[str, int] | None = None,
+    root_event_id: str = "",
+    after_root: bool = False,
     stale_steps: frozenset[tuple[str, int]] | set[tuple[str, int]] = frozenset(),
 ) -> list[NarrativeLine]:
-    """One line per event in event order. ``root_step`` (node, attempt) is the root failure
-    (Job.failing_node_id's latest failing attempt); failures after it are marked as following
-    from it, failures before it (earlier retries) are left plain."""
+    """One line per event in event order. The event ``root_event_id`` is the root failure (the
+    node_finished of Job.failing_node_id's latest failing attempt); failures after it are marked
+    as following from it, failures before it (earlier retries) are left plain. ``after_root``
+    says the root came before these events (a later window of a long narrative)."""
     lines: list[NarrativeLine] = []
-    root_seen = False
+    root_seen = after_root
     for event in sort_events(events):
         line = _line(event, stale_steps)
         if line.tone in ("failed", "retryable") and line.event_type in _FAILURE_TYPES:
-            if root_step and (line.node_id, line.attempt) == root_step:
+            if root_event_id and event.event_id == root_event_id:
                 root_seen = True
                 line = _with_role(line, Role.ROOT)
             elif root_seen:

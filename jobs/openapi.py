@@ -9,6 +9,25 @@ def _json(schema: dict, description: str) -> dict:
     return {"description": description, "content": {"application/json": {"schema": schema}}}
 
 
+_STATUS = "(" + "|".join(status.value for status in RunStatus) + ")"
+# Empty items are skipped ("failed," is "failed"), so the pattern allows them too.
+STATUS_LIST = f"^{_STATUS}?(,{_STATUS}?)*$"
+# Ids and names: 1 to 200 characters, no NUL (text anywhere in an event may not hold one).
+IDENT = {"type": "string", "minLength": 1, "maxLength": 200, "pattern": "^[^\\x00]*$"}
+OTLP_STATUS = {"$ref": "#/components/schemas/OtlpStatus"}
+
+
+def _otlp(schema: dict, description: str) -> dict:
+    """An OTLP/HTTP answer: encoded as the request was (JSON here, or binary protobuf)."""
+    return {
+        "description": description,
+        "content": {
+            "application/json": {"schema": schema},
+            "application/x-protobuf": {"schema": {"type": "string", "format": "binary"}},
+        },
+    }
+
+
 _error_responses = {
     "401": _json(ERROR, "missing, invalid or revoked bearer token"),
     "503": _json(ERROR, "database unavailable; retry after the Retry-After header's seconds"),
@@ -38,6 +57,7 @@ OPENAPI_DOCUMENT = {
                                     {
                                         "type": "array",
                                         "items": {"$ref": "#/components/schemas/Event"},
+                                        "minItems": 1,
                                         "maxItems": 10000,
                                     },
                                 ]
@@ -68,14 +88,20 @@ OPENAPI_DOCUMENT = {
                         "name": "status",
                         "in": "query",
                         "description": "comma-separated run statuses",
-                        "schema": {"type": "string"},
+                        "schema": {"type": "string", "pattern": STATUS_LIST},
                     },
                     {
                         "name": "limit",
                         "in": "query",
                         "schema": {"type": "integer", "minimum": 1, "maximum": 500},
                     },
-                    {"name": "cursor", "in": "query", "schema": {"type": "string"}},
+                    {
+                        "name": "cursor",
+                        "in": "query",
+                        "description": "next_cursor of the previous page (opaque: any other "
+                        "value is a 400)",
+                        "schema": {"type": "string"},
+                    },
                 ],
                 "responses": {
                     "200": _json(
@@ -111,6 +137,36 @@ OPENAPI_DOCUMENT = {
                 },
             }
         },
+        "/v1/traces": {
+            "post": {
+                "operationId": "exportTraces",
+                "summary": "OTLP/HTTP trace export: spans become node attempts (protobuf or JSON)",
+                "requestBody": {
+                    "required": True,
+                    "content": {
+                        "application/json": {
+                            "schema": {"$ref": "#/components/schemas/ExportTraceServiceRequest"}
+                        },
+                        "application/x-protobuf": {
+                            "schema": {"type": "string", "format": "binary"}
+                        },
+                    },
+                },
+                "responses": {
+                    "200": _otlp(
+                        {"$ref": "#/components/schemas/ExportTraceServiceResponse"},
+                        "accepted; partialSuccess counts the rejected spans",
+                    ),
+                    "400": _otlp(OTLP_STATUS, "the body does not decode"),
+                    "401": _otlp(OTLP_STATUS, "missing, invalid or revoked bearer token"),
+                    "405": _otlp(OTLP_STATUS, "not a POST"),
+                    "413": _otlp(OTLP_STATUS, "body over 10 MB or over 10,000 events"),
+                    "415": _otlp(OTLP_STATUS, "not application/x-protobuf or application/json"),
+                    "429": _otlp(OTLP_STATUS, "over the token's rate limit; see Retry-After"),
+                    "503": _otlp(OTLP_STATUS, "database unavailable; see Retry-After"),
+                },
+            }
+        },
         "/healthz": {
             "get": {
                 "operationId": "health",
@@ -135,13 +191,46 @@ OPENAPI_DOCUMENT = {
                 "required": ["status"],
                 "properties": {"status": {"type": "string"}, "database": {"type": "string"}},
             },
+            "ExportTraceServiceRequest": {
+                "type": "object",
+                "description": "OTLP/JSON: ids are hex strings, times nanoseconds as strings",
+                "properties": {
+                    # null reads as no spans (proto3 JSON mapping)
+                    "resourceSpans": {
+                        "type": "array",
+                        "items": {"type": "object"},
+                        "nullable": True,
+                    },
+                },
+            },
+            "ExportTraceServiceResponse": {
+                "type": "object",
+                "properties": {
+                    "partialSuccess": {
+                        "type": "object",
+                        "properties": {
+                            "rejectedSpans": {"type": "string", "description": "int64 as text"},
+                            "errorMessage": {"type": "string"},
+                        },
+                    }
+                },
+            },
+            "OtlpStatus": {
+                "type": "object",
+                "description": "google.rpc.Status",
+                "properties": {
+                    "code": {"type": "integer"},
+                    "message": {"type": "string"},
+                    "details": {"type": "array", "items": {"type": "object"}},
+                },
+            },
             "Event": {
                 "type": "object",
                 "required": ["type", "job_id"],
                 "properties": {
-                    "type": {"type": "string", "minLength": 1, "maxLength": 200},
-                    "job_id": {"type": "string", "minLength": 1, "maxLength": 200},
-                    "event_id": {"type": "string", "minLength": 1, "maxLength": 200},
+                    "type": IDENT,
+                    "job_id": IDENT,
+                    "event_id": IDENT,
                     "ts": {"type": "string", "format": "date-time"},
                     "seq": {"type": "integer", "minimum": 0},
                     "payload": {"type": "object", "additionalProperties": True},
@@ -212,7 +301,7 @@ OPENAPI_DOCUMENT = {
                     "reason",
                     "ignored_stale",
                     "compensated",
-                ],  # fmt: skip
+                ],
                 "properties": {
                     "node_id": {"type": "string"},
                     "attempt": {"type": "integer"},
@@ -244,7 +333,7 @@ OPENAPI_DOCUMENT = {
                             "payload_results",
                             "steps",
                             "escalations",
-                        ],  # fmt: skip
+                        ],
                         "properties": {
                             "completed_node_ids": {"type": "array", "items": {"type": "string"}},
                             "cursor_node": {"type": "string", "nullable": True},

@@ -140,27 +140,35 @@ ID_KEYS = frozenset({"traceId", "trace_id", "spanId", "span_id", "parentSpanId",
 def hex_ids_as_base64(document: dict[str, Any]) -> dict[str, Any]:
     """OTLP/JSON carries trace and span ids as hex, protobuf's JSON mapping reads bytes as
     base64: rewrite the ids of spans and their links so ``json_format`` reads the right bytes.
-    Returns a new document; raises ``BodyError`` (400) for an id that is not hex."""
+    Returns a new document; raises ``BodyError`` (400) for an id that is not hex, and for a
+    resource, scope or span that is not an object (protobuf's JSON parser, told to ignore
+    unknown fields, would read a string there as an empty message and drop it silently)."""
     resource_spans = []
     for r_index, resource in enumerate(_list(document, "resourceSpans", "resource_spans")):
+        _require_object(resource, f"resourceSpans[{r_index}]")
         scope_spans = []
         for s_index, scope in enumerate(_list(resource, "scopeSpans", "scope_spans")):
+            _require_object(scope, f"resourceSpans[{r_index}].scopeSpans[{s_index}]")
             spans = []
             for index, span in enumerate(_list(scope, "spans")):
                 path = f"resourceSpans[{r_index}].scopeSpans[{s_index}].spans[{index}]"
-                if isinstance(span, dict):
-                    span = _ids_rewritten(span, path)
-                    if links := _list(span, "links"):
-                        span["links"] = [
-                            _ids_rewritten(link, f"{path}.links[{i}]")
-                            if isinstance(link, dict)
-                            else link
-                            for i, link in enumerate(links)
-                        ]
+                _require_object(span, path)
+                span = _ids_rewritten(span, path)
+                if links := _list(span, "links"):
+                    span["links"] = [
+                        _ids_rewritten(link, f"{path}.links[{i}]") if isinstance(link, dict)
+                        else link
+                        for i, link in enumerate(links)
+                    ]  # fmt: skip
                 spans.append(span)
             scope_spans.append(_with(scope, ("spans",), spans))
         resource_spans.append(_with(resource, ("scopeSpans", "scope_spans"), scope_spans))
     return _with(document, ("resourceSpans", "resource_spans"), resource_spans)
+
+
+def _require_object(item: Any, path: str) -> None:
+    if not isinstance(item, dict):
+        raise BodyError(400, f"{path} must be an object")
 
 
 def _list(container: Any, *names: str) -> list[Any]:

@@ -79,7 +79,7 @@ def is_secret_key(name: str) -> bool:
 
 
 def redact(value: Any) -> Any:
-    """A copy of ``value`` with secrets masked at any depth; non-text values are kept as they are."""
+    """A copy of ``value`` with secrets masked at any depth; non-text values are kept as is."""
     if isinstance(value, str):
         return redact_text(value)
     if isinstance(value, dict):

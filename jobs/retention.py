@@ -18,7 +18,7 @@ from django.db import transaction
 from django.db.models import Exists, OuterRef
 from django.utils import timezone
 
-from jobs import ingest
+from jobs import ingest, rollup
 from jobs.models import Escalation, Event, Job
 
 JOB_BATCH = 100
@@ -66,7 +66,9 @@ def apply_retention(
             ingest._lock_jobs(candidates)
             job_ids = list(expired.filter(job_id__in=candidates).values_list("job_id", flat=True))
             result.events += _delete_events(job_ids, event_batch)
-            Job.objects.filter(job_id__in=job_ids).delete()
+            doomed = Job.objects.filter(job_id__in=job_ids)
+            rollup.mark_dirty(doomed.values_list("started_at", flat=True))
+            doomed.delete()
         result.jobs += len(job_ids)
     old_resolved = Escalation.objects.filter(
         job__isnull=True, status=Escalation.Status.RESOLVED, resolved_at__lt=cutoff

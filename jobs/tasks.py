@@ -75,3 +75,13 @@ def evaluate_alerts() -> dict:
 
     outcome = alerts.evaluate()
     return {"fired": len(outcome.fired), "resolved": len(outcome.resolved)}
+
+
+@shared_task(ignore_result=True)
+def refresh_dashboard_rollup() -> int:
+    """Periodic: recompute the dashboard rollup's dirty hours, newest first, in bounded batches
+    of one transaction each (the dashboard itself refreshes only a few per request). Returns how
+    many hours."""
+    from jobs import rollup
+
+    return rollup.refresh_pending()

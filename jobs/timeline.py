@@ -50,6 +50,7 @@ class Waterfall:
     rows: list[WaterfallRow]
     start: datetime | None
     end: datetime | None
+    node_count: int = 0
 
     @property
     def total_label(self) -> str:
@@ -69,9 +70,12 @@ def _extent(step, now: datetime | None) -> tuple[datetime | None, datetime | Non
     return start, end
 
 
-def waterfall(steps: list, *, now: datetime | None = None) -> Waterfall:
+def waterfall(
+    steps: list, *, now: datetime | None = None, start: int = 0, stop: int | None = None
+) -> Waterfall:
     """One row per node, children under the node whose span is their parent_span_id, each
-    attempt a bar positioned by time (percent of the job's span)."""
+    attempt a bar positioned by time (percent of the job's span). Only rows ``start:stop`` get
+    their bars computed (the page shows a window); the time scale and the tree use every step."""
     extents = {id(step): _extent(step, now) for step in steps}
     starts = [s for s, _ in extents.values() if s is not None]
     ends = [e for _, e in extents.values() if e is not None]
@@ -86,25 +90,26 @@ def waterfall(steps: list, *, now: datetime | None = None) -> Waterfall:
     for step in steps:
         by_node.setdefault(step.node_id, []).append(step)
     parents = _parents(by_node)
+    order = _tree_order(list(by_node), parents)
     rows: list[WaterfallRow] = []
-    for node_id, depth in _tree_order(list(by_node), parents):
+    for node_id, depth in order[start:stop]:
         row = WaterfallRow(node_id=node_id, depth=depth, parent_node_id=parents.get(node_id, ""))
         previous_end = None
         for step in sorted(by_node[node_id], key=lambda s: (s.attempt, s.position)):
-            start, end = extents[id(step)]
-            if start is None or t0 is None:
+            begin, end = extents[id(step)]
+            if begin is None or t0 is None:
                 continue
-            left = min(percent(start), 100 - MIN_BAR_PERCENT)
+            left = min(percent(begin), 100 - MIN_BAR_PERCENT)
             width = min(max(percent(end) - left, MIN_BAR_PERCENT), 100 - left)
             row.bars.append(Bar(step, left, round(width, 3), _bar_label(step)))
-            if previous_end is not None and start > previous_end:
-                gap_ms = (start - previous_end).total_seconds() * 1000
-                row.gaps.append(Gap(percent(previous_end), percent(start) - percent(previous_end),
+            if previous_end is not None and begin > previous_end:
+                gap_ms = (begin - previous_end).total_seconds() * 1000
+                row.gaps.append(Gap(percent(previous_end), percent(begin) - percent(previous_end),
                                     f"waited {format_duration_ms(gap_ms)} before attempt "
                                     f"{step.attempt}"))  # fmt: skip
             previous_end = end if previous_end is None else max(previous_end, end)
         rows.append(row)
-    return Waterfall(rows=rows, start=t0, end=t1)
+    return Waterfall(rows=rows, start=t0, end=t1, node_count=len(order))
 
 
 def _bar_label(step) -> str:

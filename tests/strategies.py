@@ -8,16 +8,41 @@ from hypothesis import strategies as st
 from tests.factories import ts
 
 NODES = ("n1", "n2", "n3")
-RESULT_TYPES = (None, "success", "success", "retryable_failure", "permanent_failure",
-                "compensatable_failure")  # fmt: skip
-ERROR_TYPES = ("auth", "permission", "network", "logic", "internal", "TransientError",
-               "ValidationError", "PermanentError", "BoundaryViolation", "Unheard")  # fmt: skip
+RESULT_TYPES = (
+    None,
+    "success",
+    "success",
+    "retryable_failure",
+    "permanent_failure",
+    "compensatable_failure",
+)
+ERROR_TYPES = (
+    "auth",
+    "permission",
+    "network",
+    "logic",
+    "internal",
+    "TransientError",
+    "ValidationError",
+    "PermanentError",
+    "BoundaryViolation",
+    "Unheard",
+)
 EVENT_KINDS = (
-    ["node_started"] * 4 + ["node_finished"] * 8
-    + ["job_started", "compensation_finished", "cancel_requested", "job_finished",
-       "state_checkpointed", "graph.next_step.parse_invalid", "graph.next_step.degraded",
-       "escalation_raised", "custom.thing"]
-)  # fmt: skip
+    ["node_started"] * 4
+    + ["node_finished"] * 8
+    + [
+        "job_started",
+        "compensation_finished",
+        "cancel_requested",
+        "job_finished",
+        "state_checkpointed",
+        "graph.next_step.parse_invalid",
+        "graph.next_step.degraded",
+        "escalation_raised",
+        "custom.thing",
+    ]
+)
 
 
 def _maybe(draw, strategy, payload: dict, name: str) -> None:
@@ -44,18 +69,28 @@ def payload_for(draw, kind: str) -> dict:
         if result_type not in (None, "success"):
             payload["reason"] = draw(st.sampled_from(["boom", "network timeout"]))
             _maybe(draw, st.sampled_from(ERROR_TYPES), payload, "error_type")
-            _maybe(draw, st.sampled_from(["adapter_timeout", "provider_terminal", "odd"]),
-                   payload, "failure_code")  # fmt: skip
+            _maybe(
+                draw,
+                st.sampled_from(["adapter_timeout", "provider_terminal", "odd"]),
+                payload,
+                "failure_code",
+            )
             if draw(st.integers(0, 5)) == 0:
                 payload["continue_on_error"] = True
         _maybe(draw, st.sampled_from(["done", "indeterminate"]), payload, "state")
         _maybe(draw, st.integers(0, 3), payload, "epoch")
         _maybe(draw, st.sampled_from(["p1", "p2"]), payload, "plan_hash")
-        _maybe(draw, st.dictionaries(st.sampled_from("abc"), st.integers(0, 9), max_size=2),
-               payload, "payload_results")  # fmt: skip
+        _maybe(
+            draw,
+            st.dictionaries(st.sampled_from("abc"), st.integers(0, 9), max_size=2),
+            payload,
+            "payload_results",
+        )
     elif kind == "compensation_finished":
-        payload = {"node_id": draw(node),
-                   "result_type": draw(st.sampled_from(["success", "permanent_failure"]))}  # fmt: skip
+        payload = {
+            "node_id": draw(node),
+            "result_type": draw(st.sampled_from(["success", "permanent_failure"])),
+        }
     elif kind == "cancel_requested":
         payload = {"reason": "operator"}
         _maybe(draw, st.integers(1, 3), payload, "epoch")
@@ -80,8 +115,12 @@ def job_events(draw, job_id: str = "j1", min_size: int = 1, max_size: int = 14) 
     items = []
     for index in range(count):
         kind = draw(st.sampled_from(EVENT_KINDS))
-        item = {"type": kind, "job_id": job_id, "ts": ts(draw(st.integers(0, 8))),
-                "payload": draw(payload_for(kind))}  # fmt: skip
+        item = {
+            "type": kind,
+            "job_id": job_id,
+            "ts": ts(draw(st.integers(0, 8))),
+            "payload": draw(payload_for(kind)),
+        }
         if draw(st.integers(0, 3)) == 0:
             item["seq"] = draw(st.integers(0, 2))
         if draw(st.integers(0, 4)) > 0:  # else the default id: a hash of the event as sent

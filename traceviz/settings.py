@@ -215,6 +215,8 @@ CELERY_BEAT_SCHEDULE = {
     "apply-retention": {"task": "jobs.tasks.apply_retention", "schedule": 3600.0},
     # Alert rules (dashboard work): firing and resolving episodes, each minute.
     "evaluate-alerts": {"task": "jobs.tasks.evaluate_alerts", "schedule": 60.0},
+    # Dashboard rollup: recompute the hours ingest marked dirty, each minute.
+    "refresh-dashboard-rollup": {"task": "jobs.tasks.refresh_dashboard_rollup", "schedule": 60.0},
 }
 CELERY_TASK_IGNORE_RESULT = True
 CELERY_TIMEZONE = "UTC"
@@ -222,10 +224,30 @@ CELERY_TIMEZONE = "UTC"
 EMAIL_BACKEND = env_str("EMAIL_BACKEND", "django.core.mail.backends.console.EmailBackend")
 DEFAULT_FROM_EMAIL = env_str("DEFAULT_FROM_EMAIL", "traceviz@localhost")
 
+
+def env_proxy_ssl_header(name: str) -> tuple[str, str] | None:
+    """``HTTP_X_FORWARDED_PROTO=https`` -> the (META key, value) pair Django reads; unset: None.
+    Only set it behind a proxy that always sets (or strips) that header."""
+    raw = os.environ.get(name, "").strip()
+    if not raw:
+        return None
+    header, sep, value = raw.partition("=")
+    if not sep or not header.startswith("HTTP_") or not value:
+        raise ImproperlyConfigured(
+            f"{name} must look like HTTP_X_FORWARDED_PROTO=https, got {raw!r}"
+        )
+    return header, value
+
+
+# Production over HTTPS: with these set, manage.py check --deploy is clean (the environment
+# is in tests/integration/test_deploy_settings.py). The defaults suit plain-HTTP local runs.
 SESSION_COOKIE_SECURE = env_bool("SESSION_COOKIE_SECURE", False)
 CSRF_COOKIE_SECURE = env_bool("CSRF_COOKIE_SECURE", False)
 SECURE_HSTS_SECONDS = env_int("SECURE_HSTS_SECONDS", 0)
+SECURE_HSTS_INCLUDE_SUBDOMAINS = env_bool("SECURE_HSTS_INCLUDE_SUBDOMAINS", False)
+SECURE_HSTS_PRELOAD = env_bool("SECURE_HSTS_PRELOAD", False)
 SECURE_SSL_REDIRECT = env_bool("SECURE_SSL_REDIRECT", False)
+SECURE_PROXY_SSL_HEADER = env_proxy_ssl_header("SECURE_PROXY_SSL_HEADER")
 SECURE_CONTENT_TYPE_NOSNIFF = True
 SECURE_REFERRER_POLICY = "same-origin"
 X_FRAME_OPTIONS = "DENY"

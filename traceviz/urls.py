@@ -1,5 +1,7 @@
 from django.contrib import admin
+from django.http import JsonResponse
 from django.urls import include, path
+from django.views import defaults
 
 from jobs.views import api, auth, otlp
 from jobs.views import dashboard as dashboard_views
@@ -20,3 +22,13 @@ urlpatterns = [
     path("admin/", admin.site.urls),
     path("", include("jobs.urls")),
 ]
+
+
+def not_found(request, exception):
+    """JSON under /api/ (tools read the error), the HTML page elsewhere."""
+    if request.path.startswith("/api/"):
+        return JsonResponse({"error": f"no such URL {request.path!r}"}, status=404)
+    return defaults.page_not_found(request, exception)
+
+
+handler404 = not_found

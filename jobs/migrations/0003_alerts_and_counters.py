@@ -7,89 +7,151 @@ from django.db import migrations, models
 
 
 class Migration(migrations.Migration):
-
     dependencies = [
-        ('jobs', '0002_roles'),
+        ("jobs", "0002_roles"),
         migrations.swappable_dependency(settings.AUTH_USER_MODEL),
     ]
 
     operations = [
         migrations.CreateModel(
-            name='AlertEpisode',
+            name="AlertEpisode",
             fields=[
-                ('id', models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name='ID')),
-                ('subject', models.CharField(blank=True, max_length=401)),
-                ('provider', models.CharField(blank=True, max_length=200)),
-                ('model', models.CharField(blank=True, max_length=200)),
-                ('firing_since', models.DateTimeField()),
-                ('resolved_at', models.DateTimeField(blank=True, null=True)),
-                ('value', models.FloatField()),
-                ('jobs', models.IntegerField(default=0)),
-                ('last_evaluated_at', models.DateTimeField()),
+                (
+                    "id",
+                    models.BigAutoField(
+                        auto_created=True, primary_key=True, serialize=False, verbose_name="ID"
+                    ),
+                ),
+                ("subject", models.CharField(blank=True, max_length=401)),
+                ("provider", models.CharField(blank=True, max_length=200)),
+                ("model", models.CharField(blank=True, max_length=200)),
+                ("firing_since", models.DateTimeField()),
+                ("resolved_at", models.DateTimeField(blank=True, null=True)),
+                ("value", models.FloatField()),
+                ("jobs", models.IntegerField(default=0)),
+                ("last_evaluated_at", models.DateTimeField()),
             ],
         ),
         migrations.CreateModel(
-            name='AlertRule',
+            name="AlertRule",
             fields=[
-                ('id', models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name='ID')),
-                ('name', models.CharField(max_length=200, unique=True)),
-                ('kind', models.CharField(choices=[('planner_degraded_rate', 'Planner degraded rate (fraction)'), ('planner_parse_invalid', 'Planner parse_invalid count'), ('failure_code_rate', 'Failure rate of a failure code (fraction)')], max_length=32)),
-                ('provider', models.CharField(blank=True, max_length=200)),
-                ('model', models.CharField(blank=True, max_length=200)),
-                ('failure_code', models.CharField(blank=True, max_length=200)),
-                ('threshold', models.FloatField()),
-                ('window_minutes', models.PositiveIntegerField(default=15)),
-                ('min_jobs', models.PositiveIntegerField(default=5)),
-                ('severity', models.CharField(choices=[('low', 'Low'), ('medium', 'Medium'), ('high', 'High'), ('critical', 'Critical')], default='medium', max_length=16)),
-                ('enabled', models.BooleanField(default=True)),
-                ('created_at', models.DateTimeField(default=django.utils.timezone.now)),
+                (
+                    "id",
+                    models.BigAutoField(
+                        auto_created=True, primary_key=True, serialize=False, verbose_name="ID"
+                    ),
+                ),
+                ("name", models.CharField(max_length=200, unique=True)),
+                (
+                    "kind",
+                    models.CharField(
+                        choices=[
+                            ("planner_degraded_rate", "Planner degraded rate (fraction)"),
+                            ("planner_parse_invalid", "Planner parse_invalid count"),
+                            ("failure_code_rate", "Failure rate of a failure code (fraction)"),
+                        ],
+                        max_length=32,
+                    ),
+                ),
+                ("provider", models.CharField(blank=True, max_length=200)),
+                ("model", models.CharField(blank=True, max_length=200)),
+                ("failure_code", models.CharField(blank=True, max_length=200)),
+                ("threshold", models.FloatField()),
+                ("window_minutes", models.PositiveIntegerField(default=15)),
+                ("min_jobs", models.PositiveIntegerField(default=5)),
+                (
+                    "severity",
+                    models.CharField(
+                        choices=[
+                            ("low", "Low"),
+                            ("medium", "Medium"),
+                            ("high", "High"),
+                            ("critical", "Critical"),
+                        ],
+                        default="medium",
+                        max_length=16,
+                    ),
+                ),
+                ("enabled", models.BooleanField(default=True)),
+                ("created_at", models.DateTimeField(default=django.utils.timezone.now)),
             ],
             options={
-                'ordering': ['name'],
+                "ordering": ["name"],
             },
         ),
         migrations.CreateModel(
-            name='Counter',
+            name="Counter",
             fields=[
-                ('id', models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name='ID')),
-                ('name', models.CharField(max_length=200)),
-                ('labels', models.CharField(blank=True, max_length=1000)),
-                ('value', models.FloatField(default=0)),
+                (
+                    "id",
+                    models.BigAutoField(
+                        auto_created=True, primary_key=True, serialize=False, verbose_name="ID"
+                    ),
+                ),
+                ("name", models.CharField(max_length=200)),
+                ("labels", models.CharField(blank=True, max_length=1000)),
+                ("value", models.FloatField(default=0)),
             ],
         ),
         migrations.AddIndex(
-            model_name='event',
-            index=models.Index(fields=['type', 'ts'], name='event_type_ts'),
+            model_name="event",
+            index=models.Index(fields=["type", "ts"], name="event_type_ts"),
         ),
         migrations.AddField(
-            model_name='alertepisode',
-            name='escalation',
-            field=models.ForeignKey(blank=True, null=True, on_delete=django.db.models.deletion.SET_NULL, related_name='alert_episodes', to='jobs.escalation'),
+            model_name="alertepisode",
+            name="escalation",
+            field=models.ForeignKey(
+                blank=True,
+                null=True,
+                on_delete=django.db.models.deletion.SET_NULL,
+                related_name="alert_episodes",
+                to="jobs.escalation",
+            ),
         ),
         migrations.AddField(
-            model_name='alertepisode',
-            name='rule',
-            field=models.ForeignKey(on_delete=django.db.models.deletion.CASCADE, related_name='episodes', to='jobs.alertrule'),
+            model_name="alertepisode",
+            name="rule",
+            field=models.ForeignKey(
+                on_delete=django.db.models.deletion.CASCADE,
+                related_name="episodes",
+                to="jobs.alertrule",
+            ),
         ),
         migrations.AddField(
-            model_name='escalation',
-            name='alert_rule',
-            field=models.ForeignKey(blank=True, null=True, on_delete=django.db.models.deletion.SET_NULL, related_name='escalations', to='jobs.alertrule'),
+            model_name="escalation",
+            name="alert_rule",
+            field=models.ForeignKey(
+                blank=True,
+                null=True,
+                on_delete=django.db.models.deletion.SET_NULL,
+                related_name="escalations",
+                to="jobs.alertrule",
+            ),
         ),
         migrations.AddConstraint(
-            model_name='escalation',
-            constraint=models.UniqueConstraint(condition=models.Q(('alert_rule__isnull', False)), fields=('alert_rule', 'kind', 'node_id'), name='escalation_identity_alert'),
+            model_name="escalation",
+            constraint=models.UniqueConstraint(
+                condition=models.Q(("alert_rule__isnull", False)),
+                fields=("alert_rule", "kind", "node_id"),
+                name="escalation_identity_alert",
+            ),
         ),
         migrations.AddConstraint(
-            model_name='counter',
-            constraint=models.UniqueConstraint(fields=('name', 'labels'), name='counter_series'),
+            model_name="counter",
+            constraint=models.UniqueConstraint(fields=("name", "labels"), name="counter_series"),
         ),
         migrations.AddIndex(
-            model_name='alertepisode',
-            index=models.Index(fields=['resolved_at', '-firing_since'], name='alert_episode_firing'),
+            model_name="alertepisode",
+            index=models.Index(
+                fields=["resolved_at", "-firing_since"], name="alert_episode_firing"
+            ),
         ),
         migrations.AddConstraint(
-            model_name='alertepisode',
-            constraint=models.UniqueConstraint(condition=models.Q(('resolved_at__isnull', True)), fields=('rule', 'subject'), name='alert_episode_one_firing'),
+            model_name="alertepisode",
+            constraint=models.UniqueConstraint(
+                condition=models.Q(("resolved_at__isnull", True)),
+                fields=("rule", "subject"),
+                name="alert_episode_one_firing",
+            ),
         ),
     ]

@@ -143,6 +143,7 @@ def _decode_cursor(cursor: str) -> tuple[datetime, int]:
         raise ValueError("cursor is not one this API returned") from None
 
 
+@csrf_exempt  # bearer-token API: GET only; other methods get 405, not a CSRF 403
 @require_GET
 @database_unavailable_is_503
 @token_or_login_required
@@ -178,6 +179,7 @@ def jobs_list(request):
     )
 
 
+@csrf_exempt  # bearer-token API: GET only; other methods get 405, not a CSRF 403
 @require_GET
 @database_unavailable_is_503
 @token_or_login_required
@@ -190,11 +192,13 @@ def job_detail(request, job_id: str):
     return JsonResponse(job_json(job))
 
 
+@csrf_exempt
 @require_GET
 def openapi(request):
     return JsonResponse(OPENAPI_DOCUMENT)
 
 
+@csrf_exempt
 @never_cache
 @require_GET
 def healthz(request):

@@ -36,7 +36,7 @@ PAGE_SIZE = 50
 BULK_MAX = 200
 BULK_ACTIONS = {"acknowledge": "Acknowledge", "resolve": "Resolve"}
 STATUS_FILTERS = [
-    ("active", "Open and acknowledged"),
+    ("active", "Unresolved"),
     ("open", "Open"),
     ("acknowledged", "Acknowledged"),
     ("resolved", "Resolved"),

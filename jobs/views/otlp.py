@@ -21,7 +21,7 @@ from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (
     ExportTraceServiceResponse,
 )
 
-from jobs import events, ingest, otlp
+from jobs import events, ingest, otlp, ratelimit
 from jobs.models import IngestToken
 from jobs.views.api import read_body
 from jobs.views.decorators import RETRY_AFTER_SECONDS, bearer_token
@@ -34,6 +34,7 @@ GRPC_CODES = {
     405: code_pb2.UNIMPLEMENTED,
     413: code_pb2.RESOURCE_EXHAUSTED,
     415: code_pb2.INVALID_ARGUMENT,
+    429: code_pb2.RESOURCE_EXHAUSTED,
     503: code_pb2.UNAVAILABLE,
 }
 
@@ -64,8 +65,9 @@ def otlp_error(request, status: int, message: str) -> HttpResponse:
 
 
 def otlp_endpoint(view):
-    """POST only, the ingest bearer token (``request.ingest_token``), and a database outage as a
-    retryable 503: the decorators of the event API, with OTLP Status bodies."""
+    """POST only, the ingest bearer token (``request.ingest_token``), the token's rate limit
+    (shared with the event API) as a 429, and a database outage as a retryable 503: the
+    decorators of the event API, with OTLP Status bodies."""
 
     @wraps(view)
     def wrapper(request, *args, **kwargs):
@@ -82,6 +84,13 @@ def otlp_endpoint(view):
             token = IngestToken.authenticate(raw)
             if token is None:
                 return otlp_error(request, 401, "invalid or revoked token")
+            limit = token.rate_limit_per_minute or settings.TRACEVIZ_INGEST_RATE_LIMIT
+            retry_after = ratelimit.hit(f"token:{token.pk}", limit, 60)
+            if retry_after is not None:
+                message = f"rate limit of {limit} requests per minute exceeded"
+                response = otlp_error(request, 429, message)
+                response["Retry-After"] = str(retry_after)
+                return response
             request.ingest_token = token
             return view(request, *args, **kwargs)
         except (OperationalError, InterfaceError):

@@ -12,7 +12,7 @@ from urllib.parse import quote
 from zoneinfo import ZoneInfo
 
 from django.conf import settings
-from django.db.models import Count, IntegerField, OuterRef, Q, Subquery
+from django.db.models import Case, Count, IntegerField, OuterRef, Q, Subquery, Value, When
 from django.db.models.functions import Coalesce
 from django.http import HttpResponse
 from django.shortcuts import get_object_or_404, render
@@ -22,6 +22,7 @@ from django.views.decorators.http import require_GET
 from django.views.decorators.vary import vary_on_headers
 
 from jobs import access, failures, narrative, timeline
+from jobs.events import OTHER_TYPE_RANK, TYPE_RANK, order_key
 from jobs.events import Event as ReplayEvent
 from jobs.filters import JobFilterForm, after_cursor, encode_cursor, filter_jobs, is_default
 from jobs.models import Escalation, Event, Job, Step
@@ -29,16 +30,16 @@ from jobs.replay import sort_events
 
 STRIP_CELLS = 40
 REASON_PREVIEW_CHARS = 120
-ROWS_WINDOW = 500
+ROWS_WINDOW = 200
 MAX_ROWS_WINDOW = 20_000
 OPEN_ESCALATION_STATUSES = (Escalation.Status.OPEN, Escalation.Status.ACKNOWLEDGED)
 # Job columns the list never shows: left in the database so a page of 200 rows stays light.
 LIST_DEFERRED = ("metadata", "completed_node_ids", "payload_results", "last_validation_error",
                  "finish_reason", "cancel_reason")  # fmt: skip
 # Step columns the waterfall and step list read: not the payloads or the (long) reasons.
-STEP_LIST_FIELDS = ("id", "job_id", "node_id", "attempt", "position", "result_type", "segment",
-                    "ignored_stale", "compensated", "started_at", "finished_at", "duration_ms",
-                    "trace_span_id", "parent_span_id")  # fmt: skip
+STEP_LIST_FIELDS = ("node_id", "attempt", "position", "result_type", "segment", "ignored_stale",
+                    "compensated", "started_at", "finished_at", "duration_ms", "trace_span_id",
+                    "parent_span_id")  # fmt: skip
 MORE_PARTS = {"steps": "step-rows", "waterfall": "waterfall-rows", "narrative": "narrative-rows"}
 
 
@@ -177,6 +178,33 @@ def parse_step_key(raw: str) -> tuple[str, int] | None:
 
 
 @dataclass(slots=True)
+class StepRow:
+    """The few columns of a step the waterfall and the step list show: a plain row, so a job of
+    5,000 steps does not build 5,000 model instances."""
+
+    node_id: str
+    attempt: int
+    position: int
+    result_type: str
+    segment: str
+    ignored_stale: bool
+    compensated: bool
+    started_at: object
+    finished_at: object
+    duration_ms: float | None
+    trace_span_id: str
+    parent_span_id: str
+
+    @property
+    def step_key(self) -> str:
+        return f"{self.node_id}:{self.attempt}"
+
+
+def _step_rows(steps) -> list[StepRow]:
+    return [StepRow(*row) for row in steps.order_by("position").values_list(*STEP_LIST_FIELDS)]
+
+
+@dataclass(slots=True)
 class StepEntry:
     step: Step
     key: str
@@ -185,7 +213,7 @@ class StepEntry:
     label: str
 
 
-def _step_entry(step: Step, root_key: str) -> StepEntry:
+def _step_entry(step: Step | StepRow, root_key: str) -> StepEntry:
     label = step.result_type or ("running" if not step.finished_at else "success")
     key = step.step_key
     return StepEntry(
@@ -197,18 +225,74 @@ def _step_entry(step: Step, root_key: str) -> StepEntry:
     )
 
 
-def root_failure_key(job: Job) -> str:
-    """``node:attempt`` of the root failure: the failing node's latest non-stale failure."""
+# Rows of the long lists go to the template as dicts with their strings made here: Django
+# resolves ``row.x`` on a dict with one lookup, where an object costs a failed dict lookup first,
+# and a 5,000-step job renders hundreds of these rows.
+
+
+def _step_item(step: Step | StepRow, root_key: str) -> dict:
+    key = step.step_key
+    stale = " stale" if step.ignored_stale else ""
+    return {
+        "key": key,
+        "href": "?" + step_query(step.node_id, step.attempt),
+        "segment": step.segment,
+        "css": f"seg-word seg-{step.segment}{stale}",
+        "name": f"Node {step.node_id} · "
+        + (step.result_type or ("running" if not step.finished_at else "success")),
+        "attempt": step.attempt,
+        "stale": step.ignored_stale,
+        "compensated": step.compensated,
+        "root": key == root_key,
+    }
+
+
+def _waterfall_item(row: timeline.WaterfallRow) -> dict:
+    return {
+        "node_id": row.node_id,
+        "depth": row.depth,
+        "title": row.node_id + (f" (child of {row.parent_node_id})" if row.parent_node_id else ""),
+        "bars": [
+            {
+                "href": "?" + step_query(bar.step.node_id, bar.step.attempt),
+                "style": f"left:{bar.left:.3f}%;width:{bar.width:.3f}%",
+                "css": f"seg-{bar.step.segment}{' stale' if bar.step.ignored_stale else ''}",
+                "label": f"{row.node_id} {bar.label}",
+                "segment": bar.step.segment,
+                "stale": bar.step.ignored_stale,
+            }
+            for bar in row.bars
+        ],
+        "gaps": [
+            {"style": f"left:{gap.left:.3f}%;width:{gap.width:.3f}%", "label": gap.label}
+            for gap in row.gaps
+        ],
+    }
+
+
+def _line_item(line: narrative.NarrativeLine) -> dict:
+    local = timezone.localtime(line.at) if line.at else None
+    return {
+        "iso": local.isoformat() if local else "",
+        "clock": local.strftime("%H:%M:%S.") + f"{local.microsecond // 1000:03d}" if local else "",
+        "text": line.text,
+        "css": f"line tone-{line.tone}" + (f" role-{line.role}" if line.role else ""),
+        "href": "?" + step_query(line.node_id, line.attempt) if line.step_key else "",
+        "role": line.role,
+    }
+
+
+def _root_failure(job: Job) -> Step | None:
+    """The root failure: the failing node's latest non-stale failed attempt."""
     if not job.failing_node_id:
-        return ""
-    step = (
+        return None
+    return (
         job.steps.filter(node_id=job.failing_node_id, ignored_stale=False)
         .exclude(result_type__in=["", failures.ResultType.SUCCESS])
         .order_by("-position")
-        .only("node_id", "attempt")
+        .only("node_id", "attempt", "finished_event_id")
         .first()
     )
-    return step.step_key if step else ""
 
 
 def _panel_context(request, job: Job, raw_key: str | None, root_key: str) -> tuple[dict, int]:
@@ -296,11 +380,37 @@ def _event_json(row: Event) -> dict:
     }
 
 
-def _ordered_events(job: Job) -> list[ReplayEvent]:
-    rows = Event.objects.filter(job_id=job.job_id).values_list(
-        "type", "job_id", "event_id", "ts", "seq", "payload"
+def _event_order():
+    """Event order (DESIGN.md section 4) as SQL: ts, seq (missing = 0), type rank, attempt,
+    event_id, so a long narrative reads one window of events, not all of them."""
+    rank = Case(
+        *(When(type=name, then=Value(r)) for name, r in TYPE_RANK.items()),
+        default=Value(OTHER_TYPE_RANK),
+        output_field=IntegerField(),
     )
-    return sort_events(ReplayEvent(*row) for row in rows.iterator(chunk_size=5000))
+    return ["ts", Coalesce("seq", Value(0)).asc(), rank.asc(), "attempt", "event_id"]
+
+
+def _narrative(job: Job, root: Step | None, stale_steps, start: int, stop: int):
+    """Narrative lines ``start:stop`` of the job's events in event order."""
+    rows = Event.objects.filter(job_id=job.job_id).order_by(*_event_order())
+    events = [
+        ReplayEvent(*row)
+        for row in rows[start:stop].values_list(
+            "type", "job_id", "event_id", "ts", "seq", "payload"
+        )
+    ]
+    after_root = False
+    root_event_id = root.finished_event_id if root else ""
+    if root_event_id and start and events:
+        root_event = Event.objects.filter(job_id=job.job_id, event_id=root_event_id).first()
+        first = events[0]
+        after_root = root_event is not None and order_key(
+            root_event.ts, root_event.seq, root_event.type, root_event.attempt, root_event.event_id
+        ) < order_key(first.ts, first.seq, first.type, first.attempt, first.event_id)
+    return narrative.lines_for(
+        events, root_event_id=root_event_id, after_root=after_root, stale_steps=stale_steps
+    )
 
 
 def _window(request) -> int:
@@ -344,19 +454,18 @@ def job_detail(request, job_id: str):
     more = request.GET.get("more", "")
     if fragment and more in MORE_PARTS:
         return _more_rows(request, job, more, step_key)
-    root_key = root_failure_key(job)
+    root = _root_failure(job)
+    root_key = root.step_key if root else ""
     panel, status = _panel_context(request, job, step_key, root_key)
     panel["job"] = job
     panel["can_see_raw"] = access.can_see_raw_events(request.user)
     if fragment:
         return render(request, "jobs/detail.html#step-panel", panel, status=status)
     window = _window(request)
-    steps = list(job.steps.order_by("position").only(*STEP_LIST_FIELDS))
-    waterfall = timeline.waterfall(steps, now=job.last_event_at)
+    steps = _step_rows(job.steps)
+    waterfall = timeline.waterfall(steps, now=job.last_event_at, stop=window)
     stale_steps = {(s.node_id, s.attempt) for s in steps if s.ignored_stale}
-    lines = narrative.lines_for(
-        _ordered_events(job), root_step=parse_step_key(root_key), stale_steps=stale_steps
-    )
+    lines = _narrative(job, root, stale_steps, 0, window)
     runs = (
         Q(retry_of=job.job_id) | Q(job_id=job.retry_of) if job.retry_of else Q(retry_of=job.job_id)
     )
@@ -368,7 +477,7 @@ def job_detail(request, job_id: str):
         "nav": "jobs",
         "job": job,
         "display_zone": _display_zone(),
-        "duration": narrative.format_duration_ms(
+        "job_duration": narrative.format_duration_ms(
             (end - job.started_at).total_seconds() * 1000 if end and job.started_at else None
         ),
         "stalled": job.is_stalled,
@@ -378,14 +487,14 @@ def job_detail(request, job_id: str):
         "resume": timeline.resume_preview(job.completed_node_ids, steps),
         "findings": job.findings,
         "waterfall": waterfall,
-        "waterfall_rows": waterfall.rows[:window],
-        "waterfall_more": _more_links(request, "waterfall", window, len(waterfall.rows), step_key),
-        "step_rows": [_step_entry(s, root_key) for s in steps[:window]],
+        "waterfall_rows": [_waterfall_item(row) for row in waterfall.rows],
+        "waterfall_more": _more_links(request, "waterfall", window, waterfall.node_count, step_key),
+        "step_rows": [_step_item(s, root_key) for s in steps[:window]],
         "steps_more": _more_links(request, "steps", window, len(steps), step_key),
         "step_count": len(steps),
-        "narrative_lines": lines[:window],
-        "narrative_more": _more_links(request, "narrative", window, len(lines), step_key),
-        "narrative_count": len(lines),
+        "narrative_lines": [_line_item(line) for line in lines],
+        "narrative_more": _more_links(request, "narrative", window, job.event_count, step_key),
+        "narrative_count": job.event_count,
         "root_key": root_key,
         "current_step_key": panel.get("step_key", ""),
     }
@@ -396,30 +505,24 @@ def _more_rows(request, job: Job, part: str, step_key: str):
     """The next window of one of the long lists, as the partial that appends it."""
     start = _more_from(request)
     stop = start + ROWS_WINDOW
-    root_key = root_failure_key(job)
+    root = _root_failure(job)
+    root_key = root.step_key if root else ""
     context: dict = {"job": job, "current_step_key": step_key, "root_key": root_key}
     if part == "steps":
-        steps = list(
-            job.steps.filter(position__gte=start, position__lt=stop)
-            .order_by("position")
-            .only(*STEP_LIST_FIELDS)
-        )
-        context["step_rows"] = [_step_entry(s, root_key) for s in steps]
+        steps = _step_rows(job.steps.filter(position__gte=start, position__lt=stop))
+        context["step_rows"] = [_step_item(s, root_key) for s in steps]
         context["steps_more"] = _more_links(request, part, stop, job.step_count, step_key)
+    elif part == "waterfall":
+        waterfall = timeline.waterfall(
+            _step_rows(job.steps), now=job.last_event_at, start=start, stop=stop
+        )
+        context["waterfall_rows"] = [_waterfall_item(row) for row in waterfall.rows]
+        context["waterfall_more"] = _more_links(request, part, stop, waterfall.node_count, step_key)
     else:
-        steps = list(job.steps.order_by("position").only(*STEP_LIST_FIELDS))
-        if part == "waterfall":
-            waterfall = timeline.waterfall(steps, now=job.last_event_at)
-            context["waterfall_rows"] = waterfall.rows[start:stop]
-            context["waterfall_more"] = _more_links(request, part, stop, len(waterfall.rows),
-                                                    step_key)  # fmt: skip
-        else:
-            stale = {(s.node_id, s.attempt) for s in steps if s.ignored_stale}
-            lines = narrative.lines_for(
-                _ordered_events(job), root_step=parse_step_key(root_key), stale_steps=stale
-            )
-            context["narrative_lines"] = lines[start:stop]
-            context["narrative_more"] = _more_links(request, part, stop, len(lines), step_key)
+        stale = set(job.steps.filter(ignored_stale=True).values_list("node_id", "attempt"))
+        lines = _narrative(job, root, stale, start, stop)
+        context["narrative_lines"] = [_line_item(line) for line in lines]
+        context["narrative_more"] = _more_links(request, part, stop, job.event_count, step_key)
     return render(request, f"jobs/detail.html#{MORE_PARTS[part]}", context)
 
 

@@ -39,12 +39,54 @@
     return Array.isArray(custom) && typeof custom[0] === "string" ? custom[0] : null;
   }
 
+  // htmx (allowScriptTags: false) drops every <script> from swapped HTML, json_script's inert
+  // JSON included. So the figures are read from the raw response before the swap and put back
+  // as the same <script type="application/json"> elements a full page render has, which also
+  // keeps them in htmx's history snapshots.
+  var swappedFigures = new Map();
+
+  function collectFigures(html) {
+    if (typeof html !== "string" || html.indexOf("application/json") === -1) return;
+    var doc = new DOMParser().parseFromString(html, "text/html");
+    doc.querySelectorAll('script[type="application/json"][id]').forEach(function (script) {
+      swappedFigures.set(script.id, script.textContent);
+    });
+  }
+
+  document.addEventListener("htmx:beforeSwap", function (event) {
+    collectFigures(event.detail.serverResponse);
+  });
+  document.addEventListener("htmx:historyCacheMissLoad", function (event) {
+    collectFigures(event.detail.response);
+  });
+  document.addEventListener("htmx:historyCacheHit", function (event) {
+    collectFigures(event.detail.item && event.detail.item.content);
+  });
+
+  function figureSource(element) {
+    var id = element.dataset.chart;
+    if (swappedFigures.has(id)) {
+      var stale = document.getElementById(id);
+      if (stale) stale.remove();
+      var script = document.createElement("script");
+      script.type = "application/json";
+      script.id = id;
+      script.textContent = swappedFigures.get(id);
+      element.parentNode.insertBefore(script, element);
+      swappedFigures.delete(id);
+    }
+    return document.getElementById(id);
+  }
+
   function draw(element) {
-    if (element.dataset.drawn === "true" || typeof Plotly === "undefined") return;
-    var source = document.getElementById(element.dataset.chart);
+    // _fullLayout is plotly's own state: a chart restored from htmx's history snapshot is a
+    // dead copy of the SVG without it, and is drawn again.
+    if (element._fullLayout || typeof Plotly === "undefined") return;
+    var source = figureSource(element);
     if (!source) return;
     var figure = resolveColors(JSON.parse(source.textContent));
-    element.dataset.drawn = "true";
+    element.replaceChildren();
+    delete element.dataset.ready;
     Plotly.newPlot(element, figure.data, figure.layout, {
       displaylogo: false,
       responsive: true,
@@ -55,7 +97,7 @@
     element.on("plotly_click", function (event) {
       var url = linkOf(event.points && event.points[0]);
       // Only same-origin paths: the URLs come from our own server, never from producers.
-      if (url && (url.charAt(0) === "/" && url.charAt(1) !== "/" || url.charAt(0) === "#")) {
+      if (url && ((url.charAt(0) === "/" && url.charAt(1) !== "/") || url.charAt(0) === "#")) {
         window.location.assign(url);
       }
     });

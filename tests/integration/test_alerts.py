@@ -34,10 +34,20 @@ def planner_jobs(prefix: str, at, jobs: int, degraded: int, **labels):
         job_id = f"{prefix}{i}"
         items.append(event("job_started", job_id, seconds(at) + i, **labels))
         if i < degraded:
-            items.append(event("graph.next_step.parse_invalid", job_id, seconds(at) + i + 0.1,
-                               attempt=1, **labels))  # fmt: skip
-            items.append(event("graph.next_step.degraded", job_id, seconds(at) + i + 0.2,
-                               attempts=1, **labels))  # fmt: skip
+            items.append(
+                event(
+                    "graph.next_step.parse_invalid",
+                    job_id,
+                    seconds(at) + i + 0.1,
+                    attempt=1,
+                    **labels,
+                )
+            )
+            items.append(
+                event(
+                    "graph.next_step.degraded", job_id, seconds(at) + i + 0.2, attempts=1, **labels
+                )
+            )
     store(items)
 
 
@@ -52,8 +62,9 @@ def test_default_rules_come_from_the_data_migration(db):
 
 def test_degraded_rate_above_threshold_fires_one_episode_per_provider_model(degraded_rule):
     planner_jobs("a", T0 - timedelta(minutes=10), jobs=5, degraded=2)
-    planner_jobs("o", T0 - timedelta(minutes=10), jobs=5, degraded=1,
-                 provider="openai", model="gpt-4.1")  # fmt: skip
+    planner_jobs(
+        "o", T0 - timedelta(minutes=10), jobs=5, degraded=1, provider="openai", model="gpt-4.1"
+    )
     outcome = alerts.evaluate(now=T0)
     assert [(e.subject, e.firing_since, e.value, e.jobs) for e in outcome.fired] == [
         ("anthropic/claude-x", T0, 0.4, 5)
@@ -65,12 +76,16 @@ def test_firing_alert_opens_a_raised_escalation_tied_to_its_rule(degraded_rule):
     alerts.evaluate(now=T0)
     escalation = Escalation.objects.get(alert_rule=degraded_rule)
     assert (escalation.job, escalation.kind, escalation.node_id, escalation.status) == (
-        None, "raised", "anthropic/claude-x", "open",
-    )  # fmt: skip
+        None,
+        "raised",
+        "anthropic/claude-x",
+        "open",
+    )
     assert escalation.severity == degraded_rule.severity
     assert "40% (2 of 5 jobs)" in escalation.message
-    assert escalation.trigger_event_ids == [f"alert:{degraded_rule.pk}:anthropic/claude-x:"
-                                            f"{T0.isoformat()}"]  # fmt: skip
+    assert escalation.trigger_event_ids == [
+        f"alert:{degraded_rule.pk}:anthropic/claude-x:{T0.isoformat()}"
+    ]
     assert Notification.objects.filter(escalation=escalation, reason="opened").count() == 1
 
 
@@ -109,8 +124,9 @@ def test_rule_fires_again_later_as_a_new_episode_and_reopens_its_escalation(degr
     assert [(e.subject, e.firing_since) for e in outcome.fired] == [("anthropic/claude-x", t1)]
     episodes = list(AlertEpisode.objects.order_by("firing_since"))
     assert [(e.firing_since, e.resolved_at) for e in episodes] == [
-        (T0, T0 + timedelta(minutes=30)), (t1, None),
-    ]  # fmt: skip
+        (T0, T0 + timedelta(minutes=30)),
+        (t1, None),
+    ]
     escalation.refresh_from_db()
     assert escalation.status == "open"
     assert len(escalation.trigger_event_ids) == 2
@@ -137,8 +153,9 @@ def test_disabling_a_rule_resolves_its_firing_episode(degraded_rule):
 
 
 def test_parse_invalid_count_rule_fires_above_its_count(degraded_rule):
-    rule = AlertRule.objects.create(name="parse", kind=AlertRule.Kind.PLANNER_PARSE_INVALID,
-                                    threshold=2, min_jobs=1)  # fmt: skip
+    rule = AlertRule.objects.create(
+        name="parse", kind=AlertRule.Kind.PLANNER_PARSE_INVALID, threshold=2, min_jobs=1
+    )
     planner_jobs("a", T0 - timedelta(minutes=10), jobs=3, degraded=2)
     assert all(e.rule_id != rule.pk for e in alerts.evaluate(now=T0).fired)  # 2 is not above 2
     planner_jobs("b", T0 - timedelta(minutes=5), jobs=1, degraded=1)
@@ -147,8 +164,13 @@ def test_parse_invalid_count_rule_fires_above_its_count(degraded_rule):
 
 
 def test_failure_code_rate_rule(degraded_rule):
-    rule = AlertRule.objects.create(name="timeouts", kind=AlertRule.Kind.FAILURE_CODE_RATE,
-                                    failure_code="adapter_timeout", threshold=0.25, min_jobs=3)  # fmt: skip
+    rule = AlertRule.objects.create(
+        name="timeouts",
+        kind=AlertRule.Kind.FAILURE_CODE_RATE,
+        failure_code="adapter_timeout",
+        threshold=0.25,
+        min_jobs=3,
+    )
     start = seconds(T0 - timedelta(minutes=10))
     items = []
     for i in range(4):
@@ -191,4 +213,6 @@ def test_header_indicator_costs_one_query(client, degraded_rule, django_assert_n
     request.user = user("olga", "operator")
     context = firing_alerts(request)
     with django_assert_num_queries(1):
-        Template("{% if n %}{{ n }}{% endif %}").render(Context({"n": context["firing_alert_count"]}))
+        Template("{% if n %}{{ n }}{% endif %}").render(
+            Context({"n": context["firing_alert_count"]})
+        )

@@ -45,17 +45,37 @@ def fixture_jobs(db):
             event("job_finished", "j0", -HOUR + 2, status="completed"),
             job_started("j1", 0, **OPENAI),
             finished("n1", job_id="j1", at=1, duration_ms=100),
-            finished("n2", "retryable_failure", job_id="j1", at=2, failure_code="adapter_timeout",
-                     error_type="network", duration_ms=50),  # fmt: skip
+            finished(
+                "n2",
+                "retryable_failure",
+                job_id="j1",
+                at=2,
+                failure_code="adapter_timeout",
+                error_type="network",
+                duration_ms=50,
+            ),
             finished("n2", job_id="j1", at=3, attempt=2, duration_ms=150),
             job_started("j2", 600, **OPENAI),
-            finished("n1", "permanent_failure", job_id="j2", at=601, failure_code="tool_not_found",
-                     error_type="logic", duration_ms=200),  # fmt: skip
+            finished(
+                "n1",
+                "permanent_failure",
+                job_id="j2",
+                at=601,
+                failure_code="tool_not_found",
+                error_type="logic",
+                duration_ms=200,
+            ),
             job_started("j3", HOUR + 300),
             finished("n1", job_id="j3", at=HOUR + 301, duration_ms=300),
-            finished("n2", "compensatable_failure", job_id="j3", at=HOUR + 302,
-                     failure_code="provider_terminal", error_type="PermanentError",
-                     duration_ms=250),  # fmt: skip
+            finished(
+                "n2",
+                "compensatable_failure",
+                job_id="j3",
+                at=HOUR + 302,
+                failure_code="provider_terminal",
+                error_type="PermanentError",
+                duration_ms=250,
+            ),
             job_started("j4", HOUR + 1200, **ANTHROPIC),
             planner_event("parse_invalid", "j4", HOUR + 1201, attempt=1, **ANTHROPIC),
             planner_event("parse_invalid", "j4", HOUR + 1202, attempt=2, **ANTHROPIC),
@@ -63,8 +83,15 @@ def fixture_jobs(db):
             job_started("j5", HOUR + 1800, **ANTHROPIC),
             finished("n1", job_id="j5", at=HOUR + 1801, duration_ms=400),
             job_started("j6", 2 * HOUR + 600),
-            finished("n1", "retryable_failure", job_id="j6", at=2 * HOUR + 601,
-                     failure_code="weird_code", error_type="auth", duration_ms=500),  # fmt: skip
+            finished(
+                "n1",
+                "retryable_failure",
+                job_id="j6",
+                at=2 * HOUR + 601,
+                failure_code="weird_code",
+                error_type="auth",
+                duration_ms=500,
+            ),
         ]
     )
 
@@ -104,14 +131,17 @@ def assert_links_match_list(figure):
 def test_step_results_count_steps_per_bucket_and_segment(fixture_jobs, window):
     figure = charts.step_results(window)
     assert by_x(trace(figure, "ok")) == {
-        "2026-03-02T09:00:00": 2, "2026-03-02T10:00:00": 2,
-    }  # fmt: skip
+        "2026-03-02T09:00:00": 2,
+        "2026-03-02T10:00:00": 2,
+    }
     assert by_x(trace(figure, "retryable")) == {
-        "2026-03-02T09:00:00": 1, "2026-03-02T11:00:00": 1,
-    }  # fmt: skip
+        "2026-03-02T09:00:00": 1,
+        "2026-03-02T11:00:00": 1,
+    }
     assert by_x(trace(figure, "failed")) == {
-        "2026-03-02T09:00:00": 1, "2026-03-02T10:00:00": 1,
-    }  # fmt: skip
+        "2026-03-02T09:00:00": 1,
+        "2026-03-02T10:00:00": 1,
+    }
     assert [row[1] for row in trace(figure, "ok")["customdata"]] == [2, 3]
     assert [row[1] for row in trace(figure, "failed")["customdata"]] == [1, 1]
 
@@ -123,9 +153,11 @@ def test_step_results_tooltip_job_counts_equal_the_linked_list(fixture_jobs, win
 def test_step_result_bar_links_to_its_bucket_and_segment(fixture_jobs, window):
     url = trace(charts.step_results(window), "failed")["customdata"][1][0]
     assert parse_qs(urlsplit(url).query) == {
-        "show": ["all"], "segment": ["failed"],
-        "since": ["2026-03-02T10:00:00Z"], "until": ["2026-03-02T11:00:00Z"],
-    }  # fmt: skip
+        "show": ["all"],
+        "segment": ["failed"],
+        "since": ["2026-03-02T10:00:00Z"],
+        "until": ["2026-03-02T11:00:00Z"],
+    }
 
 
 def test_failures_by_code_counts_steps_per_canonical_code(fixture_jobs, window):
@@ -208,7 +240,7 @@ def test_open_escalations_by_kind_and_age(fixture_jobs):
     assert trace(figure, "open under 1 h")["x"] == ["user_action"]
     assert trace(figure, "open under 1 h")["y"] == [1]
     figure = charts.open_escalations(BASE_TS + timedelta(days=2))
-    assert trace(figure, "open 1–7 d")["y"] == [1]
+    assert trace(figure, "open 1-7 d")["y"] == [1]
 
 
 def test_headlines_compare_with_the_previous_period(fixture_jobs, window):
@@ -232,8 +264,11 @@ def test_parse_window_defaults_to_the_last_24_hours():
     now = BASE_TS
     window, errors = charts.parse_window({}, now)
     assert (window.key, window.start, window.end, window.bucket) == (
-        "24h", now - timedelta(hours=24), now, "hour",
-    )  # fmt: skip
+        "24h",
+        now - timedelta(hours=24),
+        now,
+        "hour",
+    )
     assert errors == []
 
 
@@ -243,8 +278,10 @@ def test_parse_window_reads_a_custom_range():
         BASE_TS,
     )
     assert (window.start, window.end, window.bucket) == (
-        BASE_TS, BASE_TS + timedelta(hours=1), "minute",
-    )  # fmt: skip
+        BASE_TS,
+        BASE_TS + timedelta(hours=1),
+        "minute",
+    )
     assert errors == []
 
 
@@ -275,8 +312,15 @@ def test_dashboard_emits_each_figure_as_json_and_a_chart_div(operator_client, fi
     response = operator_client.get(CUSTOM)
     html = response.content.decode()
     assert response.status_code == 200
-    for chart_id in ("step-results", "failures-by-code", "failures-by-error-type",
-                     "planner-counts", "planner-rate", "durations", "open-escalations"):  # fmt: skip
+    for chart_id in (
+        "step-results",
+        "failures-by-code",
+        "failures-by-error-type",
+        "planner-counts",
+        "planner-rate",
+        "durations",
+        "open-escalations",
+    ):
         assert f'<script id="{chart_id}" type="application/json">' in html
         assert f'data-chart="{chart_id}"' in html
     assert "vendor/plotly/plotly.min.js" in html
@@ -311,7 +355,9 @@ def test_dashboard_query_count_does_not_grow_with_rows(
 ):
     with django_assert_max_num_queries(20):
         operator_client.get(CUSTOM)
-    store([job_started(f"x{i}", 100 + i, **OPENAI) for i in range(30)]
-          + [finished("n1", job_id=f"x{i}", at=101 + i) for i in range(30)])  # fmt: skip
+    store(
+        [job_started(f"x{i}", 100 + i, **OPENAI) for i in range(30)]
+        + [finished("n1", job_id=f"x{i}", at=101 + i) for i in range(30)]
+    )
     with django_assert_max_num_queries(20):
         operator_client.get(CUSTOM)

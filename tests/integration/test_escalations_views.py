@@ -65,8 +65,12 @@ def test_queue_lists_open_first_then_oldest_first(support, client):
 
 def test_queue_row_links_job_and_failing_step_at_its_latest_attempt(support, client):
     escalation = open_escalation()
-    factories.store([started("n1", "j1", 3, attempt=2),
-                     finished("n1", "retryable_failure", "j1", 4, attempt=2, error_type="auth")])  # fmt: skip
+    factories.store(
+        [
+            started("n1", "j1", 3, attempt=2),
+            finished("n1", "retryable_failure", "j1", 4, attempt=2, error_type="auth"),
+        ]
+    )
     body = client.get("/escalations/").content.decode()
     assert 'href="/jobs/j1/"' in body
     assert 'href="/jobs/j1/?step=n1:2"' in body
@@ -342,10 +346,14 @@ def test_unknown_escalation_is_404(support, client):
 
 
 def test_detail_shows_when_a_paused_transient_jobs_next_retry_was_due(support, client):
-    escalation = open_escalation("j-net", error_type="network")
-    factories.store([event("escalation_raised", "j-net", 3, node_id="n1", message="slow")])
+    factories.store([
+        event("job_started", "j-net", 0),
+        started("n1", "j-net", 1),
+        finished("n1", "retryable_failure", "j-net", 2, error_type="network"),
+        event("escalation_raised", "j-net", 3, node_id="n1", message="slow"),
+    ])  # fmt: skip
     raised = Escalation.objects.get(job__job_id="j-net", kind="raised")
-    assert escalation.job.status == "paused:transient"
+    assert raised.job.status == "paused:transient"
     body = client.get(f"/escalations/{raised.pk}/").content.decode()
     # n1 attempt 1 finished at 09:00:02: the second attempt was due 1 s to 1.3 s later.
     assert "Next retry was due" in body

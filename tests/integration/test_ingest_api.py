@@ -20,8 +20,9 @@ pytestmark = pytest.mark.django_db
 GOOD = [
     event("job_started", "j1", at=0, event_id="a0", name="release"),
     started("build", "j1", at=1) | {"event_id": "a1"},
-    finished("build", "success", "j1", at=2, payload_results={"artifact": "x"}) | {"event_id": "a2"},
-]  # fmt: skip
+    finished("build", "success", "j1", at=2, payload_results={"artifact": "x"})
+    | {"event_id": "a2"},
+]
 
 
 def body(response) -> dict:
@@ -33,8 +34,9 @@ def rows(model) -> list[tuple]:
 
 
 def snapshot() -> dict:
-    return {m.__name__: rows(m) for m in (Job, Step, Escalation, EscalationEntry, Notification,
-                                          Event)}  # fmt: skip
+    return {
+        m.__name__: rows(m) for m in (Job, Step, Escalation, EscalationEntry, Notification, Event)
+    }
 
 
 # --- status codes ---------------------------------------------------------------------------
@@ -43,8 +45,13 @@ def snapshot() -> dict:
 def test_all_events_stored_is_a_200_with_counts(send):
     response = send(GOOD)
     assert response.status_code == 200
-    assert body(response) == {"received": 3, "stored": 3, "duplicates": 0, "rejected": 0,
-                              "errors": []}  # fmt: skip
+    assert body(response) == {
+        "received": 3,
+        "stored": 3,
+        "duplicates": 0,
+        "rejected": 0,
+        "errors": [],
+    }
     assert Event.objects.filter(job_id="j1").count() == 3
 
 
@@ -58,10 +65,19 @@ def test_array_with_one_bad_item_is_a_207_and_the_good_ones_are_stored(send):
     response = send([*GOOD[:2], bad, GOOD[2]])
     assert response.status_code == 207
     assert body(response) == {
-        "received": 4, "stored": 3, "duplicates": 0, "rejected": 1,
-        "errors": [{"index": 2, "errors": [
-            {"field": "payload.attempt", "message": "must be an integer from 1 to 1000000"}]}],
-    }  # fmt: skip
+        "received": 4,
+        "stored": 3,
+        "duplicates": 0,
+        "rejected": 1,
+        "errors": [
+            {
+                "index": 2,
+                "errors": [
+                    {"field": "payload.attempt", "message": "must be an integer from 1 to 1000000"}
+                ],
+            }
+        ],
+    }
     assert sorted(Event.objects.values_list("event_id", flat=True)) == ["a0", "a1", "a2"]
 
 
@@ -117,7 +133,9 @@ class ExplodingInput:
 
 
 def test_declared_content_length_over_10_mb_is_a_413_without_reading_the_body(send):
-    response = send(b"[]", CONTENT_LENGTH=str(100 * 1024 * 1024), **{"wsgi.input": ExplodingInput()})
+    response = send(
+        b"[]", CONTENT_LENGTH=str(100 * 1024 * 1024), **{"wsgi.input": ExplodingInput()}
+    )
     assert response.status_code == 413
     assert body(response) == {
         "error": f"body of {100 * 1024 * 1024} bytes is over the limit of {10 * 1024 * 1024} bytes"
@@ -179,14 +197,18 @@ def test_gzip_body_is_stored(send):
 
 
 def test_same_batch_twice_changes_nothing(send):
-    items = [*GOOD, finished("upload", "permanent_failure", "j1", at=3, error_type="auth",
-                             reason="token expired") | {"event_id": "a3"}]  # fmt: skip
+    items = [
+        *GOOD,
+        finished(
+            "upload", "permanent_failure", "j1", at=3, error_type="auth", reason="token expired"
+        )
+        | {"event_id": "a3"},
+    ]
     send(items)
     before = snapshot()
     again = send(items)
     assert again.status_code == 200
-    assert body(again) == {"received": 4, "stored": 0, "duplicates": 4, "rejected": 0,
-                           "errors": []}  # fmt: skip
+    assert body(again) == {"received": 4, "stored": 0, "duplicates": 4, "rejected": 0, "errors": []}
     assert snapshot() == before
     assert Escalation.objects.get().kind == "user_action"
 
@@ -209,7 +231,9 @@ def test_each_stored_event_records_its_token(send, ingest_token):
     send(GOOD[:1])
     send(GOOD[1:], HTTP_AUTHORIZATION=f"Bearer {other_raw}")
     assert dict(Event.objects.values_list("event_id", "token__name")) == {
-        "a0": "test-producer", "a1": "other-producer", "a2": "other-producer"
+        "a0": "test-producer",
+        "a1": "other-producer",
+        "a2": "other-producer",
     }
 
 
@@ -229,18 +253,45 @@ def every_stored_text() -> str:
 
 
 def test_secrets_in_a_payload_are_stored_in_no_row(send):
-    secrets = ["hunter2-VERY-secret", "sk-proj-Zx9Yw8Vu7Ts6Rq5Po4Nm", "AKIAZZZZZZZZZZZZZZZZ",
-               "opaque-api-key-value-77", "ghp_0123456789abcdefghijABCDEFGHIJ"]  # fmt: skip
-    send([
-        event("job_started", "sec-1", at=0, metadata={"db": "postgres://u:hunter2-VERY-secret@h/d"}),
-        finished("n1", "permanent_failure", "sec-1", at=1, error_type="auth",
-                 reason="call failed with key sk-proj-Zx9Yw8Vu7Ts6Rq5Po4Nm",
-                 context={"actual_arguments": {"api_key": "opaque-api-key-value-77",
-                                               "aws": "AKIAZZZZZZZZZZZZZZZZ"}},
-                 payload_results={"note": "token=ghp_0123456789abcdefghijABCDEFGHIJ"}),
-        event("escalation_raised", "sec-1", at=2, kind="x",
-              message="leaked sk-proj-Zx9Yw8Vu7Ts6Rq5Po4Nm"),
-    ])  # fmt: skip
+    secrets = [
+        "hunter2-VERY-secret",
+        "sk-proj-Zx9Yw8Vu7Ts6Rq5Po4Nm",
+        "AKIAZZZZZZZZZZZZZZZZ",
+        "opaque-api-key-value-77",
+        "ghp_0123456789abcdefghijABCDEFGHIJ",
+    ]
+    send(
+        [
+            event(
+                "job_started",
+                "sec-1",
+                at=0,
+                metadata={"db": "postgres://u:hunter2-VERY-secret@h/d"},
+            ),
+            finished(
+                "n1",
+                "permanent_failure",
+                "sec-1",
+                at=1,
+                error_type="auth",
+                reason="call failed with key sk-proj-Zx9Yw8Vu7Ts6Rq5Po4Nm",
+                context={
+                    "actual_arguments": {
+                        "api_key": "opaque-api-key-value-77",
+                        "aws": "AKIAZZZZZZZZZZZZZZZZ",
+                    }
+                },
+                payload_results={"note": "token=ghp_0123456789abcdefghijABCDEFGHIJ"},
+            ),
+            event(
+                "escalation_raised",
+                "sec-1",
+                at=2,
+                kind="x",
+                message="leaked sk-proj-Zx9Yw8Vu7Ts6Rq5Po4Nm",
+            ),
+        ]
+    )
     assert Event.objects.filter(job_id="sec-1").count() == 3
     assert Escalation.objects.filter(job__job_id="sec-1").count() == 2
     stored = every_stored_text()
@@ -342,7 +393,9 @@ def test_jobs_list_bad_cursor_is_a_400(client, ingest_token, cursor):
     make_jobs(1)
     response = client.get(f"/api/v1/jobs?cursor={cursor}x", **auth(ingest_token))
     assert (response.status_code, body(response)) == (
-        400, {"error": "cursor is not one this API returned"})  # fmt: skip
+        400,
+        {"error": "cursor is not one this API returned"},
+    )
 
 
 @pytest.mark.parametrize("limit", ["0", "501", "ten"])
@@ -355,9 +408,10 @@ def detail_stream() -> list[dict]:
     return [
         event("job_started", "j1", at=0),
         finished("n1", "success", "j1", at=1, payload_results={"a": 1}),
-        finished("n2", "retryable_failure", "j1", at=2, reason="network timeout",
-                 error_type="auth"),
-    ]  # fmt: skip
+        finished(
+            "n2", "retryable_failure", "j1", at=2, reason="network timeout", error_type="auth"
+        ),
+    ]
 
 
 def test_job_detail_has_the_documented_keys_and_values(client, ingest_token):
@@ -365,21 +419,62 @@ def test_job_detail_has_the_documented_keys_and_values(client, ingest_token):
     response = client.get("/api/v1/jobs/j1", **auth(ingest_token))
     job = body(response)
     assert response.status_code == 200
-    assert {"job_id", "status", "completed_node_ids", "cursor_node", "payload_results", "steps",
-            "escalations"} <= set(job)  # fmt: skip
-    assert (job["job_id"], job["status"], job["completed_node_ids"], job["cursor_node"],
-            job["payload_results"]) == ("j1", "paused:approval", ["n1"], "n1", {"a": 1})  # fmt: skip
-    assert [{k: s[k] for k in ("node_id", "attempt", "result_type", "segment", "reason",
-                               "ignored_stale", "compensated")} for s in job["steps"]] == [
-        {"node_id": "n1", "attempt": 1, "result_type": "success", "segment": "ok", "reason": "",
-         "ignored_stale": False, "compensated": False},
-        {"node_id": "n2", "attempt": 1, "result_type": "retryable_failure",
-         "segment": "retryable", "reason": "network timeout", "ignored_stale": False,
-         "compensated": False},
-    ]  # fmt: skip
+    assert {
+        "job_id",
+        "status",
+        "completed_node_ids",
+        "cursor_node",
+        "payload_results",
+        "steps",
+        "escalations",
+    } <= set(job)
+    assert (
+        job["job_id"],
+        job["status"],
+        job["completed_node_ids"],
+        job["cursor_node"],
+        job["payload_results"],
+    ) == ("j1", "paused:approval", ["n1"], "n1", {"a": 1})
+    assert [
+        {
+            k: s[k]
+            for k in (
+                "node_id",
+                "attempt",
+                "result_type",
+                "segment",
+                "reason",
+                "ignored_stale",
+                "compensated",
+            )
+        }
+        for s in job["steps"]
+    ] == [
+        {
+            "node_id": "n1",
+            "attempt": 1,
+            "result_type": "success",
+            "segment": "ok",
+            "reason": "",
+            "ignored_stale": False,
+            "compensated": False,
+        },
+        {
+            "node_id": "n2",
+            "attempt": 1,
+            "result_type": "retryable_failure",
+            "segment": "retryable",
+            "reason": "network timeout",
+            "ignored_stale": False,
+            "compensated": False,
+        },
+    ]
     (escalation,) = job["escalations"]
     assert {k: escalation[k] for k in ("kind", "status", "node_id")} == {
-        "kind": "user_action", "status": "open", "node_id": "n2"}  # fmt: skip
+        "kind": "user_action",
+        "status": "open",
+        "node_id": "n2",
+    }
     assert escalation["id"] == Escalation.objects.get().pk
 
 
@@ -396,7 +491,8 @@ def test_job_detail_needs_a_token_or_a_login(client):
 def test_job_detail_with_a_slash_in_the_job_id(client, ingest_token):
     store([event("job_started", "team/run-1", at=0)])
     assert body(client.get("/api/v1/jobs/team/run-1", **auth(ingest_token)))["job_id"] == (
-        "team/run-1")  # fmt: skip
+        "team/run-1"
+    )
 
 
 def test_openapi_document_is_a_valid_openapi_3_document(client):
@@ -406,13 +502,19 @@ def test_openapi_document_is_a_valid_openapi_3_document(client):
 
 
 def schema_validator(name: str) -> OAS30Validator:
-    return OAS30Validator({"$ref": f"#/components/schemas/{name}",
-                           "components": OPENAPI_DOCUMENT["components"]})  # fmt: skip
+    return OAS30Validator(
+        {"$ref": f"#/components/schemas/{name}", "components": OPENAPI_DOCUMENT["components"]}
+    )
 
 
 def test_job_detail_response_matches_its_openapi_schema(client, ingest_token):
-    store([*detail_stream(), event("escalation_raised", "j1", at=3, kind="x", message="m"),
-           event("graph.next_step.degraded", "j1", at=4, attempts=2)])  # fmt: skip
+    store(
+        [
+            *detail_stream(),
+            event("escalation_raised", "j1", at=3, kind="x", message="m"),
+            event("graph.next_step.degraded", "j1", at=4, attempts=2),
+        ]
+    )
     job = body(client.get("/api/v1/jobs/j1", **auth(ingest_token)))
     assert list(schema_validator("Job").iter_errors(job)) == []
 
@@ -421,8 +523,12 @@ def test_jobs_list_response_matches_its_openapi_schema(client, ingest_token):
     make_jobs(2)
     page = body(client.get("/api/v1/jobs?limit=1", **auth(ingest_token)))
     schema = OPENAPI_DOCUMENT["paths"]["/api/v1/jobs"]["get"]["responses"]["200"]
-    validator = OAS30Validator({**schema["content"]["application/json"]["schema"],
-                                "components": OPENAPI_DOCUMENT["components"]})  # fmt: skip
+    validator = OAS30Validator(
+        {
+            **schema["content"]["application/json"]["schema"],
+            "components": OPENAPI_DOCUMENT["components"],
+        }
+    )
     assert list(validator.iter_errors(page)) == []
 
 
@@ -436,4 +542,5 @@ def test_schema_validator_rejects_a_job_missing_a_required_key(client, ingest_to
     job = body(client.get("/api/v1/jobs/j1", **auth(ingest_token)))
     del job["steps"]
     assert [e.message for e in schema_validator("Job").iter_errors(job)] == [
-        "'steps' is a required property"]  # fmt: skip
+        "'steps' is a required property"
+    ]

@@ -12,7 +12,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from jobs import metrics
 from jobs.models import Counter, Event
-from tests.factories import event, finished, store, user
+from tests.factories import event, finished, started, store, user
 
 ROOT = Path(__file__).resolve().parents[2]
 ANTHROPIC = {"provider": "anthropic", "model": "claude-x"}
@@ -62,9 +62,10 @@ def test_events_by_type_and_steps_by_result_type(client, send):
     samples = scrape(client)
     assert samples["traceviz_events_ingested_total", frozenset({("type", "node_finished")})] == 2
     assert samples["traceviz_steps_finished_total", frozenset({("result_type", "success")})] == 1
-    assert samples[
-        "traceviz_steps_finished_total", frozenset({("result_type", "retryable_failure")})
-    ] == 1
+    assert (
+        samples["traceviz_steps_finished_total", frozenset({("result_type", "retryable_failure")})]
+        == 1
+    )
 
 
 def test_rejections_by_field_and_message_class_with_bounded_labels(client, send):
@@ -89,10 +90,13 @@ def test_rejections_by_field_and_message_class_with_bounded_labels(client, send)
 def test_refused_request_counts_as_a_request_rejection(client, send):
     assert send(b"not json at all").status_code == 400
     samples = scrape(client)
-    assert samples[
-        "traceviz_ingest_rejections_total",
-        frozenset({("field", "(request)"), ("reason", "400 body is not JSON")}),
-    ] == 1
+    assert (
+        samples[
+            "traceviz_ingest_rejections_total",
+            frozenset({("field", "(request)"), ("reason", "400 body is not JSON")}),
+        ]
+        == 1
+    )
 
 
 def test_ingest_latency_histogram_counts_every_request(client, send):
@@ -100,14 +104,15 @@ def test_ingest_latency_histogram_counts_every_request(client, send):
     send(planner_batch("b"))
     samples = scrape(client)
     assert samples["traceviz_ingest_request_duration_seconds_count", frozenset()] == 2
-    assert samples[
-        "traceviz_ingest_request_duration_seconds_bucket", frozenset({("le", "+Inf")})
-    ] == 2
+    assert (
+        samples["traceviz_ingest_request_duration_seconds_bucket", frozenset({("le", "+Inf")})] == 2
+    )
     assert samples["traceviz_ingest_request_duration_seconds_sum", frozenset()] > 0
     buckets = [
-        value for (name, labels), value in samples.items()
+        value
+        for (name, labels), value in samples.items()
         if name == "traceviz_ingest_request_duration_seconds_bucket"
-    ]  # fmt: skip
+    ]
     assert len(buckets) == len(metrics.LATENCY_BUCKETS) + 1
 
 
@@ -116,14 +121,17 @@ def test_open_escalations_and_contract_findings_by_kind(client, db):
         [
             event("job_started", "e1", 0),
             finished("n1", "retryable_failure", job_id="e1", at=1, error_type="auth"),
-            finished("n2", job_id="e1", at=2),  # no node_started: finish_without_start
+            event("job_started", "e2", 0),
+            started("n1", job_id="e2", at=1),
+            finished("n1", job_id="e2", at=2),
+            started("n1", job_id="e2", at=3, attempt=2),
+            finished("n1", job_id="e2", at=4, attempt=2),  # a second success: duplicate_success
         ]
     )
     samples = scrape(client)
     assert samples["traceviz_escalations_open", frozenset({("kind", "user_action")})] == 1
-    assert samples[
-        "traceviz_contract_findings", frozenset({("kind", "finish_without_start")})
-    ] == 2
+    assert samples["traceviz_escalations_open", frozenset({("kind", "contract_violation")})] == 1
+    assert samples["traceviz_contract_findings", frozenset({("kind", "duplicate_success")})] == 1
 
 
 def test_scrape_does_not_read_the_event_table(client, send):
@@ -149,7 +157,9 @@ def test_loopback_is_allowed_by_default(client, db):
 
 def test_metrics_token_opens_metrics_from_anywhere(client, db, settings):
     settings.TRACEVIZ_METRICS_TOKEN = "scrape-secret"
-    ok = client.get("/metrics", REMOTE_ADDR="203.0.113.9", HTTP_AUTHORIZATION="Bearer scrape-secret")
+    ok = client.get(
+        "/metrics", REMOTE_ADDR="203.0.113.9", HTTP_AUTHORIZATION="Bearer scrape-secret"
+    )
     bad = client.get("/metrics", REMOTE_ADDR="203.0.113.9", HTTP_AUTHORIZATION="Bearer guess")
     assert (ok.status_code, bad.status_code) == (200, 403)
 
@@ -186,9 +196,13 @@ print(Counter.objects.get(name="pdca_next_step_degraded_total").value)
 
 def _manage(env, *args) -> subprocess.Popen:
     return subprocess.Popen(
-        [sys.executable, "manage.py", *args], cwd=ROOT, env=env,
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-    )  # fmt: skip
+        [sys.executable, "manage.py", *args],
+        cwd=ROOT,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
 
 
 @pytest.mark.django_db(transaction=True)

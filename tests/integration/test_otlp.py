@@ -363,3 +363,15 @@ def test_stored_events_record_the_token(post_traces, ingest_token):
 
     tokens = {event.token.name for event in Event.objects.select_related("token")}
     assert tokens == {"test-producer"}
+
+
+def test_over_the_token_rate_limit_is_a_429_with_retry_after(post_traces, settings):
+    settings.TRACEVIZ_INGEST_RATE_LIMIT = 1
+    body = otlp_json(json_span("plan", ROOT_ID))
+    assert post_traces(body).status_code == 200
+
+    response = post_traces(body)
+
+    assert response.status_code == 429
+    assert int(response["Retry-After"]) >= 1
+    assert rpc_status(response).code == code_pb2.RESOURCE_EXHAUSTED

@@ -18,9 +18,11 @@ from tests.strategies import job_events
 
 pytestmark = pytest.mark.django_db
 
-HYPOTHESIS = settings(max_examples=40, deadline=None,
-                      suppress_health_check=[HealthCheck.function_scoped_fixture,
-                                             HealthCheck.too_slow])  # fmt: skip
+HYPOTHESIS = settings(
+    max_examples=30,
+    deadline=None,
+    suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
+)
 
 
 def replayed(job_id: str) -> replay.JobState:
@@ -28,26 +30,68 @@ def replayed(job_id: str) -> replay.JobState:
 
 
 def job_values(job: Job) -> tuple:
-    return (job.status, job.completed_node_ids, job.cursor_node, job.payload_results,
-            job.last_validation_error, job.findings, job.started_at, job.finished_at,
-            job.last_event_at, job.failing_node_id, job.event_count, job.step_count,
-            job.planner_parse_invalid, job.planner_degraded, job.provider, job.plan_hash)  # fmt: skip
+    return (
+        job.status,
+        job.completed_node_ids,
+        job.cursor_node,
+        job.payload_results,
+        job.last_validation_error,
+        job.findings,
+        job.started_at,
+        job.finished_at,
+        job.last_event_at,
+        job.failing_node_id,
+        job.event_count,
+        job.step_count,
+        job.planner_parse_invalid,
+        job.planner_degraded,
+        job.provider,
+        job.plan_hash,
+    )
 
 
 def state_values(state: replay.JobState) -> tuple:
     root = state.root_failure
-    return (state.status.value, state.completed_node_ids, state.cursor_node,
-            state.payload_results, state.last_validation_error,
-            [f.as_dict() for f in state.findings], state.started_at, state.finished_at,
-            state.last_event_at, root.node_id if root else "", state.event_count,
-            len(state.steps), state.planner_parse_invalid, state.planner_degraded,
-            state.attributes.get("provider", ""), state.attributes.get("plan_hash", ""))  # fmt: skip
+    return (
+        state.status.value,
+        state.completed_node_ids,
+        state.cursor_node,
+        state.payload_results,
+        state.last_validation_error,
+        [f.as_dict() for f in state.findings],
+        state.started_at,
+        state.finished_at,
+        state.last_event_at,
+        root.node_id if root else "",
+        state.event_count,
+        len(state.steps),
+        state.planner_parse_invalid,
+        state.planner_degraded,
+        state.attributes.get("provider", ""),
+        state.attributes.get("plan_hash", ""),
+    )
 
 
-STEP_COLUMNS = ("node_id", "attempt", "position", "result_type", "segment", "reason",
-                "ignored_stale", "compensated", "state", "epoch", "error_type", "failure_code",
-                "continue_on_error", "payload_results", "started_event_id",
-                "finished_event_id", "started_at", "finished_at")  # fmt: skip
+STEP_COLUMNS = (
+    "node_id",
+    "attempt",
+    "position",
+    "result_type",
+    "segment",
+    "reason",
+    "ignored_stale",
+    "compensated",
+    "state",
+    "epoch",
+    "error_type",
+    "failure_code",
+    "continue_on_error",
+    "payload_results",
+    "started_event_id",
+    "finished_event_id",
+    "started_at",
+    "finished_at",
+)
 
 
 def step_rows(job: Job) -> list[tuple]:
@@ -57,18 +101,23 @@ def step_rows(job: Job) -> list[tuple]:
 def step_values(state: replay.JobState) -> list[tuple]:
     return [
         tuple(
-            (s.result_type or "") if name == "result_type"
-            else s.segment.value if name == "segment"
+            (s.result_type or "")
+            if name == "result_type"
+            else s.segment.value
+            if name == "segment"
             else getattr(s, name)
             for name in STEP_COLUMNS
         )
         for s in state.steps
-    ]  # fmt: skip
+    ]
 
 
 def escalation_set(job_id: str) -> set[tuple]:
-    return set(Escalation.objects.filter(job__job_id=job_id)
-               .values_list("kind", "node_id", "severity", "status"))  # fmt: skip
+    return set(
+        Escalation.objects.filter(job__job_id=job_id).values_list(
+            "kind", "node_id", "severity", "status"
+        )
+    )
 
 
 def trigger_set(state: replay.JobState) -> set[tuple]:
@@ -103,8 +152,10 @@ def clear() -> None:
 
 
 @HYPOTHESIS
-@given(data=st.data(), jobs=st.lists(st.sampled_from(["j1", "j2", "j3"]), min_size=1, max_size=3,
-                                    unique=True))  # fmt: skip
+@given(
+    data=st.data(),
+    jobs=st.lists(st.sampled_from(["j1", "j2", "j3"]), min_size=1, max_size=3, unique=True),
+)
 def test_stored_rows_equal_replay_whatever_the_batching(db, data, jobs):
     clear()
     items = [item for job_id in jobs for item in data.draw(job_events(job_id))]
@@ -128,8 +179,12 @@ def test_same_escalations_in_one_batch_or_one_event_at_a_time(db, data, items):
 
 
 def test_event_older_than_the_jobs_latest_replays_the_whole_job():
-    store([finished("n1", "retryable_failure", at=5, error_type="network"),
-           finished("n1", at=6, attempt=2)])  # fmt: skip
+    store(
+        [
+            finished("n1", "retryable_failure", at=5, error_type="network"),
+            finished("n1", at=6, attempt=2),
+        ]
+    )
     store([event("cancel_requested", at=4, epoch=3)])
     job = Job.objects.get(job_id="j1")
     assert (job.status, job.completed_node_ids) == ("cancelling", [])
@@ -137,7 +192,7 @@ def test_event_older_than_the_jobs_latest_replays_the_whole_job():
     assert_parity("j1")
 
 
-def test_late_cancel_withdraws_an_escalation_nobody_touched():
+def test_late_cancel_withdraws_an_escalation_nobody_touched(email_channel):
     store([finished("n1", "permanent_failure", at=5, error_type="auth")])
     assert escalation_set("j1") == {("user_action", "n1", "medium", "open")}
     store([event("cancel_requested", at=4, epoch=2)])
@@ -152,7 +207,8 @@ def test_late_cancel_keeps_an_escalation_someone_acknowledged():
     assert escalation_set("j1") == {("user_action", "n1", "medium", "acknowledged")}
 
 
-def test_concurrent_batches_of_one_job_keep_parity(transaction_db):
+@pytest.mark.django_db(transaction=True)
+def test_concurrent_batches_of_one_job_keep_parity():
     require_postgres()
     first = [finished(f"n{i}", "retryable_failure", "cj", at=i, attempt=1) for i in range(0, 40, 2)]
     second = [finished(f"n{i}", "success", "cj", at=i + 1, attempt=2) for i in range(0, 40, 2)]
@@ -187,21 +243,33 @@ def rows(model, exclude=()) -> list[dict]:
 
 
 def failing_jobs() -> None:
-    store([
-        event("job_started", "r1", at=0, plan_hash="p1"),
-        finished("n1", "permanent_failure", "r1", at=1, error_type="auth"),
-        finished("n2", "retryable_failure", "r2", at=1, error_type="internal"),
-        finished("n3", "permanent_failure", "r3", at=1, state="indeterminate"),
-    ])  # fmt: skip
+    store(
+        [
+            event("job_started", "r1", at=0, plan_hash="p1"),
+            finished("n1", "permanent_failure", "r1", at=1, error_type="auth"),
+            finished("n2", "retryable_failure", "r2", at=1, error_type="internal"),
+            finished("n3", "permanent_failure", "r3", at=1, state="indeterminate"),
+        ]
+    )
 
 
 def test_rebuild_projections_reproduces_the_same_rows():
     failing_jobs()
-    before = (rows(Job), rows(Step, exclude=("id",)), rows(Escalation), rows(EscalationEntry),
-              rows(Notification))  # fmt: skip
+    before = (
+        rows(Job),
+        rows(Step, exclude=("id",)),
+        rows(Escalation),
+        rows(EscalationEntry),
+        rows(Notification),
+    )
     call_command("rebuild_projections", stdout=None, stderr=None)
-    after = (rows(Job), rows(Step, exclude=("id",)), rows(Escalation), rows(EscalationEntry),
-             rows(Notification))  # fmt: skip
+    after = (
+        rows(Job),
+        rows(Step, exclude=("id",)),
+        rows(Escalation),
+        rows(EscalationEntry),
+        rows(Notification),
+    )
     assert after == before
     for job_id in ("r1", "r2", "r3"):
         assert_parity(job_id)
@@ -227,7 +295,10 @@ def test_rebuild_leaves_what_people_did_to_escalations_untouched():
     call_command("rebuild_projections", stdout=None, stderr=None)
     assert (rows(Escalation), rows(EscalationEntry), rows(Notification)) == before
     assert dict(Escalation.objects.values_list("job__job_id", "status")) == {
-        "r1": "acknowledged", "r2": "resolved", "r3": "open"}  # fmt: skip
+        "r1": "acknowledged",
+        "r2": "resolved",
+        "r3": "open",
+    }
 
 
 def test_rebuild_of_one_job_only_touches_that_job():
@@ -235,27 +306,42 @@ def test_rebuild_of_one_job_only_touches_that_job():
     Job.objects.filter(job_id__in=["r1", "r2"]).update(status="completed")
     call_command("rebuild_projections", job=["r1"], stdout=None, stderr=None)
     assert dict(Job.objects.values_list("job_id", "status")) == {
-        "r1": "paused:approval", "r2": "completed", "r3": "paused:reconciliation"}  # fmt: skip
+        "r1": "paused:approval",
+        "r2": "completed",
+        "r3": "paused:reconciliation",
+    }
 
 
 # --- escalation life cycle through ingest -----------------------------------------------------
+
+
+@pytest.fixture
+def email_channel(settings):
+    """One notification channel, so every opening and reopening writes one outbox row."""
+    settings.TRACEVIZ_ESCALATION_EMAILS = ["support@example.com"]
 
 
 def auth_failure(at: float, attempt: int) -> dict:
     return finished("n1", "retryable_failure", at=at, attempt=attempt, error_type="auth")
 
 
-def test_new_escalation_gets_an_opened_entry_and_a_notification():
+def test_new_escalation_gets_an_opened_entry_and_a_notification(email_channel):
     store([auth_failure(1, 1) | {"event_id": "f1"}])
     escalation = Escalation.objects.get()
-    assert (escalation.kind, escalation.node_id, escalation.status, escalation.source,
-            escalation.trigger_event_ids) == ("user_action", "n1", "open", "replay", ["f1"])  # fmt: skip
+    assert (
+        escalation.kind,
+        escalation.node_id,
+        escalation.status,
+        escalation.source,
+        escalation.trigger_event_ids,
+    ) == ("user_action", "n1", "open", "replay", ["f1"])
     assert list(escalation.entries.values_list("action", "actor_name", "to_status")) == [
-        ("opened", "traceviz", "open")]  # fmt: skip
+        ("opened", "traceviz", "open")
+    ]
     assert list(Notification.objects.values_list("reason", "status")) == [("opened", "pending")]
 
 
-def test_resolved_escalation_stays_resolved_when_its_rule_keeps_holding():
+def test_resolved_escalation_stays_resolved_when_its_rule_keeps_holding(email_channel):
     store([auth_failure(1, 1)])
     escalations.resolve(Escalation.objects.get(), user("support1", "support"), "re-authed")
     store([finished("n2", at=2), auth_failure(3, 2)])
@@ -265,7 +351,7 @@ def test_resolved_escalation_stays_resolved_when_its_rule_keeps_holding():
     assert Notification.objects.count() == 1
 
 
-def test_resolved_escalation_reopens_on_a_new_trigger():
+def test_resolved_escalation_reopens_on_a_new_trigger(email_channel):
     store([auth_failure(1, 1)])
     escalations.resolve(Escalation.objects.get(), user("support1", "support"), "re-authed")
     store([finished("n1", at=2, attempt=2) | {"event_id": "ok2"}])
@@ -275,10 +361,14 @@ def test_resolved_escalation_reopens_on_a_new_trigger():
     assert escalation.status == "open"
     assert escalation.trigger_event_ids[-1] == "f3"
     assert list(escalation.entries.values_list("action", "from_status", "to_status")) == [
-        ("opened", "", "open"), ("resolved", "open", "resolved"),
-        ("reopened", "resolved", "open")]  # fmt: skip
+        ("opened", "", "open"),
+        ("resolved", "open", "resolved"),
+        ("reopened", "resolved", "open"),
+    ]
     assert list(Notification.objects.values_list("reason", flat=True).order_by("id")) == [
-        "opened", "reopened"]  # fmt: skip
+        "opened",
+        "reopened",
+    ]
 
 
 def test_resend_does_not_reopen_a_resolved_escalation():
@@ -290,16 +380,24 @@ def test_resend_does_not_reopen_a_resolved_escalation():
 
 
 def test_job_finishing_completed_adds_job_recovered_to_unresolved_escalations():
-    store([auth_failure(1, 1),
-           finished("n2", "permanent_failure", at=2, error_type="BoundaryViolation")])  # fmt: skip
+    store(
+        [
+            auth_failure(1, 1),
+            finished("n2", "permanent_failure", at=2, error_type="BoundaryViolation"),
+        ]
+    )
     support = user("support1", "support")
     boundary = Escalation.objects.get(kind="boundary_violation")
     escalations.resolve(boundary, support, "known")
     store([finished("n1", at=3, attempt=2), event("job_finished", at=4, status="completed")])
-    actions = {esc.kind: list(esc.entries.values_list("action", flat=True))
-               for esc in Escalation.objects.all()}  # fmt: skip
-    assert actions == {"user_action": ["opened", "job recovered"],
-                       "boundary_violation": ["opened", "resolved"]}  # fmt: skip
+    actions = {
+        esc.kind: list(esc.entries.values_list("action", flat=True))
+        for esc in Escalation.objects.all()
+    }
+    assert actions == {
+        "user_action": ["opened", "job recovered"],
+        "boundary_violation": ["opened", "resolved"],
+    }
     assert Escalation.objects.get(kind="user_action").status == "open"
 
 
@@ -309,15 +407,32 @@ def test_job_recovered_is_noted_once():
     store([event("custom.thing", at=5)])
     call_command("rebuild_projections", stdout=None, stderr=None)
     assert list(EscalationEntry.objects.values_list("action", flat=True)) == [
-        "opened", "job recovered"]  # fmt: skip
+        "opened",
+        "job recovered",
+    ]
 
 
 def test_raised_escalation_comes_from_the_producer():
-    store([event("escalation_raised", at=1, kind="budget", message="over", severity="high",
-                 node_id="n7")])  # fmt: skip
+    store(
+        [
+            event(
+                "escalation_raised",
+                at=1,
+                kind="budget",
+                message="over",
+                severity="high",
+                node_id="n7",
+            )
+        ]
+    )
     escalation = Escalation.objects.get()
-    assert (escalation.kind, escalation.node_id, escalation.severity, escalation.message,
-            escalation.source) == ("raised", "n7", "high", "over", "producer")  # fmt: skip
+    assert (
+        escalation.kind,
+        escalation.node_id,
+        escalation.severity,
+        escalation.message,
+        escalation.source,
+    ) == ("raised", "n7", "high", "over", "producer")
 
 
 # --- repair budget ----------------------------------------------------------------------------
@@ -339,8 +454,12 @@ def test_repair_budget_exhausted_on_the_run_that_pushed_the_chain_over(settings)
     assert not Escalation.objects.filter(kind="repair_budget_exhausted").exists()
     store(logic_run("run-3", 20, retry_of="run-2"))
     escalation = Escalation.objects.get(kind="repair_budget_exhausted")
-    assert (escalation.job.job_id, escalation.node_id, escalation.severity,
-            escalation.trigger_event_ids) == ("run-3", "", "medium", ["run-3-fail"])  # fmt: skip
+    assert (
+        escalation.job.job_id,
+        escalation.node_id,
+        escalation.severity,
+        escalation.trigger_event_ids,
+    ) == ("run-3", "", "medium", ["run-3-fail"])
 
 
 def test_repair_budget_picks_the_run_by_event_time_not_arrival(settings):
@@ -383,8 +502,11 @@ def run_import(path) -> tuple[dict, str | None]:
     return json.loads(out.getvalue()), failure
 
 
-STREAM = [event("job_started", "imp", at=0), started("n1", "imp", at=1),
-          finished("n1", "success", "imp", at=2)]  # fmt: skip
+STREAM = [
+    event("job_started", "imp", at=0),
+    started("n1", "imp", at=1),
+    finished("n1", "success", "imp", at=2),
+]
 
 
 def test_import_events_reads_a_json_file(tmp_path):
@@ -449,8 +571,28 @@ def test_store_batch_uses_receive_time_for_events_without_ts():
     from datetime import UTC, datetime
 
     received = datetime(2026, 5, 1, 12, 0, tzinfo=UTC)
-    batch = events.parse_items([{"type": "node_finished", "job_id": "nt",
-                                 "payload": {"node_id": "n1"}}], 10)  # fmt: skip
+    batch = events.parse_items(
+        [{"type": "node_finished", "job_id": "nt", "payload": {"node_id": "n1"}}], 10
+    )
     ingest.store_batch(batch, received_at=received)
     assert Event.objects.get(job_id="nt").ts == received
     assert Job.objects.get(job_id="nt").last_received_at == received
+
+
+def test_max_retries_exceeded_follows_traceviz_max_retries(settings):
+    settings.TRACEVIZ_MAX_RETRIES = 2
+    store([finished("n1", "retryable_failure", at=a, attempt=a) for a in (1, 2)])
+    assert not Escalation.objects.exists()
+    store([finished("n1", "retryable_failure", at=3, attempt=3) | {"event_id": "third"}])
+    escalation = Escalation.objects.get()
+    assert (
+        escalation.kind,
+        escalation.node_id,
+        escalation.severity,
+        escalation.trigger_event_ids,
+    ) == (
+        "max_retries_exceeded",
+        "n1",
+        "medium",
+        ["third"],
+    )

@@ -6,8 +6,10 @@ import pytest
 from jobs.replay import ReplayConfig, build
 from tests.factories import event, finished, parsed, started
 
+DEFAULT_CONFIG = ReplayConfig()
 
-def triggers(*items, config: ReplayConfig = ReplayConfig()) -> list[tuple]:
+
+def triggers(*items, config: ReplayConfig = DEFAULT_CONFIG) -> list[tuple]:
     with_ids = [item | {"event_id": item.get("event_id", f"e{i}")} for i, item in enumerate(items)]
     state = build(parsed(with_ids), config)
     return [(t.kind, t.node_id, t.severity, t.event_id) for t in state.escalation_triggers]
@@ -15,10 +17,9 @@ def triggers(*items, config: ReplayConfig = ReplayConfig()) -> list[tuple]:
 
 @pytest.mark.parametrize("error_type", ["auth", "permission"])
 def test_paused_approval_triggers_user_action_on_the_failing_node(error_type):
-    assert triggers(finished("n1", at=1), finished("n2", "permanent_failure", at=2,
-                                                   error_type=error_type)) == [
-        ("user_action", "n2", "medium", "e1")
-    ]  # fmt: skip
+    assert triggers(
+        finished("n1", at=1), finished("n2", "permanent_failure", at=2, error_type=error_type)
+    ) == [("user_action", "n2", "medium", "e1")]
 
 
 @pytest.mark.parametrize("error_type", ["internal", "NotAClassifiedType"])
@@ -41,10 +42,10 @@ def test_other_statuses_trigger_no_status_escalation(error_type):
 
 
 def test_status_escalation_attaches_to_the_latest_failing_node():
-    assert triggers(finished("n1", "permanent_failure", at=1),
-                    finished("n2", "retryable_failure", at=2, error_type="auth")) == [
-        ("user_action", "n2", "medium", "e1")
-    ]  # fmt: skip
+    assert triggers(
+        finished("n1", "permanent_failure", at=1),
+        finished("n2", "retryable_failure", at=2, error_type="auth"),
+    ) == [("user_action", "n2", "medium", "e1")]
 
 
 def retries(count: int, node: str = "n1") -> list[dict]:
@@ -83,15 +84,16 @@ def test_error_type_boundary_violation_triggers_boundary_violation():
 
 
 def test_plan_hash_mismatch_triggers_boundary_violation_not_contract_violation():
-    assert triggers(event("job_started", at=0, plan_hash="p1"),
-                    finished("n1", at=1, plan_hash="p2")) == [
-        ("boundary_violation", "n1", "high", "e1")
-    ]  # fmt: skip
+    assert triggers(
+        event("job_started", at=0, plan_hash="p1"), finished("n1", at=1, plan_hash="p2")
+    ) == [("boundary_violation", "n1", "high", "e1")]
 
 
 def test_matching_plan_hash_triggers_nothing():
-    assert triggers(event("job_started", at=0, plan_hash="p1"),
-                    finished("n1", at=1, plan_hash="p1")) == []  # fmt: skip
+    assert (
+        triggers(event("job_started", at=0, plan_hash="p1"), finished("n1", at=1, plan_hash="p1"))
+        == []
+    )
 
 
 def test_duplicate_success_triggers_contract_violation():
@@ -107,18 +109,39 @@ def test_rerun_after_permanent_triggers_contract_violation():
 
 
 def test_warning_and_info_findings_trigger_nothing():
-    assert triggers(
-        event("job_finished", at=1, status="completed"),  # then result_after_finish
-        finished("n1", at=2, attempt=3),  # attempt_gap
-    ) == []
+    assert (
+        triggers(
+            event("job_finished", at=1, status="completed"),  # then result_after_finish
+            finished("n1", at=2, attempt=3),  # attempt_gap
+        )
+        == []
+    )
 
 
 def test_escalation_raised_triggers_raised_with_its_node_and_severity():
-    state = build(parsed([event("escalation_raised", at=1, event_id="r1", kind="budget",
-                                message="over budget", node_id="n4", severity="critical")]))  # fmt: skip
+    state = build(
+        parsed(
+            [
+                event(
+                    "escalation_raised",
+                    at=1,
+                    event_id="r1",
+                    kind="budget",
+                    message="over budget",
+                    node_id="n4",
+                    severity="critical",
+                )
+            ]
+        )
+    )
     (trigger,) = state.escalation_triggers
     assert (trigger.kind, trigger.node_id, trigger.severity, trigger.message, trigger.event_id) == (
-        "raised", "n4", "critical", "over budget", "r1")  # fmt: skip
+        "raised",
+        "n4",
+        "critical",
+        "over budget",
+        "r1",
+    )
 
 
 def test_escalation_raised_without_node_or_severity_attaches_to_the_job_at_medium():
@@ -128,45 +151,59 @@ def test_escalation_raised_without_node_or_severity_attaches_to_the_job_at_mediu
 
 
 def test_each_escalation_raised_event_is_its_own_trigger():
-    assert triggers(event("escalation_raised", at=1, kind="a"),
-                    event("escalation_raised", at=2, kind="b")) == [
-        ("raised", "", "medium", "e0"), ("raised", "", "medium", "e1")
-    ]  # fmt: skip
+    assert triggers(
+        event("escalation_raised", at=1, kind="a"), event("escalation_raised", at=2, kind="b")
+    ) == [("raised", "", "medium", "e0"), ("raised", "", "medium", "e1")]
 
 
 def test_rule_that_keeps_holding_triggers_once():
-    assert triggers(finished("n1", "retryable_failure", at=1, error_type="auth"),
-                    finished("n2", at=2),
-                    finished("n1", "retryable_failure", at=3, attempt=2, error_type="auth")) == [
-        ("user_action", "n1", "medium", "e0")
-    ]  # fmt: skip
+    assert triggers(
+        finished("n1", "retryable_failure", at=1, error_type="auth"),
+        finished("n2", at=2),
+        finished("n1", "retryable_failure", at=3, attempt=2, error_type="auth"),
+    ) == [("user_action", "n1", "medium", "e0")]
 
 
 def test_rule_that_stops_holding_and_holds_again_triggers_again():
-    assert triggers(finished("n1", "retryable_failure", at=1, error_type="auth"),
-                    finished("n1", at=2, attempt=2),
-                    finished("n1", "retryable_failure", at=3, attempt=3, error_type="auth")) == [
-        ("user_action", "n1", "medium", "e0"), ("user_action", "n1", "medium", "e2")
-    ]  # fmt: skip
+    assert triggers(
+        finished("n1", "retryable_failure", at=1, error_type="auth"),
+        finished("n1", at=2, attempt=2),
+        finished("n1", "retryable_failure", at=3, attempt=3, error_type="auth"),
+    ) == [("user_action", "n1", "medium", "e0"), ("user_action", "n1", "medium", "e2")]
 
 
 def test_job_finished_stops_a_status_rule_from_holding():
-    assert triggers(finished("n1", "retryable_failure", at=1, error_type="auth"),
-                    event("job_finished", at=2, status="failed"),
-                    finished("n1", "retryable_failure", at=3, attempt=2, error_type="auth")) == [
-        ("user_action", "n1", "medium", "e0")
-    ]  # fmt: skip
+    assert triggers(
+        finished("n1", "retryable_failure", at=1, error_type="auth"),
+        event("job_finished", at=2, status="failed"),
+        finished("n1", "retryable_failure", at=3, attempt=2, error_type="auth"),
+    ) == [("user_action", "n1", "medium", "e0")]
 
 
 def test_stale_failure_triggers_nothing():
-    assert triggers(event("cancel_requested", at=1, epoch=2),
-                    finished("n1", "permanent_failure", at=2, epoch=1,
-                             error_type="BoundaryViolation")) == []  # fmt: skip
+    assert (
+        triggers(
+            event("cancel_requested", at=1, epoch=2),
+            finished("n1", "permanent_failure", at=2, epoch=1, error_type="BoundaryViolation"),
+        )
+        == []
+    )
 
 
 def test_trigger_carries_the_event_time_and_a_message():
-    state = build(parsed([finished("n1", "permanent_failure", at=3, error_type="auth",
-                                   reason="Gmail.send: token expired")]))  # fmt: skip
+    state = build(
+        parsed(
+            [
+                finished(
+                    "n1",
+                    "permanent_failure",
+                    at=3,
+                    error_type="auth",
+                    reason="Gmail.send: token expired",
+                )
+            ]
+        )
+    )
     (trigger,) = state.escalation_triggers
     assert trigger.ts.isoformat() == "2026-03-02T09:00:03+00:00"
     assert trigger.message == (

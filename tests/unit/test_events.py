@@ -40,7 +40,10 @@ def test_body_that_is_not_json_is_a_400():
 @pytest.mark.parametrize("body", [b"5", b'"text"', b"null", b"true"])
 def test_json_that_is_not_an_object_or_array_is_a_400(body):
     error = body_error(body)
-    assert (error.status, error.message) == (400, "body must be a JSON object or an array of objects")
+    assert (error.status, error.message) == (
+        400,
+        "body must be a JSON object or an array of objects",
+    )
 
 
 @pytest.mark.parametrize(("body", "content_type"), [(b"[]", JSON), (b"\n\n", NDJSON)])
@@ -72,8 +75,12 @@ def test_invalid_utf8_in_one_ndjson_line_is_that_items_error_only():
     body = b'{"type": "t", "job_id": "j1"}\n{"type": "t", "job_id": "j\xff2"}\n'
     batch = events.parse_body(body, NDJSON, 10)
     assert [(index, event.job_id) for index, event in batch.events] == [(0, "j1")]
-    assert batch.errors == [{"index": 1, "errors": [
-        {"field": "(line)", "message": "not JSON: not valid UTF-8 at byte 26"}]}]  # fmt: skip
+    assert batch.errors == [
+        {
+            "index": 1,
+            "errors": [{"field": "(line)", "message": "not JSON: not valid UTF-8 at byte 26"}],
+        }
+    ]
 
 
 def test_ndjson_line_that_is_not_json_is_that_items_error_only():
@@ -111,8 +118,9 @@ def test_gzip_that_inflates_past_the_limit_is_a_413():
     with pytest.raises(BodyError) as caught:
         events.decompress(bomb, "gzip", 1024)
     assert (caught.value.status, caught.value.message) == (
-        413, "body inflates past the limit of 1024 bytes"
-    )  # fmt: skip
+        413,
+        "body inflates past the limit of 1024 bytes",
+    )
 
 
 def test_gzip_that_inflates_to_exactly_the_limit_is_accepted():
@@ -153,8 +161,17 @@ def test_job_id_over_200_characters_is_a_field_error():
     ]
 
 
-@pytest.mark.parametrize("ts", ["2026-03-02T09:00:00", "yesterday", "2026-13-02T09:00:00Z",
-                                "2026-03-02", 1772442000, "2026-03-02T09:00:60Z"])  # fmt: skip
+@pytest.mark.parametrize(
+    "ts",
+    [
+        "2026-03-02T09:00:00",
+        "yesterday",
+        "2026-13-02T09:00:00Z",
+        "2026-03-02",
+        1772442000,
+        "2026-03-02T09:00:60Z",
+    ],
+)
 def test_ts_that_is_not_rfc3339_is_a_field_error(ts):
     assert errors_of({"type": "t", "job_id": "j1", "ts": ts}) == [
         {"field": "ts", "message": "must be an RFC 3339 timestamp with an offset"}
@@ -209,11 +226,13 @@ def test_duration_ms_integer_or_not_is_accepted(duration_ms):
 
 
 def test_unknown_result_type_is_a_field_error():
-    assert errors_of(node_finished(result_type="partial_success")) == [{
-        "field": "payload.result_type",
-        "message": "must be one of success, retryable_failure, permanent_failure, "
-        "compensatable_failure",
-    }]  # fmt: skip
+    assert errors_of(node_finished(result_type="partial_success")) == [
+        {
+            "field": "payload.result_type",
+            "message": "must be one of success, retryable_failure, permanent_failure, "
+            "compensatable_failure",
+        }
+    ]
 
 
 def test_step_index_over_bound_is_a_field_error():
@@ -245,8 +264,14 @@ def test_lone_surrogate_in_json_is_a_field_error():
         b'{"type": "t", "job_id": "j1", "payload": {"note": "\\ud800"}}', JSON, 10
     )
     assert batch.events == []
-    assert batch.errors == [{"index": 0, "errors": [
-        {"field": "payload.note", "message": "must be valid Unicode text (lone surrogate)"}]}]  # fmt: skip
+    assert batch.errors == [
+        {
+            "index": 0,
+            "errors": [
+                {"field": "payload.note", "message": "must be valid Unicode text (lone surrogate)"}
+            ],
+        }
+    ]
 
 
 def test_surrogate_pair_in_json_is_accepted():
@@ -310,9 +335,19 @@ def test_explicit_event_id_is_kept():
 
 
 def test_same_bad_input_always_gets_the_same_messages():
-    item = {"type": "node_finished", "job_id": "", "ts": "now", "seq": -2,
-            "payload": {"attempt": 0, "duration_ms": "x", "result_type": "meh", "a": "\x00",
-                        "b": "\x00"}}  # fmt: skip
+    item = {
+        "type": "node_finished",
+        "job_id": "",
+        "ts": "now",
+        "seq": -2,
+        "payload": {
+            "attempt": 0,
+            "duration_ms": "x",
+            "result_type": "meh",
+            "a": "\x00",
+            "b": "\x00",
+        },
+    }
     first = errors_of(item)
     assert [errors_of(json.loads(json.dumps(item))) for _ in range(3)] == [first] * 3
     assert first == [
@@ -322,12 +357,22 @@ def test_same_bad_input_always_gets_the_same_messages():
 
 
 def test_all_field_errors_of_an_item_come_in_a_fixed_order():
-    item = {"type": "node_finished", "job_id": "", "ts": "now", "seq": -2,
-            "payload": {"attempt": 0, "duration_ms": "x", "result_type": "meh"}}  # fmt: skip
+    item = {
+        "type": "node_finished",
+        "job_id": "",
+        "ts": "now",
+        "seq": -2,
+        "payload": {"attempt": 0, "duration_ms": "x", "result_type": "meh"},
+    }
     assert [error["field"] for error in errors_of(item)] == [
-        "job_id", "ts", "seq", "payload.node_id", "payload.attempt", "payload.duration_ms",
+        "job_id",
+        "ts",
+        "seq",
+        "payload.node_id",
+        "payload.attempt",
+        "payload.duration_ms",
         "payload.result_type",
-    ]  # fmt: skip
+    ]
 
 
 def test_unknown_event_type_is_kept_with_its_payload():
@@ -374,3 +419,29 @@ def test_order_key_sorts_by_ts_seq_type_rank_attempt_event_id():
         events.order_key(t0, None, "something_else", 1, "a"),
     ]
     assert sorted(range(len(keys)), key=keys.__getitem__) == [5, 4, 3, 2, 6, 1, 0]
+
+
+def test_number_too_large_for_a_double_rejects_the_json_body():
+    error = body_error(b'{"type": "t", "job_id": "j1", "payload": {"x": 1e400}}')
+    assert (error.status, error.message) == (400, "body is not JSON: number 1e400 is out of range")
+
+
+def test_number_too_large_for_a_double_is_that_ndjson_lines_error_only():
+    body = b'{"type": "t", "job_id": "j1"}\n{"type": "t", "job_id": "j2", "payload": {"x": -1e999}}'
+    batch = events.parse_body(body, NDJSON, 10)
+    assert len(batch.events) == 1
+    assert batch.errors == [
+        {
+            "index": 1,
+            "errors": [{"field": "(line)", "message": "not JSON: number -1e999 is out of range"}],
+        }
+    ]
+
+
+@pytest.mark.parametrize("literal", [b"NaN", b"Infinity", b"-Infinity"])
+def test_non_finite_literals_are_not_json(literal):
+    error = body_error(b'{"type": "t", "job_id": "j1", "payload": {"x": ' + literal + b"}}")
+    assert (error.status, error.message) == (
+        400,
+        f"body is not JSON: {literal.decode()} is not valid JSON",
+    )

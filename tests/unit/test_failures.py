@@ -74,8 +74,10 @@ def test_failure_code_has_its_retryability_and_single_owner(code, retryable, own
 
 
 def test_failure_code_table_has_exactly_the_eleven_codes():
-    table = {str(code): (retryable, str(owner)) for code, (retryable, owner) in
-             failures.FAILURE_CODES.items()}  # fmt: skip
+    table = {
+        str(code): (retryable, str(owner))
+        for code, (retryable, owner) in failures.FAILURE_CODES.items()
+    }
     assert table == {code: (retryable, owner) for code, retryable, owner in FAILURE_CODES}
     assert len(FailureCode) == 11
 
@@ -88,11 +90,15 @@ def test_unknown_failure_code_counts_as_unknown_failure(code):
 
 
 def test_terminal_result_types_are_permanent_and_compensatable():
-    assert failures.TERMINAL_RESULT_TYPES == {"permanent_failure", "compensatable_failure"}
+    assert {"permanent_failure", "compensatable_failure"} == failures.TERMINAL_RESULT_TYPES
 
 
 def test_attention_statuses_are_failed_and_paused():
     assert {str(s) for s in failures.ATTENTION_STATUSES} == {
-        "failed", "failed:logic", "failed:internal",
-        "paused:transient", "paused:approval", "paused:reconciliation",
-    }  # fmt: skip
+        "failed",
+        "failed:logic",
+        "failed:internal",
+        "paused:transient",
+        "paused:approval",
+        "paused:reconciliation",
+    }

@@ -26,11 +26,14 @@ SECRET_SHAPES = [
     ("client_secret: 'q8w9e0r'", "q8w9e0r"),
     ('api_key="k-live-998877"', "k-live-998877"),
     ("PASSWORD = correct-horse", "correct-horse"),
-    ("push ghp_abcdefghijklmnopqrstuvwxyz0123456789 rejected", "ghp_abcdefghijklmnopqrstuvwxyz0123456789"),
+    (
+        "push ghp_abcdefghijklmnopqrstuvwxyz0123456789 rejected",
+        "ghp_abcdefghijklmnopqrstuvwxyz0123456789",
+    ),
     ("github_pat_11ABCDEFG0123456789_abcdefghijklmnopqrstuvwxyz", "github_pat_11ABCDEFG0123456789"),
     ("gho_0123456789abcdefghijABCDEFGHIJ", "gho_0123456789abcdefghijABCDEFGHIJ"),
     ("slack xoxb-1234567890-abcdefghij", "xoxb-1234567890-abcdefghij"),
-]  # fmt: skip
+]
 ORDINARY_TEXT = [
     "token expired",
     "Gmail.send: token expired",
@@ -71,9 +74,23 @@ def test_ordinary_text_is_untouched(text):
     assert redact_text(text) == text
 
 
-@pytest.mark.parametrize("key", ["password", "secret", "token", "api_key", "authorization",
-                                 "Authorization", "apiKey", "client_secret", "access_token",
-                                 "db_password", "refresh_token", "private_key"])  # fmt: skip
+@pytest.mark.parametrize(
+    "key",
+    [
+        "password",
+        "secret",
+        "token",
+        "api_key",
+        "authorization",
+        "Authorization",
+        "apiKey",
+        "client_secret",
+        "access_token",
+        "db_password",
+        "refresh_token",
+        "private_key",
+    ],
+)
 def test_json_key_named_like_a_secret_is_masked_at_any_depth(key):
     payload = {"a": {"b": [{"c": {key: "opaque-value-1"}}]}}
     assert redact(payload) == {"a": {"b": [{"c": {key: MASK}}]}}
@@ -86,8 +103,18 @@ def test_json_secret_key_with_non_text_value_is_masked():
     }
 
 
-@pytest.mark.parametrize("key", ["session_id", "max_tokens", "prompt_tokens", "total_tokens",
-                                 "completion_tokens", "token_count", "tokens"])  # fmt: skip
+@pytest.mark.parametrize(
+    "key",
+    [
+        "session_id",
+        "max_tokens",
+        "prompt_tokens",
+        "total_tokens",
+        "completion_tokens",
+        "token_count",
+        "tokens",
+    ],
+)
 def test_json_key_that_only_mentions_tokens_or_sessions_is_kept(key):
     payload = {"usage": {key: "sess-42" if key == "session_id" else 4096}}
     assert redact(payload) == payload

@@ -37,8 +37,9 @@ def test_missing_result_type_counts_as_success():
     assert state.payload_results == {"a": 1}
 
 
-@pytest.mark.parametrize("result_type", ["retryable_failure", "permanent_failure",
-                                         "compensatable_failure"])  # fmt: skip
+@pytest.mark.parametrize(
+    "result_type", ["retryable_failure", "permanent_failure", "compensatable_failure"]
+)
 def test_only_success_completes_a_node(result_type):
     state = replay(finished("n1", result_type, payload_results={"partial": True}))
     assert state.completed_node_ids == []
@@ -65,8 +66,9 @@ def test_payload_results_shallow_merge_with_the_later_key_winning():
 
 
 def test_cursor_node_is_the_last_completed_node():
-    state = replay(finished("n1", at=1), finished("n2", at=2),
-                   finished("n3", "retryable_failure", at=3))  # fmt: skip
+    state = replay(
+        finished("n1", at=1), finished("n2", at=2), finished("n3", "retryable_failure", at=3)
+    )
     assert state.cursor_node == "n2"
 
 
@@ -77,12 +79,13 @@ def test_cursor_node_moves_back_to_a_node_completed_again():
 
 def test_retryable_failure_then_success_completes_the_node():
     state = replay(
-        started("n1", at=0), finished("n1", "retryable_failure", at=1, error_type="network"),
-        started("n1", at=2, attempt=2), finished("n1", at=3, attempt=2),
-    )  # fmt: skip
+        started("n1", at=0),
+        finished("n1", "retryable_failure", at=1, error_type="network"),
+        started("n1", at=2, attempt=2),
+        finished("n1", at=3, attempt=2),
+    )
     assert state.completed_node_ids == ["n1"]
-    assert steps(state) == [("n1", 1, "retryable_failure", "retryable"),
-                            ("n1", 2, "success", "ok")]  # fmt: skip
+    assert steps(state) == [("n1", 1, "retryable_failure", "retryable"), ("n1", 2, "success", "ok")]
     assert state.failing_node_ids == []
     assert state.status == "running"
 
@@ -142,11 +145,14 @@ def test_result_after_cancel_is_ignored_stale(cancel_epoch, finish_epoch):
     assert state.cursor_node == "n1"
 
 
-@pytest.mark.parametrize(("result_type", "segment"), [("retryable_failure", "retryable"),
-                                                      ("permanent_failure", "failed")])  # fmt: skip
+@pytest.mark.parametrize(
+    ("result_type", "segment"),
+    [("retryable_failure", "retryable"), ("permanent_failure", "failed")],
+)
 def test_stale_failure_keeps_its_segment_and_has_no_effect(result_type, segment):
-    state = replay(cancel(at=1, epoch=2),
-                   finished("n1", result_type, at=2, epoch=1, error_type="auth"))  # fmt: skip
+    state = replay(
+        cancel(at=1, epoch=2), finished("n1", result_type, at=2, epoch=1, error_type="auth")
+    )
     step = state.step("n1", 1)
     assert (step.ignored_stale, step.segment) == (True, segment)
     assert state.failing_node_ids == []
@@ -155,8 +161,9 @@ def test_stale_failure_keeps_its_segment_and_has_no_effect(result_type, segment)
 
 
 def test_result_with_the_cancels_epoch_or_higher_is_not_stale():
-    state = replay(cancel(at=1, epoch=2), finished("n1", at=2, epoch=2),
-                   finished("n2", at=3, epoch=3))  # fmt: skip
+    state = replay(
+        cancel(at=1, epoch=2), finished("n1", at=2, epoch=2), finished("n2", at=3, epoch=3)
+    )
     assert [s.ignored_stale for s in state.steps] == [False, False]
     assert state.completed_node_ids == ["n1", "n2"]
 
@@ -194,8 +201,9 @@ def test_cancel_then_job_finished_cancelled_is_cancelled():
 
 @pytest.mark.parametrize("status", ["completed", "failed", "cancelled"])
 def test_rule1_job_finished_sets_the_status(status):
-    state = replay(finished("n1", "permanent_failure", at=1, error_type="auth"),
-                   job_finished(status))  # fmt: skip
+    state = replay(
+        finished("n1", "permanent_failure", at=1, error_type="auth"), job_finished(status)
+    )
     assert state.status == status
 
 
@@ -209,8 +217,9 @@ def test_rule1_cancelling_wins_over_a_failing_node():
 
 
 def test_rule2_indeterminate_latest_failing_node_is_paused_reconciliation():
-    state = replay(finished("n1", "permanent_failure", at=1, state="indeterminate",
-                            error_type="auth"))  # fmt: skip
+    state = replay(
+        finished("n1", "permanent_failure", at=1, state="indeterminate", error_type="auth")
+    )
     assert state.status == "paused:reconciliation"
 
 
@@ -222,64 +231,95 @@ def test_rule2_applies_only_to_the_latest_failing_node():
     assert state.status == "paused:transient"
 
 
-@pytest.mark.parametrize(("error_type", "status"), [
-    ("auth", "paused:approval"), ("permission", "paused:approval"),
-    ("network", "paused:transient"), ("TransientError", "paused:transient"),
-    ("logic", "failed:logic"), ("ValidationError", "failed:logic"),
-    ("internal", "failed:internal"), ("PermanentError", "failed"),
-    ("BoundaryViolation", "failed"), ("SomethingElse", "failed:internal"),
-])  # fmt: skip
+@pytest.mark.parametrize(
+    ("error_type", "status"),
+    [
+        ("auth", "paused:approval"),
+        ("permission", "paused:approval"),
+        ("network", "paused:transient"),
+        ("TransientError", "paused:transient"),
+        ("logic", "failed:logic"),
+        ("ValidationError", "failed:logic"),
+        ("internal", "failed:internal"),
+        ("PermanentError", "failed"),
+        ("BoundaryViolation", "failed"),
+        ("SomethingElse", "failed:internal"),
+    ],
+)
 def test_rule3_latest_failing_nodes_error_type_decides_the_status(error_type, status):
     state = replay(finished("n1", "retryable_failure", at=1, error_type=error_type))
     assert state.status == status
 
 
 def test_rule3_uses_the_latest_failing_node_in_event_order():
-    auth_last = replay(finished("n1", "retryable_failure", at=1, error_type="network"),
-                       finished("n2", "permanent_failure", at=2, error_type="auth"))  # fmt: skip
-    network_last = replay(finished("n2", "permanent_failure", at=1, error_type="auth"),
-                          finished("n1", "retryable_failure", at=2, error_type="network"))  # fmt: skip
+    auth_last = replay(
+        finished("n1", "retryable_failure", at=1, error_type="network"),
+        finished("n2", "permanent_failure", at=2, error_type="auth"),
+    )
+    network_last = replay(
+        finished("n2", "permanent_failure", at=1, error_type="auth"),
+        finished("n1", "retryable_failure", at=2, error_type="network"),
+    )
     assert (auth_last.status, network_last.status) == ("paused:approval", "paused:transient")
 
 
 def test_rule3_error_type_wins_over_degraded_planner():
-    state = replay(event("graph.next_step.degraded", at=1, attempts=2),
-                   finished("n1", "retryable_failure", at=2, error_type="auth"))  # fmt: skip
+    state = replay(
+        event("graph.next_step.degraded", at=1, attempts=2),
+        finished("n1", "retryable_failure", at=2, error_type="auth"),
+    )
     assert state.status == "paused:approval"
 
 
 def test_rule3_failing_node_without_error_type_falls_through_to_degraded():
-    state = replay(finished("n1", "retryable_failure", at=1),
-                   event("graph.next_step.degraded", at=2, attempts=2))  # fmt: skip
+    state = replay(
+        finished("n1", "retryable_failure", at=1),
+        event("graph.next_step.degraded", at=2, attempts=2),
+    )
     assert state.status == "failed"
 
 
 def test_rule3_latest_failing_node_without_error_type_falls_through_to_rule5():
-    state = replay(finished("n1", "permanent_failure", at=1, error_type="network"),
-                   finished("n2", "retryable_failure", at=2))  # fmt: skip
+    state = replay(
+        finished("n1", "permanent_failure", at=1, error_type="network"),
+        finished("n2", "retryable_failure", at=2),
+    )
     assert state.status == "failed"
 
 
 def test_rule4_degraded_planner_fails_with_last_validation_error():
     state = replay(
         event("job_started", at=0, provider="anthropic", model="claude-x"),
-        event("graph.next_step.parse_invalid", at=1, attempt=1, provider="anthropic",
-              model="claude-x"),
-        event("graph.next_step.degraded", at=2, attempts=2, provider="anthropic",
-              model="claude-x", reason="next_step_parse_failed", status="failed"),
-    )  # fmt: skip
+        event(
+            "graph.next_step.parse_invalid", at=1, attempt=1, provider="anthropic", model="claude-x"
+        ),
+        event(
+            "graph.next_step.degraded",
+            at=2,
+            attempts=2,
+            provider="anthropic",
+            model="claude-x",
+            reason="next_step_parse_failed",
+            status="failed",
+        ),
+    )
     assert state.status == "failed"
     assert state.last_validation_error == {
-        "reason": "next_step_parse_failed", "attempts": 2, "schema": "NextStepProposal",
-        "provider": "anthropic", "model": "claude-x",
-    }  # fmt: skip
+        "reason": "next_step_parse_failed",
+        "attempts": 2,
+        "schema": "NextStepProposal",
+        "provider": "anthropic",
+        "model": "claude-x",
+    }
 
 
 def test_rule4_degraded_without_attempts_counts_parse_invalid_events():
-    state = replay(event("graph.next_step.parse_invalid", at=1, attempt=1),
-                   event("graph.next_step.parse_invalid", at=2, attempt=2),
-                   event("graph.next_step.parse_invalid", at=3, attempt=3),
-                   event("graph.next_step.degraded", at=4))  # fmt: skip
+    state = replay(
+        event("graph.next_step.parse_invalid", at=1, attempt=1),
+        event("graph.next_step.parse_invalid", at=2, attempt=2),
+        event("graph.next_step.parse_invalid", at=3, attempt=3),
+        event("graph.next_step.degraded", at=4),
+    )
     assert state.last_validation_error["attempts"] == 3
     assert state.last_validation_error["reason"] == "next_step_parse_failed"
 
@@ -290,8 +330,9 @@ def test_rule5_terminal_failure_without_error_type_is_failed(result_type):
 
 
 def test_rule5_terminal_failure_anywhere_wins_over_a_later_retryable_one():
-    state = replay(finished("n1", "permanent_failure", at=1),
-                   finished("n2", "retryable_failure", at=2))  # fmt: skip
+    state = replay(
+        finished("n1", "permanent_failure", at=1), finished("n2", "retryable_failure", at=2)
+    )
     assert state.status == "failed"
 
 
@@ -304,15 +345,21 @@ def test_rule5_no_failing_node_is_running():
 
 
 def test_job_is_never_completed_without_job_finished():
-    state = replay(event("job_started", at=0), finished("n1", at=1), finished("n2", at=2),
-                   event("state_checkpointed", at=3, node_id="n2", state="done"))  # fmt: skip
+    state = replay(
+        event("job_started", at=0),
+        finished("n1", at=1),
+        finished("n2", at=2),
+        event("state_checkpointed", at=3, node_id="n2", state="done"),
+    )
     assert state.status == "running"
     assert state.completed_node_ids == ["n1", "n2"]
 
 
 def test_continue_on_error_failure_shows_failed_but_makes_no_node_failing():
-    state = replay(finished("n1", "permanent_failure", at=1, continue_on_error=True,
-                            error_type="auth"), finished("n2", at=2))  # fmt: skip
+    state = replay(
+        finished("n1", "permanent_failure", at=1, continue_on_error=True, error_type="auth"),
+        finished("n2", at=2),
+    )
     assert state.step("n1", 1).segment == "failed"
     assert state.failing_node_ids == []
     assert state.status == "running"
@@ -320,15 +367,19 @@ def test_continue_on_error_failure_shows_failed_but_makes_no_node_failing():
 
 
 def test_continue_on_error_failure_clears_an_earlier_failure_of_the_node():
-    state = replay(finished("n1", "retryable_failure", at=1),
-                   finished("n1", "retryable_failure", at=2, attempt=2, continue_on_error=True))  # fmt: skip
+    state = replay(
+        finished("n1", "retryable_failure", at=1),
+        finished("n1", "retryable_failure", at=2, attempt=2, continue_on_error=True),
+    )
     assert (state.failing_node_ids, state.status) == ([], "running")
 
 
 def test_failing_nodes_exclude_nodes_that_recovered():
-    state = replay(finished("n1", "retryable_failure", at=1, failure_code="adapter_timeout"),
-                   finished("n1", at=2, attempt=2),
-                   finished("n2", "permanent_failure", at=3, reason="404"))  # fmt: skip
+    state = replay(
+        finished("n1", "retryable_failure", at=1, failure_code="adapter_timeout"),
+        finished("n1", at=2, attempt=2),
+        finished("n2", "permanent_failure", at=3, reason="404"),
+    )
     assert state.failing_node_ids == ["n2"]
     assert (state.root_failure.node_id, state.root_failure.reason) == ("n2", "404")
 
@@ -339,16 +390,34 @@ def test_recovered_job_has_no_root_failure():
 
 
 def test_state_checkpointed_sets_the_state_of_a_running_attempt():
-    state = replay(started("n1", at=0),
-                   event("state_checkpointed", at=1, node_id="n1", state="indeterminate"))  # fmt: skip
+    state = replay(
+        started("n1", at=0), event("state_checkpointed", at=1, node_id="n1", state="indeterminate")
+    )
     assert state.step("n1", 1).state == "indeterminate"
 
 
 def test_job_started_sets_attributes_and_metadata():
-    state = replay(event("job_started", at=0, name="release", workflow="wf", provider="openai",
-                         model="gpt", plan_hash="p1", retry_of="j0", metadata={"team": "x"}))  # fmt: skip
-    assert state.attributes == {"name": "release", "workflow": "wf", "provider": "openai",
-                                "model": "gpt", "plan_hash": "p1", "retry_of": "j0"}  # fmt: skip
+    state = replay(
+        event(
+            "job_started",
+            at=0,
+            name="release",
+            workflow="wf",
+            provider="openai",
+            model="gpt",
+            plan_hash="p1",
+            retry_of="j0",
+            metadata={"team": "x"},
+        )
+    )
+    assert state.attributes == {
+        "name": "release",
+        "workflow": "wf",
+        "provider": "openai",
+        "model": "gpt",
+        "plan_hash": "p1",
+        "retry_of": "j0",
+    }
     assert state.metadata == {"team": "x"}
 
 
@@ -376,8 +445,11 @@ def test_events_are_replayed_by_ts_not_arrival():
 
 
 def test_equal_ts_is_ordered_by_seq_missing_counting_as_zero():
-    state = replay(finished("n1", at=1, seq=2) | {"seq": 2}, finished("n2", at=1) | {"seq": 1},
-                   finished("n3", at=1))  # fmt: skip
+    state = replay(
+        finished("n1", at=1, seq=2) | {"seq": 2},
+        finished("n2", at=1) | {"seq": 1},
+        finished("n3", at=1),
+    )
     assert state.completed_node_ids == ["n3", "n2", "n1"]
 
 
@@ -389,18 +461,25 @@ def test_equal_ts_and_seq_is_ordered_by_type_rank():
 
 
 def test_equal_ts_seq_and_type_is_ordered_by_attempt():
-    state = replay(finished("n1", at=1, attempt=2),
-                   finished("n1", "retryable_failure", at=1, attempt=1))  # fmt: skip
+    state = replay(
+        finished("n1", at=1, attempt=2), finished("n1", "retryable_failure", at=1, attempt=1)
+    )
     assert (state.status, state.completed_node_ids) == ("running", ["n1"])
 
 
 def test_equal_ts_seq_type_and_attempt_is_ordered_by_event_id():
-    a_fails = replay(finished("n1", at=1) | {"event_id": "b"},
-                     finished("n1", "retryable_failure", at=1) | {"event_id": "a"})  # fmt: skip
-    b_fails = replay(finished("n1", at=1) | {"event_id": "a"},
-                     finished("n1", "retryable_failure", at=1) | {"event_id": "b"})  # fmt: skip
+    a_fails = replay(
+        finished("n1", at=1) | {"event_id": "b"},
+        finished("n1", "retryable_failure", at=1) | {"event_id": "a"},
+    )
+    b_fails = replay(
+        finished("n1", at=1) | {"event_id": "a"},
+        finished("n1", "retryable_failure", at=1) | {"event_id": "b"},
+    )
     assert (a_fails.step("n1", 1).result_type, b_fails.step("n1", 1).result_type) == (
-        "success", "retryable_failure")  # fmt: skip
+        "success",
+        "retryable_failure",
+    )
 
 
 def test_steps_are_listed_in_event_order():

@@ -1,0 +1,387 @@
+"""Hourly pre-aggregates behind the dashboard's step panels (DESIGN.md section 6).
+
+The step panels (results over time, failure codes, error types, durations) count steps and
+distinct jobs by the hour of job start. Aggregated from Step rows on every request they read every
+step of the range (a week: a million rows). DashboardRollup keeps, per hour of job start (UTC),
+provider, model and the panel's dimension, the number of steps and of distinct jobs. A job lies
+in exactly one hour and has one provider and model, so job counts add up across rows, and every
+count read from the rollup equals the raw aggregate.
+
+Reading a range [start, end) (``plan`` then ``cells``): its whole hours come from the rollup; the
+partial hours at either end (one hour of jobs in all for a 24 h range) and whole hours still dirty
+are aggregated from the raw rows with the same SQL that fills the rollup.
+
+Freshness: ``project_jobs`` and retention call ``mark_dirty`` with the start hours of the jobs
+they rewrite or delete (old and new start): one INSERT of a row or two into DashboardDirtyHour in
+their transaction, append-only, so concurrent batches never conflict or wait on each other.
+``refresh`` deletes the marks of some hours, then recomputes those hours from the raw rows
+(DELETE + INSERT ... SELECT) in the same transaction. A mark it deletes was committed before its
+DELETE ran, so the recomputation, whose statements run after, sees that mark's data; a mark
+committed later is not deleted and the hour is recomputed again next time. One refresh runs at a
+time (a transaction-level advisory lock on PostgreSQL; SQLite serialises writers). The dashboard
+refreshes at most REQUEST_REFRESH_HOURS dirty hours of its range per request and reads any other
+dirty hour raw; the refresh_dashboard_rollup task does the rest every minute, in batches.
+
+Durations: percentiles do not add up across hours, so each (hour, provider, model, node) keeps a
+histogram of duration_ms in log-spaced buckets (bucket i holds 1 + ms in [e^(i/50), e^((i+1)/50)),
+2 % wide); percentiles read from merged histograms are within 2 % of the exact value.
+"""
+
+import json
+import math
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
+
+from django.db import connection, transaction
+from django.db.models import Q, Sum
+
+from jobs.models import DashboardDirtyHour, DashboardRollup, Job, Step
+
+Kind = DashboardRollup.Kind
+HOUR = timedelta(hours=1)
+# Buckets per e-fold of (1 + duration_ms): bucket i spans a factor e^(1/50) = 1.0202.
+SCALE = 50
+REQUEST_REFRESH_HOURS = 6
+TASK_BATCH_HOURS = 24
+TASK_MAX_BATCHES = 20
+# pg_try_advisory_xact_lock(int, int): the two-key space, apart from ingest's per-job keys.
+LOCK_KEYS = (0x747A76, 1)
+COLUMNS = ("hour", "kind", "provider", "model", "dimension", "status", "steps", "jobs",
+           "histogram")  # fmt: skip
+
+
+def hour_floor(value: datetime) -> datetime:
+    return value.astimezone(UTC).replace(minute=0, second=0, microsecond=0)
+
+
+def hour_ceil(value: datetime) -> datetime:
+    floor = hour_floor(value)
+    return floor if floor == value else floor + HOUR
+
+
+# --- marking and refreshing -------------------------------------------------------------------
+
+
+def mark_dirty(started: Iterable[datetime | None]) -> None:
+    """Record that the jobs started at these times changed (one INSERT; None is skipped)."""
+    hours = sorted({hour_floor(value) for value in started if value is not None})
+    if hours:
+        DashboardDirtyHour.objects.bulk_create([DashboardDirtyHour(hour=hour) for hour in hours])
+
+
+def dirty_hours(since: datetime | None = None, until: datetime | None = None) -> list[datetime]:
+    """Distinct dirty hours in [since, until), newest first."""
+    marks = DashboardDirtyHour.objects.all()
+    if since is not None:
+        marks = marks.filter(hour__gte=since)
+    if until is not None:
+        marks = marks.filter(hour__lt=until)
+    return list(marks.values_list("hour", flat=True).distinct().order_by("-hour"))
+
+
+def refresh(since: datetime, until: datetime, limit: int = REQUEST_REFRESH_HOURS) -> list[datetime]:
+    """Recompute the newest ``limit`` dirty hours in [since, until); returns the dirty hours left
+    (all of them when another refresh is running)."""
+    dirty = dirty_hours(since, until)
+    if dirty and limit > 0 and recompute(dirty[:limit]):
+        return dirty[limit:]
+    return dirty
+
+
+def refresh_pending(
+    batch_hours: int = TASK_BATCH_HOURS, max_batches: int = TASK_MAX_BATCHES
+) -> int:
+    """Recompute dirty hours, newest first, ``batch_hours`` per transaction; returns how many."""
+    done = 0
+    for _ in range(max_batches):
+        hours = dirty_hours()[:batch_hours]
+        if not hours or not recompute(hours):
+            break
+        done += len(hours)
+    return done
+
+
+def recompute(hours: Sequence[datetime]) -> bool:
+    """Delete these hours' marks and rows and recompute the rows from Step and Job rows, in one
+    transaction. False (nothing done) when another refresh holds the lock."""
+    # No savepoint inside a caller's transaction: nothing here catches an error.
+    with transaction.atomic(savepoint=False):
+        if not _lock(wait=False):
+            return False
+        _delete(hours)
+        _insert(_ranges(sorted(hours)))
+    return True
+
+
+def _delete(hours: Sequence[datetime]) -> None:
+    """Delete the hours' marks, then their rows (one statement on PostgreSQL)."""
+    if connection.vendor != "postgresql":
+        DashboardDirtyHour.objects.filter(hour__in=hours).delete()
+        DashboardRollup.objects.filter(hour__in=hours).delete()
+        return
+    marks, rows = DashboardDirtyHour._meta.db_table, DashboardRollup._meta.db_table
+    with connection.cursor() as cursor:
+        cursor.execute(
+            f"WITH marks AS (DELETE FROM {marks} WHERE hour = ANY(%s)) "
+            f"DELETE FROM {rows} WHERE hour = ANY(%s)",
+            [list(hours), list(hours)],
+        )
+
+
+def rebuild() -> int:
+    """Recompute the whole rollup (after a bulk load that bypassed project_jobs); returns the
+    number of rows."""
+    with transaction.atomic():
+        _lock(wait=True)
+        DashboardDirtyHour.objects.all().delete()
+        DashboardRollup.objects.all().delete()
+        _insert(None)
+    return DashboardRollup.objects.count()
+
+
+def _lock(wait: bool) -> bool:
+    if connection.vendor != "postgresql":
+        return True
+    function = "pg_advisory_xact_lock" if wait else "pg_try_advisory_xact_lock"
+    with connection.cursor() as cursor:
+        cursor.execute(f"SELECT {function}(%s, %s)", LOCK_KEYS)
+        return wait or cursor.fetchone()[0]
+
+
+def _insert(ranges: list[tuple[datetime, datetime]] | None) -> None:
+    table = connection.ops.quote_name(DashboardRollup._meta.db_table)
+    columns = ", ".join(connection.ops.quote_name(name) for name in COLUMNS)
+    select, params = _select(list(Kind), ranges)
+    with connection.cursor() as cursor:
+        cursor.execute(f"INSERT INTO {table} ({columns}) {select}", params)
+
+
+def _ranges(hours: Sequence[datetime]) -> list[tuple[datetime, datetime]]:
+    """Sorted whole hours as [start, end) ranges, adjacent hours merged."""
+    ranges: list[tuple[datetime, datetime]] = []
+    for hour in hours:
+        if ranges and ranges[-1][1] == hour:
+            ranges[-1] = (ranges[-1][0], hour + HOUR)
+        else:
+            ranges.append((hour, hour + HOUR))
+    return ranges
+
+
+# --- the aggregate SQL ------------------------------------------------------------------------
+
+
+def _select(
+    kinds: Sequence[str],
+    ranges: list[tuple[datetime, datetime]] | None,
+    provider: str = "",
+    model: str = "",
+) -> tuple[str, list]:
+    """One SELECT (UNION ALL over kinds) of rollup rows, COLUMNS in order, for the jobs started
+    in ``ranges`` (None: every job with a start)."""
+    postgres = connection.vendor == "postgresql"
+    step, job = Step._meta.db_table, Job._meta.db_table
+    if postgres:
+        hour = "date_trunc('hour', j.started_at, 'UTC')"
+        no_histogram, histogram = "NULL::jsonb", "jsonb_object_agg(t.bucket, t.n)"
+    else:
+        hour = "strftime('%%Y-%%m-%%d %%H:00:00', j.started_at)"
+        no_histogram, histogram = "NULL", "json_group_object(CAST(t.bucket AS TEXT), t.n)"
+    bucket = (
+        "CAST(floor(ln(1 + CASE WHEN s.duration_ms > 0 THEN s.duration_ms ELSE 0 END)"
+        f" * {SCALE}) AS INTEGER)"
+    )
+    where, where_params = ["j.started_at IS NOT NULL"], []
+    if ranges is not None:
+        span = "(j.started_at >= %s AND j.started_at < %s)"
+        where.append("(" + " OR ".join([span] * len(ranges)) + ")")
+        adapt = connection.ops.adapt_datetimefield_value  # SQLite: Django's text format
+        where_params.extend(adapt(value) for pair in ranges for value in pair)
+    for name, value in (("provider", provider), ("model", model)):
+        if value:
+            where.append(f"j.{name} = %s")
+            where_params.append(value)
+    condition = " AND ".join(where)
+    steps_join = f"{step} s JOIN {job} j ON j.id = s.job_id"
+    counted = f"count(*), count(DISTINCT s.job_id), {no_histogram}"
+    selects = {
+        Kind.JOBS: f"SELECT {hour}, 'jobs', j.provider, j.model, '', '', "
+        f"CAST(sum(j.step_count) AS BIGINT), count(*), {no_histogram} "
+        f"FROM {job} j WHERE {condition} GROUP BY 1, 3, 4",
+        Kind.SEGMENT: f"SELECT {hour}, 'segment', j.provider, j.model, s.segment, '', {counted} "
+        f"FROM {steps_join} WHERE {condition} GROUP BY 1, 3, 4, 5",
+        Kind.FAILURE_CODE: f"SELECT {hour}, 'failure_code', j.provider, j.model, s.failure_code, "
+        f"'', {counted} FROM {steps_join} WHERE {condition} AND s.failure_code <> '' "
+        "GROUP BY 1, 3, 4, 5",
+        Kind.ERROR_TYPE: f"SELECT {hour}, 'error_type', j.provider, j.model, s.error_type, "
+        f"j.status, {counted} FROM {steps_join} WHERE {condition} AND s.error_type <> '' "
+        "GROUP BY 1, 3, 4, 5, 6",
+        Kind.DURATION: "SELECT t.hour, 'duration', t.provider, t.model, t.node_id, '', "
+        f"CAST(sum(t.n) AS BIGINT), 0, {histogram} FROM ("
+        f"SELECT {hour} AS hour, j.provider, j.model, s.node_id, {bucket} AS bucket, "
+        f"count(*) AS n FROM {steps_join} WHERE {condition} AND s.duration_ms IS NOT NULL "
+        "GROUP BY 1, 2, 3, 4, 5) t GROUP BY t.hour, t.provider, t.model, t.node_id",
+    }
+    sql = " UNION ALL ".join(selects[Kind(kind)] for kind in kinds)
+    return sql, where_params * len(kinds)
+
+
+# --- reading ----------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class Plan:
+    """Where a range's numbers come from: hour-aligned ``rollup`` ranges, the rest ``raw``."""
+
+    rollup: tuple[tuple[datetime, datetime], ...]
+    raw: tuple[tuple[datetime, datetime], ...]
+    # Cells fetched ahead for several panels: (kind, provider, model) -> cells.
+    fetched: dict = field(default_factory=dict, compare=False, repr=False)
+
+
+@dataclass(frozen=True, slots=True)
+class Cell:
+    kind: str
+    hour: datetime
+    dimension: str
+    status: str
+    steps: int
+    jobs: int
+    histogram: dict | None
+
+
+def plan(start: datetime, end: datetime, refresh_hours: int = REQUEST_REFRESH_HOURS) -> Plan:
+    """Split [start, end): whole hours that are clean (after refreshing up to ``refresh_hours``
+    dirty ones) from the rollup, partial and still-dirty hours raw."""
+    first, last = hour_ceil(start), hour_floor(end)
+    if first >= last:
+        return Plan((), ((start, end),))
+    stale = sorted(refresh(first, last, refresh_hours))
+    raw = [(start, first)] if start < first else []
+    rollup, cursor = [], first
+    for hour in stale:
+        if cursor < hour:
+            rollup.append((cursor, hour))
+        raw.append((hour, hour + HOUR))
+        cursor = hour + HOUR
+    if cursor < last:
+        rollup.append((cursor, last))
+    if last < end:
+        raw.append((last, end))
+    merged: list[tuple[datetime, datetime]] = []
+    for span in sorted(raw):
+        if merged and merged[-1][1] == span[0]:
+            merged[-1] = (merged[-1][0], span[1])
+        else:
+            merged.append(span)
+    return Plan(tuple(rollup), tuple(merged))
+
+
+def prefetch(plan: Plan, kinds: Sequence[str], provider: str = "", model: str = "") -> None:
+    """Fetch the cells of several panels in one query (two with raw ranges); ``cells`` then
+    answers from them."""
+    kinds = [str(kind) for kind in kinds]
+    found = cells(plan, kinds, provider, model, grouped=False)
+    for kind in kinds:
+        plan.fetched[(kind, provider, model)] = [cell for cell in found if cell.kind == kind]
+
+
+def cells(
+    plan: Plan, kinds: Sequence[str], provider: str = "", model: str = "", grouped: bool = True
+) -> list[Cell]:
+    """The rollup rows of ``kinds`` for the plan's range: rollup ranges summed over provider and
+    model when ``grouped`` (duration rows never: the caller merges their histograms), raw
+    ranges aggregated from Step and Job rows. Cells of several rows may share a key."""
+    kinds = [str(kind) for kind in kinds]
+    if all((kind, provider, model) in plan.fetched for kind in kinds):
+        return [cell for kind in kinds for cell in plan.fetched[(kind, provider, model)]]
+    found: list[Cell] = []
+    if plan.rollup:
+        rows = DashboardRollup.objects.filter(kind__in=kinds)
+        span = Q()
+        for since, until in plan.rollup:
+            span |= Q(hour__gte=since, hour__lt=until)
+        rows = rows.filter(span)
+        if provider:
+            rows = rows.filter(provider=provider)
+        if model:
+            rows = rows.filter(model=model)
+        if Kind.DURATION in kinds or not grouped:
+            found.extend(
+                Cell(*row)
+                for row in rows.values_list(
+                    "kind", "hour", "dimension", "status", "steps", "jobs", "histogram"
+                )
+            )
+        else:
+            grouped = (
+                rows.values_list("kind", "hour", "dimension", "status")
+                .annotate(n_steps=Sum("steps"), n_jobs=Sum("jobs"))
+                .order_by()
+            )
+            found.extend(Cell(*row, None) for row in grouped)
+    if plan.raw:
+        sql, params = _select(kinds, list(plan.raw), provider, model)
+        with connection.cursor() as cursor:
+            cursor.execute(sql, params)
+            for hour, kind, _p, _m, dimension, status, steps, jobs, histogram in cursor:
+                histogram = _as_histogram(histogram)
+                found.append(
+                    Cell(kind, _as_hour(hour), dimension, status, int(steps), int(jobs), histogram)
+                )
+    return found
+
+
+def _as_hour(value) -> datetime:
+    if isinstance(value, str):
+        value = datetime.fromisoformat(value)
+    return value.replace(tzinfo=UTC) if value.tzinfo is None else value.astimezone(UTC)
+
+
+def _as_histogram(value) -> dict | None:
+    return json.loads(value) if isinstance(value, str | bytes) else value
+
+
+# --- duration histograms ----------------------------------------------------------------------
+
+
+def bucket_of(duration_ms: float) -> int:
+    """The histogram bucket of a duration (the SQL above computes the same)."""
+    return math.floor(math.log(1 + max(duration_ms, 0)) * SCALE)
+
+
+def merge(histograms: Iterable[dict | None]) -> dict[int, int]:
+    merged: dict[int, int] = {}
+    for histogram in histograms:
+        for bucket, count in (histogram or {}).items():
+            merged[int(bucket)] = merged.get(int(bucket), 0) + count
+    return merged
+
+
+def percentiles(histogram: dict[int, int], fractions: Sequence[float]) -> list[float]:
+    """percentile_cont of each fraction estimated from a histogram: the values at the two ranks
+    around fraction*(n-1), each spread evenly inside its bucket, linearly interpolated. Each is
+    inside its bucket, as the exact one is, so the error is under one bucket width (2 %)."""
+    buckets = sorted(histogram.items())
+    total = sum(count for _bucket, count in buckets)
+    if not total:
+        return [0.0 for _ in fractions]
+
+    def value_at(rank: int) -> float:
+        before = 0
+        for bucket, count in buckets:
+            if rank < before + count:
+                low, high = math.exp(bucket / SCALE) - 1, math.exp((bucket + 1) / SCALE) - 1
+                return max(0.0, low + (high - low) * (rank - before + 0.5) / count)
+            before += count
+        raise ValueError(rank)
+
+    values = []
+    for fraction in fractions:
+        position = fraction * (total - 1)
+        lower = int(position)
+        value = value_at(lower)
+        if position > lower:
+            value += (value_at(lower + 1) - value) * (position - lower)
+        values.append(value)
+    return values

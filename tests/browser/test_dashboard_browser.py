@@ -1,0 +1,135 @@
+"""The dashboard in a real browser: plotly draws every chart from the page's JSON (no inline
+script, CSP on), and clicking a bar opens the jobs list filtered to exactly the jobs it counts."""
+
+import json
+import os
+from datetime import timedelta
+from urllib.parse import parse_qs, urlsplit
+
+import pytest
+from django.utils import timezone
+
+from tests import factories
+from tests.browser.conftest import log_in, screenshot
+
+os.environ["DJANGO_ALLOW_ASYNC_UNSAFE"] = "true"
+pytestmark = pytest.mark.django_db(transaction=True)
+
+ANTHROPIC = {"provider": "anthropic", "model": "claude-x"}
+
+
+def at(minutes_ago: float) -> str:
+    moment = timezone.now() - timedelta(minutes=minutes_ago)
+    return moment.isoformat().replace("+00:00", "Z")
+
+
+def item(type_: str, job_id: str, minutes_ago: float, **payload) -> dict:
+    return {"type": type_, "job_id": job_id, "ts": at(minutes_ago), "payload": payload}
+
+
+@pytest.fixture
+def dashboard_data(transactional_db):
+    """In the last 24 hours: 8 jobs, 3 of them with a failed step, 2 degraded planners."""
+    items = []
+    for i in range(8):
+        job_id, ago = f"dash-{i}", 600 - i * 70
+        items.append(item("job_started", job_id, ago, workflow="pdca", **ANTHROPIC))
+        items.append(item("node_started", job_id, ago - 0.5, node_id="plan", attempt=1))
+        items.append(
+            item(
+                "node_finished",
+                job_id,
+                ago - 1,
+                node_id="plan",
+                attempt=1,
+                result_type="success",
+                duration_ms=120 + 40 * i,
+            )
+        )
+        if i % 3 == 0:
+            items.append(
+                item(
+                    "node_finished",
+                    job_id,
+                    ago - 2,
+                    node_id="act",
+                    attempt=1,
+                    result_type="permanent_failure",
+                    failure_code="tool_not_found",
+                    error_type="logic",
+                    duration_ms=900,
+                )
+            )
+        elif i % 3 == 1:
+            items.append(
+                item(
+                    "node_finished",
+                    job_id,
+                    ago - 2,
+                    node_id="act",
+                    attempt=1,
+                    result_type="retryable_failure",
+                    failure_code="adapter_timeout",
+                    error_type="network",
+                    duration_ms=3000,
+                )
+            )
+        if i in (2, 5):
+            items.append(
+                item("graph.next_step.parse_invalid", job_id, ago - 3, attempt=1, **ANTHROPIC)
+            )
+            items.append(item("graph.next_step.degraded", job_id, ago - 4, attempts=2, **ANTHROPIC))
+    factories.store(items)
+    factories.user("olga", "operator")
+
+
+def test_dashboard_draws_charts_and_a_bar_click_opens_the_filtered_jobs_list(
+    page, live_server, dashboard_data
+):
+    log_in(page, live_server, "olga", "/dashboard/")
+    assert urlsplit(page.url).path == "/dashboard/"
+    page.wait_for_selector('[data-chart="step-results"][data-ready="true"] svg.main-svg')
+    for chart_id in ("failures-by-code", "failures-by-error-type", "planner-rate", "durations"):
+        page.wait_for_selector(f'[data-chart="{chart_id}"][data-ready="true"] svg.main-svg')
+    screenshot(page, "dashboard")
+
+    figure = json.loads(page.locator("#step-results").text_content())
+    failed_index = [t["name"] for t in figure["data"]].index("failed")
+    url, jobs, *_ = figure["data"][failed_index]["customdata"][0]
+    bar = page.locator(
+        f'[data-chart="step-results"] .barlayer .trace:nth-child({failed_index + 1}) .point path'
+    ).first
+    box = bar.bounding_box()
+    x, y = box["x"] + box["width"] / 2, box["y"] + box["height"] / 2
+    page.mouse.move(x, y)
+    page.mouse.click(x, y)
+    page.wait_for_url(lambda current: urlsplit(current).path == "/")
+
+    assert parse_qs(urlsplit(page.url).query) == parse_qs(urlsplit(url).query)
+    assert parse_qs(urlsplit(page.url).query)["segment"] == ["failed"]
+    rows = page.locator("tr[data-job-id]")
+    assert rows.count() == jobs
+    assert set(rows.evaluate_all("rows => rows.map(r => r.dataset.jobId)")) <= {
+        f"dash-{i}" for i in range(0, 8, 3)
+    }
+    screenshot(page, "dashboard-click-jobs-list")
+
+
+def test_changing_the_range_swaps_the_panels_and_redraws(page, live_server, dashboard_data):
+    log_in(page, live_server, "olga", "/dashboard/")
+    page.wait_for_selector('[data-chart="step-results"][data-ready="true"] svg.main-svg')
+    page.check('input[name="range"][value="1h"]')
+    page.wait_for_url(lambda current: "range=1h" in current)
+    page.wait_for_selector('[data-empty="step-results"]')
+    assert page.locator(".site-header").count() == 1
+    page.check('input[name="range"][value="7d"]')
+    page.wait_for_url(lambda current: "range=7d" in current)
+    page.wait_for_selector('[data-chart="step-results"][data-ready="true"] svg.main-svg')
+    assert page.locator('script#step-results[type="application/json"]').count() == 1
+    # Back twice: the 1 h panels (empty), then the first page's charts, drawn again.
+    page.go_back()
+    page.wait_for_selector('[data-empty="step-results"]')
+    page.go_back()
+    page.wait_for_url(lambda current: "range=" not in current)
+    page.wait_for_selector('[data-chart="step-results"][data-ready="true"] svg.main-svg')
+    screenshot(page, "dashboard-after-back")

@@ -1,0 +1,212 @@
+"""The dashboard rollup (jobs.rollup): numbers read from it equal the raw aggregates, also after
+jobs are re-projected, with dirty hours left unrefreshed and for ranges with partial hours; the
+links' job counts still equal the jobs list's; histogram percentiles stay within 2 %."""
+
+from datetime import timedelta
+
+import pytest
+
+from jobs import charts, rollup, tasks
+from jobs.models import DashboardDirtyHour, DashboardRollup, Job
+from jobs.retention import apply_retention
+from tests.factories import BASE_TS, event, finished, store
+from tests.integration.test_dashboard import (
+    ANTHROPIC,
+    HOUR,
+    OPENAI,
+    assert_links_match_list,
+    job_started,
+    trace,
+)
+
+STEP_PANELS = (charts.step_results, charts.failures_by_code, charts.failures_by_error_type)
+
+
+@pytest.fixture
+def jobs_over_hours(db):
+    """Jobs over four hours from 09:00, with every segment, codes, error types and durations."""
+    items = []
+    for i in range(24):
+        job_id, at = f"r{i}", i * 600 + 7
+        items.append(job_started(job_id, at, **(OPENAI if i % 2 else ANTHROPIC)))
+        items.append(finished("n1", job_id=job_id, at=at + 1, duration_ms=10 * i))
+        if i % 3 == 0:
+            items.append(
+                finished(
+                    "n2",
+                    "retryable_failure",
+                    job_id=job_id,
+                    at=at + 2,
+                    failure_code="adapter_timeout",
+                    error_type="network",
+                    duration_ms=700 + i,
+                )
+            )
+        if i % 4 == 1:
+            items.append(
+                finished(
+                    "n3",
+                    "permanent_failure",
+                    job_id=job_id,
+                    at=at + 3,
+                    failure_code="tool_not_found",
+                    error_type="logic",
+                    duration_ms=30,
+                )
+            )
+    store(items)
+
+
+def window(start_hours=0.0, end_hours=4.0, bucket="hour", **filters):
+    return charts.Window(
+        "custom",
+        BASE_TS + timedelta(hours=start_hours),
+        BASE_TS + timedelta(hours=end_hours),
+        bucket,
+        **filters,
+    )
+
+
+def raw_plan(w: charts.Window) -> rollup.Plan:
+    """Everything aggregated from Step rows: the reference."""
+    return rollup.Plan((), ((w.start, w.end),))
+
+
+def assert_same_as_raw(w: charts.Window, plan: rollup.Plan | None = None):
+    for panel in STEP_PANELS:
+        assert panel(w, plan or w.plan()) == panel(w, raw_plan(w)), panel.__name__
+    from_rollup = charts.duration_percentiles(w, plan or w.plan())
+    assert from_rollup == charts.duration_percentiles(w, raw_plan(w))
+
+
+def test_hour_aligned_window_reads_only_the_rollup(jobs_over_hours):
+    w = window()
+    plan = w.plan()
+    assert plan.raw == ()
+    assert plan.rollup == ((w.start, w.end),)
+    assert not DashboardDirtyHour.objects.exists()
+    assert DashboardRollup.objects.filter(kind="jobs").count() == 8  # 4 hours x 2 providers
+    assert_same_as_raw(w)
+
+
+@pytest.mark.parametrize(
+    ("start", "end", "bucket"),
+    [(0.5, 3.25, "hour"), (0.2, 0.7, "hour"), (-23.5, 24, "day"), (1.5, 2.5, "minute")],
+)
+def test_partial_hours_are_read_raw_and_add_up(jobs_over_hours, start, end, bucket):
+    w = window(start, end, bucket)
+    assert w.plan().raw
+    assert_same_as_raw(w)
+    for panel in STEP_PANELS:
+        if panel(w)["data"]:
+            assert_links_match_list(panel(w))
+
+
+@pytest.mark.parametrize("filters", [OPENAI, {"provider": "anthropic"}, {"model": "gpt-4.1"}])
+def test_provider_and_model_filters(jobs_over_hours, filters):
+    w = window(0.5, 4, **filters)
+    assert_same_as_raw(w)
+    assert_links_match_list(charts.step_results(w))
+    assert_links_match_list(charts.failures_by_error_type(w))
+
+
+def test_reprojected_jobs_are_recomputed(jobs_over_hours):
+    w = window()
+    before = charts.step_results(w)
+    # Later events: r2 (09:20) fails permanently, r13 (11:10) finishes a retry, and "late"
+    # first shows up at 10:05, then an earlier event moves its start into the 09:00 hour.
+    store(
+        [
+            finished("n4", "permanent_failure", job_id="r2", at=2 * 600 + 50,
+                     failure_code="tool_not_found", error_type="logic"),
+            finished("n2", job_id="r13", at=13 * 600 + 60, attempt=2, duration_ms=5),
+            finished("n1", "retryable_failure", job_id="late", at=HOUR + 300,
+                     failure_code="adapter_timeout", error_type="network"),
+        ]
+    )  # fmt: skip
+    assert rollup.dirty_hours() == [BASE_TS + timedelta(hours=h) for h in (2, 1, 0)]
+    assert_same_as_raw(w)
+    assert charts.step_results(w) != before
+    store([event("job_started", "late", HOUR - 300, name="late")])
+    assert set(rollup.dirty_hours()) == {BASE_TS, BASE_TS + timedelta(hours=1)}
+    assert_same_as_raw(w)
+    late = Job.objects.get(job_id="late")
+    assert late.started_at == BASE_TS + timedelta(minutes=55)
+    failed = charts.step_results(w)
+    assert_links_match_list(failed)
+    assert_links_match_list(charts.failures_by_code(w))
+    assert_links_match_list(charts.failures_by_error_type(w))
+
+
+def test_dirty_hours_beyond_the_refresh_bound_are_read_raw(jobs_over_hours):
+    rollup.refresh_pending()
+    rollup.mark_dirty([BASE_TS, BASE_TS + timedelta(hours=2)])
+    # Make the stored rows of 09:00 wrong: a dirty hour must not be read from them.
+    DashboardRollup.objects.filter(hour=BASE_TS).update(steps=999, jobs=999)
+    w = window()
+    plan = rollup.plan(w.start, w.end, refresh_hours=0)
+    assert plan.raw == (
+        (BASE_TS, BASE_TS + timedelta(hours=1)),
+        (BASE_TS + timedelta(hours=2), BASE_TS + timedelta(hours=3)),
+    )
+    assert_same_as_raw(w, plan)
+    assert rollup.refresh(w.start, w.end, limit=1) == [BASE_TS]  # newest first
+    assert tasks.refresh_dashboard_rollup() == 1
+    assert not DashboardDirtyHour.objects.exists()
+    assert not DashboardRollup.objects.filter(steps=999).exists()
+    assert_same_as_raw(w)
+
+
+def test_rebuild_equals_incremental_refresh(jobs_over_hours):
+    rollup.refresh_pending()
+    columns = ("hour", "kind", "provider", "model", "dimension", "status", "steps", "jobs")
+    incremental = sorted(DashboardRollup.objects.values_list(*columns, "histogram"), key=str)
+    assert rollup.rebuild() == len(incremental)
+    assert sorted(DashboardRollup.objects.values_list(*columns, "histogram"), key=str) == (
+        incremental
+    )
+
+
+def test_retention_marks_the_hours_of_deleted_jobs(jobs_over_hours):
+    rollup.refresh_pending()
+    Job.objects.filter(job_id__in=["r2", "r4"]).update(last_received_at=BASE_TS)
+    result = apply_retention(1, now=BASE_TS + timedelta(days=1, seconds=1))
+    assert result.jobs == 2
+    assert rollup.dirty_hours() == [BASE_TS]
+    w = window()
+    assert_same_as_raw(w)
+    numbers = {h.label: h.value for h in charts.headlines(w, BASE_TS + timedelta(hours=4))}
+    jobs_in_figure = sum(row[1] for row in trace(charts.step_results(w), "ok")["customdata"])
+    assert numbers["Jobs"] == jobs_in_figure == 22
+
+
+def test_durations_from_histograms_within_two_percent(db, monkeypatch):
+    values = [0, 1, 3, 7.5, 12, 40, 41, 42, 99, 150, 333, 1000, 1001, 2500, 9000, 65000]
+    items = []
+    for i in range(120):
+        job_id, at = f"d{i}", (i % 4) * HOUR + i
+        items.append(job_started(job_id, at))
+        duration = values[i % len(values)] * (1 + i / 1000)
+        items.append(finished("n1", job_id=job_id, at=at + 1, duration_ms=duration))
+        items.append(finished("n2", job_id=job_id, at=at + 2, duration_ms=i * 17.25))
+    store(items)
+    w = window(0, 4)
+    exact = {row["node_id"]: row for row in charts.duration_percentiles(w)}
+    assert all(row["exact"] for row in exact.values())
+    assert "note" not in charts.durations(w)
+    monkeypatch.setattr(charts, "DURATION_EXACT_STEPS", 0)
+    approx = {row["node_id"]: row for row in charts.duration_percentiles(w)}
+    assert list(approx) == list(exact)
+    for node, row in approx.items():
+        assert not row["exact"]
+        assert row["steps"] == exact[node]["steps"] == 120
+        for name in ("p50", "p95"):
+            assert row[name] == pytest.approx(exact[node][name], rel=0.021, abs=0.03), name
+    assert "2 %" in charts.durations(w)["note"]
+
+
+def test_histogram_percentiles_bracket_every_value():
+    for value in (0, 0.5, 1, 9.99, 100, 12345.6):
+        histogram = {rollup.bucket_of(value): 1}
+        assert rollup.percentiles(histogram, [0.5]) == [pytest.approx(value, rel=0.021, abs=0.03)]
+    assert rollup.percentiles({}, [0.5, 0.95]) == [0.0, 0.0]

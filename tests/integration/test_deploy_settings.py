@@ -1,0 +1,96 @@
+"""Production settings (DESIGN.md sections 7 and 8): ``manage.py check --deploy`` is clean with
+the production environment, and the Content Security Policy allows no inline or eval script."""
+
+import os
+import secrets
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from django.core.exceptions import ImproperlyConfigured
+
+from tests.factories import event, finished, started, store, user
+from traceviz import settings as project_settings
+
+ROOT = Path(__file__).resolve().parents[2]
+PRODUCTION_ENV = {
+    "DEBUG": "false",
+    "SECRET_KEY": secrets.token_urlsafe(64),
+    "ALLOWED_HOSTS": "traceviz.example.com",
+    "SECURE_SSL_REDIRECT": "true",
+    "SESSION_COOKIE_SECURE": "true",
+    "CSRF_COOKIE_SECURE": "true",
+    "SECURE_HSTS_SECONDS": "31536000",
+    "SECURE_HSTS_INCLUDE_SUBDOMAINS": "true",
+    "SECURE_HSTS_PRELOAD": "true",
+    "SECURE_PROXY_SSL_HEADER": "HTTP_X_FORWARDED_PROTO=https",
+}
+
+
+def manage(*args: str, **env: str) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [sys.executable, "manage.py", *args], cwd=ROOT, capture_output=True, text=True,
+        timeout=120, env={**os.environ, "DJANGO_SETTINGS_MODULE": "traceviz.settings", **env},
+    )  # fmt: skip
+
+
+def test_check_deploy_is_clean_with_production_settings():
+    done = manage("check", "--deploy", "--fail-level", "WARNING", **PRODUCTION_ENV)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "System check identified no issues (0 silenced)." in done.stdout
+
+
+def test_check_deploy_warns_with_development_defaults():
+    """The check is not vacuous: the plain-HTTP defaults do not pass it."""
+    env = {name: "" for name in PRODUCTION_ENV} | {"DEBUG": "false"}
+    done = manage("check", "--deploy", "--fail-level", "WARNING", **env)
+    assert done.returncode != 0
+    assert "security.W004" in done.stderr  # no HSTS
+    assert "security.W012" in done.stderr  # session cookie not secure
+
+
+@pytest.mark.parametrize("raw", ["X_FORWARDED_PROTO=https", "HTTP_X_FORWARDED_PROTO", "=https"])
+def test_a_malformed_proxy_ssl_header_is_refused(monkeypatch, raw):
+    monkeypatch.setenv("SECURE_PROXY_SSL_HEADER", raw)
+    with pytest.raises(ImproperlyConfigured):
+        project_settings.env_proxy_ssl_header("SECURE_PROXY_SSL_HEADER")
+
+
+def test_the_proxy_ssl_header_is_opt_in(monkeypatch):
+    monkeypatch.delenv("SECURE_PROXY_SSL_HEADER", raising=False)
+    assert project_settings.env_proxy_ssl_header("SECURE_PROXY_SSL_HEADER") is None
+    monkeypatch.setenv("SECURE_PROXY_SSL_HEADER", "HTTP_X_FORWARDED_PROTO=https")
+    assert project_settings.env_proxy_ssl_header("SECURE_PROXY_SSL_HEADER") == (
+        "HTTP_X_FORWARDED_PROTO",
+        "https",
+    )
+
+
+def directives(header: str) -> dict[str, list[str]]:
+    parsed = {}
+    for part in header.split(";"):
+        name, *values = part.split()
+        parsed[name] = values
+    return parsed
+
+
+@pytest.mark.django_db
+@pytest.mark.parametrize(
+    "path",
+    ["/", "/jobs/csp-job/", "/jobs/csp-job/?step=n1:1", "/escalations/", "/dashboard/",
+     "/accounts/login/"],
+)  # fmt: skip
+def test_pages_carry_a_csp_without_inline_or_eval_script(client, settings, path):
+    settings.PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
+    store([event("job_started", "csp-job", 0), started("n1", "csp-job", 1),
+           finished("n1", "permanent_failure", "csp-job", 2)])  # fmt: skip
+    client.force_login(user("csp-viewer", "operator"))
+    response = client.get(path)
+    assert response.status_code == 200
+    policy = directives(response["Content-Security-Policy"])
+    script = policy.get("script-src", policy["default-src"])
+    assert "'unsafe-inline'" not in script
+    assert "'unsafe-eval'" not in script
+    assert policy["object-src"] == ["'none'"]
+    assert policy["frame-ancestors"] == ["'none'"]

@@ -1,0 +1,224 @@
+"""Escalations over time, through ingest and the periodic tasks: recurrence reopens, recovery
+notes, the stall check, retention."""
+
+from datetime import UTC, datetime, timedelta
+
+import pytest
+
+from jobs import escalations, events, retention
+from jobs.ingest import store_batch
+from jobs.models import Escalation, Event, Job, Notification, Step
+from tests import factories
+from tests.factories import event, finished, started
+
+pytestmark = pytest.mark.django_db
+
+T0 = datetime(2026, 3, 2, 9, 0, 0, tzinfo=UTC)
+
+
+@pytest.fixture(autouse=True)
+def fast_passwords(settings):
+    settings.PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
+
+
+@pytest.fixture
+def support(db):
+    return factories.user("sam", "support")
+
+
+def store_at(items: list[dict], received_at: datetime):
+    return store_batch(events.parse_items(items, max_events=1000), received_at=received_at)
+
+
+def auth_failure(job_id="j1", at=2, attempt=1) -> list[dict]:
+    return [
+        started("n1", job_id, at - 1, attempt=attempt),
+        finished("n1", "retryable_failure", job_id, at, attempt=attempt, error_type="auth",
+                 reason="token expired"),
+    ]  # fmt: skip
+
+
+# -- recurrence and recovery -----------------------------------------------------------------
+
+
+def test_rule_firing_again_reopens_the_resolved_escalation_instead_of_a_duplicate(support):
+    factories.store([event("job_started", "j1", 0), *auth_failure()])
+    escalation = Escalation.objects.get(job__job_id="j1", kind="user_action")
+    escalations.resolve(escalation, support, "user re-authenticated")
+    # The rule stops holding (n1 succeeds), then holds again (n1 fails on auth once more).
+    factories.store([started("n1", "j1", 3, attempt=2), finished("n1", "success", "j1", 4,
+                                                                 attempt=2)])  # fmt: skip
+    assert Escalation.objects.get(pk=escalation.pk).status == "resolved"
+    factories.store(auth_failure(at=6, attempt=3))
+    assert Escalation.objects.filter(job__job_id="j1", kind="user_action").count() == 1
+    escalation.refresh_from_db()
+    assert escalation.status == "open" and escalation.resolved_at is None
+    last = escalation.entries.last()
+    assert (last.action, last.actor_name, last.from_status, last.to_status) == (
+        "reopened", "traceviz", "resolved", "open",
+    )  # fmt: skip
+    assert last.note.startswith("The rule held again")
+
+
+def test_resending_the_same_events_changes_nothing(support):
+    items = [event("job_started", "j1", 0, event_id="e0"), *auth_failure()]
+    factories.store(items)
+    escalation = Escalation.objects.get(job__job_id="j1", kind="user_action")
+    escalations.resolve(escalation, support, "handled")
+    factories.store(items)
+    escalation.refresh_from_db()
+    assert escalation.status == "resolved"
+    assert escalation.entries.count() == 2
+
+
+def test_job_that_recovers_notes_it_on_each_open_escalation(support):
+    factories.store([
+        event("job_started", "j1", 0), *auth_failure(),
+        event("escalation_raised", "j1", 3, node_id="n1", message="look at this"),
+    ])  # fmt: skip
+    acked = Escalation.objects.get(job__job_id="j1", kind="raised")
+    escalations.acknowledge(acked, support)
+    factories.store([
+        started("n1", "j1", 5, attempt=2), finished("n1", "success", "j1", 6, attempt=2),
+        event("job_finished", "j1", 7, status="completed"),
+    ])  # fmt: skip
+    for escalation in Escalation.objects.filter(job__job_id="j1"):
+        last = escalation.entries.last()
+        assert last.action == "job recovered"
+        assert last.from_status == last.to_status == escalation.status
+        assert escalation.status in ("open", "acknowledged")  # support decides
+
+
+def test_recovery_leaves_resolved_escalations_alone(support):
+    factories.store([event("job_started", "j1", 0), *auth_failure()])
+    escalation = Escalation.objects.get(job__job_id="j1")
+    escalations.resolve(escalation, support, "done")
+    factories.store([
+        started("n1", "j1", 5, attempt=2), finished("n1", "success", "j1", 6, attempt=2),
+        event("job_finished", "j1", 7, status="completed"),
+    ])  # fmt: skip
+    assert not escalation.entries.filter(action="job recovered").exists()
+
+
+# -- stall check -----------------------------------------------------------------------------
+
+
+def test_silent_running_job_gets_a_stalled_escalation_on_the_job(settings):
+    settings.TRACEVIZ_STALL_AFTER = timedelta(minutes=30)
+    store_at([event("job_started", "j1", 0), started("n1", "j1", 1)], T0)
+    assert escalations.check_stalls(T0 + timedelta(minutes=29)) == 0
+    assert escalations.check_stalls(T0 + timedelta(minutes=31)) == 1
+    stalled = Escalation.objects.get(kind="stalled")
+    assert (stalled.job.job_id, stalled.node_id, stalled.status) == ("j1", "", "open")
+    assert stalled.trigger_event_ids == [f"stall:{T0.isoformat()}"]
+    assert "No event received for 31 min while running" in stalled.message
+    assert stalled.source == "stall check"
+
+
+def test_stall_check_is_idempotent_for_the_same_silence(settings, support):
+    settings.TRACEVIZ_STALL_AFTER = timedelta(minutes=30)
+    store_at([event("job_started", "j1", 0)], T0)
+    escalations.check_stalls(T0 + timedelta(minutes=31))
+    stalled = Escalation.objects.get(kind="stalled")
+    escalations.resolve(stalled, support, "producer restarted")
+    assert escalations.check_stalls(T0 + timedelta(hours=5)) == 0
+    stalled.refresh_from_db()
+    assert stalled.status == "resolved" and stalled.entries.count() == 2
+
+
+def test_job_stalling_again_after_new_events_reopens_its_stalled_escalation(settings, support):
+    settings.TRACEVIZ_STALL_AFTER = timedelta(minutes=30)
+    store_at([event("job_started", "j1", 0)], T0)
+    escalations.check_stalls(T0 + timedelta(minutes=31))
+    stalled = Escalation.objects.get(kind="stalled")
+    escalations.resolve(stalled, support, "it moved on")
+    later = T0 + timedelta(hours=1)
+    store_at([started("n1", "j1", 60)], later)
+    assert escalations.check_stalls(later + timedelta(minutes=10)) == 0
+    assert escalations.check_stalls(later + timedelta(minutes=45)) == 1
+    stalled.refresh_from_db()
+    assert stalled.status == "open"
+    assert stalled.entries.last().action == "reopened"
+    assert Escalation.objects.filter(kind="stalled").count() == 1
+
+
+def test_stall_on_paused_transient_says_when_the_retry_was_due(settings):
+    settings.TRACEVIZ_STALL_AFTER = timedelta(minutes=30)
+    store_at([
+        event("job_started", "j1", 0), started("n1", "j1", 1, attempt=3),
+        finished("n1", "retryable_failure", "j1", 2, attempt=3, error_type="network"),
+    ], T0)  # fmt: skip
+    assert Job.objects.get(job_id="j1").status == "paused:transient"
+    escalations.check_stalls(T0 + timedelta(hours=1))
+    message = Escalation.objects.get(kind="stalled").message
+    # Attempt 3 finished at 09:00:02; two retries made: 4 s, up to 5.2 s with jitter.
+    assert "Node n1 attempt 3 failed retryably at 2026-03-02 09:00:02 UTC" in message
+    assert "next attempt was due between 09:00:06 and 09:00:07 UTC" in message
+
+
+def test_finished_and_paused_for_approval_jobs_never_stall(settings):
+    settings.TRACEVIZ_STALL_AFTER = timedelta(minutes=30)
+    store_at([event("job_started", "done", 0), event("job_finished", "done", 1,
+                                                      status="completed")], T0)  # fmt: skip
+    store_at([event("job_started", "j1", 0), *auth_failure()], T0)
+    assert escalations.check_stalls(T0 + timedelta(days=2)) == 0
+    assert not Escalation.objects.filter(kind="stalled").exists()
+
+
+def test_stall_check_works_through_more_jobs_than_one_batch(settings):
+    settings.TRACEVIZ_STALL_AFTER = timedelta(minutes=30)
+    store_at([event("job_started", f"j{n}", 0) for n in range(5)], T0)
+    assert escalations.check_stalls(T0 + timedelta(hours=1), batch_size=2) == 5
+    assert Escalation.objects.filter(kind="stalled").count() == 5
+
+
+def test_backoff_window_table():
+    from jobs.backoff import retry_window
+
+    earliest, latest = retry_window(T0, 1)
+    assert (earliest - T0, latest - T0) == (timedelta(seconds=1), timedelta(seconds=1.3))
+    earliest, latest = retry_window(T0, 20)
+    assert (earliest - T0, latest - T0) == (timedelta(minutes=5), timedelta(minutes=6.5))
+
+
+# -- retention -------------------------------------------------------------------------------
+
+
+def test_retention_zero_keeps_everything(support):
+    store_at([event("job_started", "old", 0)], T0)
+    assert retention.apply_retention(0, T0 + timedelta(days=999)).jobs == 0
+    assert Job.objects.filter(job_id="old").exists()
+
+
+def test_retention_deletes_expired_jobs_with_their_events_and_resolved_escalations(support):
+    store_at([event("job_started", "old", 0), *auth_failure("old")], T0)
+    store_at([event("job_started", "old-open", 0), *auth_failure("old-open")], T0)
+    store_at([event("job_started", "new", 0)], T0 + timedelta(days=9))
+    escalations.resolve(Escalation.objects.get(job__job_id="old"), support, "done")
+    result = retention.apply_retention(7, T0 + timedelta(days=10))
+    assert (result.jobs, result.events) == (1, 3)
+    assert set(Job.objects.values_list("job_id", flat=True)) == {"old-open", "new"}
+    assert not Event.objects.filter(job_id="old").exists()
+    assert not Step.objects.filter(job__job_id="old").exists()
+    # An unresolved escalation keeps its job (support still owes it an answer).
+    assert Escalation.objects.filter(job__job_id="old-open", status="open").exists()
+
+
+def test_retention_works_in_bounded_batches():
+    store_at([event("job_started", f"old{n}", 0) for n in range(5)], T0)
+    now = T0 + timedelta(days=30)
+    first = retention.apply_retention(7, now, job_batch=2, max_batches=1)
+    assert first.jobs == 2 and Job.objects.count() == 3
+    rest = retention.apply_retention(7, now, job_batch=2, max_batches=10)
+    assert rest.jobs == 3 and Job.objects.count() == 0
+
+
+def test_retention_deletes_old_resolved_escalations_without_a_job(support):
+    escalation = Escalation.objects.create(kind="raised", severity="medium",
+                                           triggered_at=T0)  # fmt: skip
+    escalations.resolve(escalation, support, "alert cleared")
+    Escalation.objects.filter(pk=escalation.pk).update(resolved_at=T0)
+    Notification.objects.create(escalation=escalation, reason="opened")
+    result = retention.apply_retention(7, T0 + timedelta(days=8))
+    assert result.escalations == 1
+    assert not Escalation.objects.filter(pk=escalation.pk).exists()

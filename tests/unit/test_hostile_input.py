@@ -1,0 +1,247 @@
+"""Hostile input to the parsers (issue 7): any bytes in, either parsed events with field-level
+errors or a ``BodyError`` out, never another exception. Pure: no database, no HTTP."""
+
+import gzip
+import json
+import zlib
+
+from google.protobuf import json_format
+from hypothesis import HealthCheck, example, given, settings
+from hypothesis import strategies as st
+from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
+from opentelemetry.proto.common.v1.common_pb2 import AnyValue, ArrayValue, KeyValue, KeyValueList
+from opentelemetry.proto.trace.v1.trace_pb2 import ResourceSpans, ScopeSpans, Span, Status
+
+from jobs import events, otlp
+from jobs.events import BodyError, ParsedBatch
+
+FUZZ = settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+CONTENT_TYPES = ("application/json", "application/x-ndjson", "application/json; charset=utf-8",
+                 "text/plain", "", None)  # fmt: skip
+TYPES = [*sorted(events.TYPE_RANK), "custom.thing", ""]
+PAYLOAD_NAMES = sorted({name for fields in events.PAYLOAD_FIELDS.values() for name in fields})
+
+# JSON-ish values: what a JSON decoder can return, plus the text that hurts (NUL, surrogates,
+# right-to-left overrides, markup) and numbers at the edges.
+nasty_text = st.one_of(
+    st.text(max_size=30),
+    st.sampled_from(["\x00", "\ud800", "\u202e", "<script>alert(1)</script>", "x" * 300, "🧨",
+                     "1e999", "2026-03-02T09:00:00Z", "2026-02-30T25:61:61+99:99"]),
+)  # fmt: skip
+numbers = st.one_of(
+    st.integers(min_value=-(2**70), max_value=2**70),
+    st.floats(allow_nan=False, allow_infinity=False),
+    st.sampled_from([0, -1, 1, 2**62, 2**63, 10**12, 10**12 + 1, 1_000_001, 0.5]),
+)
+scalars = st.one_of(st.none(), st.booleans(), numbers, nasty_text)
+json_values = st.recursive(
+    scalars,
+    lambda children: (
+        st.lists(children, max_size=4)
+        | st.dictionaries(
+            st.one_of(nasty_text, st.sampled_from(PAYLOAD_NAMES)), children, max_size=4
+        )
+    ),
+    max_leaves=20,
+)
+# Items shaped like events, so the validators past the envelope get exercised too.
+event_like = st.fixed_dictionaries(
+    {"type": st.one_of(st.sampled_from(TYPES), json_values),
+     "job_id": st.one_of(nasty_text, json_values)},
+    optional={
+        "event_id": st.one_of(nasty_text, json_values),
+        "ts": st.one_of(nasty_text, json_values),
+        "seq": st.one_of(numbers, json_values),
+        "payload": st.one_of(
+            st.dictionaries(st.sampled_from(PAYLOAD_NAMES), json_values, max_size=6), json_values
+        ),
+        "extra": json_values,
+    },
+)  # fmt: skip
+
+
+def assert_well_formed(batch: ParsedBatch) -> None:
+    """A parse result: valid events by index, the rest as field errors of plain strings."""
+    indexes = [index for index, _ in batch.events] + [error["index"] for error in batch.errors]
+    assert sorted(indexes) == list(range(batch.total))
+    for _index, event in batch.events:
+        assert isinstance(event, events.Event)
+        assert isinstance(event.job_id, str) and 1 <= len(event.job_id) <= events.MAX_ID_CHARS
+        assert isinstance(event.event_id, str) and 1 <= len(event.event_id) <= 200
+        assert isinstance(event.payload, dict)
+    for error in batch.errors:
+        assert error["errors"], error
+        for problem in error["errors"]:
+            assert set(problem) == {"field", "message"}
+            assert isinstance(problem["field"], str) and isinstance(problem["message"], str)
+
+
+def parse_or_refuse(body: bytes, content_type: str | None) -> ParsedBatch | BodyError:
+    try:
+        batch = events.parse_body(body, content_type, max_events=50)
+    except BodyError as error:
+        assert error.status in (400, 413, 415), error.status
+        assert isinstance(error.message, str) and error.message
+        return error
+    assert_well_formed(batch)
+    return batch
+
+
+def outcome(result: ParsedBatch | BodyError):
+    """Comparable form of a parse result, for the determinism checks."""
+    if isinstance(result, BodyError):
+        return ("refused", result.status, result.message)
+    return ([(i, e.event_id) for i, e in result.events], result.errors)
+
+
+@FUZZ
+@given(body=st.binary(max_size=2000), content_type=st.sampled_from(CONTENT_TYPES))
+@example(body=b'{"type": "t", "job_id": "\\u0000"}', content_type="application/json")
+@example(body=b'[{"type": "t", "job_id": "\\ud800"}]', content_type="application/json")
+@example(body=b"[" * 100_000, content_type="application/json")
+@example(body=b"\xef\xbb\xbf{}\n\xff\n[]", content_type="application/x-ndjson")
+@example(body=b'{"type": "t", "job_id": "j", "seq": 1e400}', content_type="application/json")
+def test_any_bytes_parse_to_events_and_field_errors_or_a_body_error(body, content_type):
+    first = parse_or_refuse(body, content_type)
+    assert outcome(parse_or_refuse(body, content_type)) == outcome(first)
+
+
+@FUZZ
+@given(document=st.one_of(json_values, event_like, st.lists(event_like, max_size=5)),
+       content_type=st.sampled_from(["application/json", "application/x-ndjson"]))  # fmt: skip
+def test_any_json_value_parses_to_events_and_field_errors_or_a_body_error(document, content_type):
+    if content_type == "application/x-ndjson" and isinstance(document, list):
+        body = "\n".join(json.dumps(item) for item in document).encode("utf-8", "surrogatepass")
+    else:
+        body = json.dumps(document).encode("utf-8", "surrogatepass")
+    first = parse_or_refuse(body, content_type)
+    assert outcome(parse_or_refuse(body, content_type)) == outcome(first)
+
+
+@FUZZ
+@given(items=st.lists(event_like, min_size=1, max_size=6))
+def test_event_shaped_items_get_one_verdict_each(items):
+    batch = events.parse_items(items, max_events=50)
+    assert_well_formed(batch)
+    assert batch.total == len(items)
+
+
+@FUZZ
+@given(body=st.binary(max_size=500), encoding=st.sampled_from(["gzip", "deflate", "br", " GZIP "]))
+@example(body=gzip.compress(b"x" * 5000), encoding="gzip")
+@example(body=zlib.compress(b"{}")[:-3], encoding="deflate")
+def test_any_bytes_decompress_or_refuse(body, encoding):
+    try:
+        out = events.decompress(body, encoding, limit=1024)
+    except BodyError as error:
+        assert error.status in (400, 413, 415)
+    else:
+        assert len(out) <= 1024
+
+
+# --- OTLP ---------------------------------------------------------------------------------------
+
+
+def decode_and_map(body: bytes, content_type: str) -> otlp.OtlpBatch | BodyError:
+    try:
+        traces = otlp.to_batch(otlp.decode_request(body, content_type), max_events=100)
+    except BodyError as error:
+        assert error.status in (400, 413, 415)
+        return error
+    assert_well_formed(traces.batch)
+    assert traces.rejected_spans <= traces.span_count
+    assert all(isinstance(message, str) for message in traces.rejections)
+    return traces
+
+
+any_values = st.recursive(
+    st.one_of(
+        st.builds(lambda s: AnyValue(string_value=s), nasty_text.filter(lambda s: s != "\ud800")),
+        st.builds(lambda i: AnyValue(int_value=i), st.integers(-(2**63), 2**63 - 1)),
+        st.builds(lambda f: AnyValue(double_value=f), st.floats()),
+        st.builds(lambda b: AnyValue(bool_value=b), st.booleans()),
+        st.builds(lambda b: AnyValue(bytes_value=b), st.binary(max_size=20)),
+        st.just(AnyValue()),
+    ),
+    lambda children: st.builds(lambda vs: AnyValue(array_value=ArrayValue(values=vs)),
+                               st.lists(children, max_size=3))
+    | st.builds(
+        lambda kvs: AnyValue(kvlist_value=KeyValueList(
+            values=[KeyValue(key=k, value=v) for k, v in kvs])),
+        st.lists(st.tuples(st.text(max_size=8), children), max_size=3),
+    ),
+    max_leaves=8,
+)  # fmt: skip
+ATTRIBUTE_KEYS = [otlp.PREFIX + name for name in (
+    "job_id", "node_id", "attempt", "reason", "result_type", "failure_code", "error_type",
+    "step_index", "epoch", "continue_on_error", "payload_results", "context", "workflow",
+)] + ["service.name", "error.type", "exception.message"]  # fmt: skip
+attribute_lists = st.lists(
+    st.builds(lambda k, v: KeyValue(key=k, value=v),
+              st.one_of(st.sampled_from(ATTRIBUTE_KEYS), st.text(max_size=10)), any_values),
+    max_size=6,
+)  # fmt: skip
+spans = st.builds(
+    lambda trace_id, span_id, parent, name, start, length, attributes, code, message, flags: Span(
+        trace_id=trace_id, span_id=span_id, parent_span_id=parent, name=name,
+        start_time_unix_nano=start, end_time_unix_nano=max(0, min(start + length, 2**64 - 1)),
+        attributes=attributes,
+        status=Status(code=code, message=message), flags=flags,
+    ),
+    st.one_of(st.binary(min_size=16, max_size=16), st.binary(max_size=20)),
+    st.one_of(st.binary(min_size=8, max_size=8), st.binary(max_size=10)),
+    st.one_of(st.just(b""), st.binary(min_size=8, max_size=8), st.binary(max_size=10)),
+    nasty_text.filter(lambda s: s != "\ud800"),
+    st.integers(0, 2**63),
+    st.integers(-(2**40), 2**40),
+    attribute_lists,
+    st.integers(0, 2),
+    st.text(max_size=20),
+    st.integers(0, 2**32 - 1),
+)  # fmt: skip
+
+
+def export_request(resource_attributes, span_list) -> ExportTraceServiceRequest:
+    request = ExportTraceServiceRequest()
+    request.resource_spans.append(ResourceSpans(scope_spans=[ScopeSpans(spans=span_list)]))
+    request.resource_spans[0].resource.attributes.extend(resource_attributes)
+    return request
+
+
+@FUZZ
+@given(body=st.binary(max_size=2000), content_type=st.sampled_from(otlp.CONTENT_TYPES))
+@example(body=b"\x0a\x02\x0a\x00" * 3, content_type=otlp.PROTOBUF)
+@example(body=b'{"resourceSpans": [{"scopeSpans": [{"spans": [{"spanId": "zz"}]}]}]}',
+         content_type=otlp.JSON)  # fmt: skip
+@example(body=b'{"resourceSpans": "no"}', content_type=otlp.JSON)
+def test_any_bytes_decode_to_an_otlp_batch_or_a_body_error(body, content_type):
+    decode_and_map(body, content_type)
+
+
+@FUZZ
+@given(resource_attributes=attribute_lists, span_list=st.lists(spans, max_size=4),
+       as_json=st.booleans())  # fmt: skip
+def test_any_export_request_maps_to_events_or_span_rejections(
+    resource_attributes, span_list, as_json
+):
+    request = export_request(resource_attributes, span_list)
+    if as_json:
+        body = json_format.MessageToJson(request).encode("utf-8")
+        decode_and_map(body, otlp.JSON)
+    else:
+        result = decode_and_map(request.SerializeToString(), otlp.PROTOBUF)
+        assert isinstance(result, otlp.OtlpBatch)
+        assert result.span_count == len(span_list)
+
+
+@FUZZ
+@given(document=st.one_of(
+    json_values,
+    st.fixed_dictionaries({"resourceSpans": st.lists(st.fixed_dictionaries({"scopeSpans": st.lists(
+        st.fixed_dictionaries({"spans": st.lists(st.dictionaries(
+            st.sampled_from(["traceId", "spanId", "parentSpanId", "name", "startTimeUnixNano",
+                             "endTimeUnixNano", "attributes", "status", "links", "kind"]),
+            json_values, max_size=6), max_size=3)}), max_size=2)}), max_size=2)}),
+))  # fmt: skip
+def test_any_json_document_decodes_to_an_otlp_batch_or_a_body_error(document):
+    decode_and_map(json.dumps(document).encode("utf-8", "surrogatepass"), otlp.JSON)
