@@ -20,6 +20,7 @@ It restarts the machine's shared PostgreSQL and Redis, briefly, always starting 
 
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -34,9 +35,24 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import load  # bench/load.py, beside this file
 
 ROOT = load.ROOT
-REDIS_START = ["redis-server", "--daemonize", "yes", "--bind", "127.0.0.1", "-::1", "--port",
-               "6379", "--save", "", "--appendonly", "no", "--dir", "/var/lib/redis",
-               "--logfile", "/var/log/redis/ci.log"]  # fmt: skip
+REDIS_START = [
+    "redis-server",
+    "--daemonize",
+    "yes",
+    "--bind",
+    "127.0.0.1",
+    "-::1",
+    "--port",
+    "6379",
+    "--save",
+    "",
+    "--appendonly",
+    "no",
+    "--dir",
+    "/var/lib/redis",
+    "--logfile",
+    "/var/log/redis/ci.log",
+]
 PG = ["pg_ctlcluster", "--skip-systemctl-redirect", "15", "main"]
 NOTIFY_LEASE = 10  # seconds; the minimum the settings allow, so (c) finishes soon
 
@@ -132,11 +148,42 @@ class WebhookHandler(BaseHTTPRequestHandler):
 def start_worker(env: dict, log_path: Path) -> subprocess.Popen:
     log = log_path.open("w")
     return subprocess.Popen(
-        [sys.executable, "-m", "celery", "-A", "traceviz", "worker", "-l", "info", "-c", "1",
-         "-n", f"faults-{os.getpid()}@%h", "--without-gossip", "--without-mingle",
-         "--without-heartbeat"],
-        cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT,
-    )  # fmt: skip
+        [
+            sys.executable,
+            "-m",
+            "celery",
+            "-A",
+            "traceviz",
+            "worker",
+            "-l",
+            "info",
+            "-c",
+            "1",
+            "-n",
+            f"faults-{os.getpid()}@%h",
+            "--without-gossip",
+            "--without-mingle",
+            "--without-heartbeat",
+        ],
+        cwd=ROOT,
+        env=env,
+        stdout=log,
+        stderr=subprocess.STDOUT,
+    )
+
+
+TASK_LINE = re.compile(r"deliver_notification\[([0-9a-f-]+)\] (received|succeeded|failed|raised)")
+
+
+def unfinished_task(log: str) -> str | None:
+    """The task id the worker log shows received and not (yet) finished, the latest first."""
+    open_tasks: dict[str, None] = {}
+    for task_id, what in TASK_LINE.findall(log):
+        if what == "received":
+            open_tasks[task_id] = None
+        else:
+            open_tasks.pop(task_id, None)
+    return next(reversed(open_tasks), None)
 
 
 def pool_children(pid: int) -> list[int]:
@@ -163,8 +210,10 @@ def print_load(stats: load.Stats, elapsed: float, window: tuple[float, float], w
 
 
 def scenario_database(args, url: str, token: str) -> bool:
-    print(f"\n(a) PostgreSQL stopped for {args.outage:g} s in the middle of a "
-          f"{args.seconds:g} s run, {args.producers} producers")  # fmt: skip
+    print(
+        f"\n(a) PostgreSQL stopped for {args.outage:g} s in the middle of a "
+        f"{args.seconds:g} s run, {args.producers} producers"
+    )
     window = [0.0, 0.0]
 
     def during(_stats):
@@ -220,8 +269,10 @@ def delivery_report(webhook: Webhook) -> tuple[int, int, int, int]:
 
 
 def scenario_broker(args, url: str, token: str, webhook: Webhook) -> bool:
-    print(f"\n(b) Redis (broker) stopped for {args.outage:g} s during a {args.seconds:g} s run, "
-          "one Celery worker, webhook deliveries counted per notification id")  # fmt: skip
+    print(
+        f"\n(b) Redis (broker) stopped for {args.outage:g} s during a {args.seconds:g} s run, "
+        "one Celery worker, webhook deliveries counted per notification id"
+    )
     window = [0.0, 0.0]
 
     def during(_stats):
@@ -242,8 +293,10 @@ def scenario_broker(args, url: str, token: str, webhook: Webhook) -> bool:
     print_load(stats, elapsed, tuple(window), "broker")
     settled = sweep_until_settled(180)
     total, once, twice, never = delivery_report(webhook)
-    print(f"  notifications: {total}; delivered once: {once}, more than once: {twice}, "
-          f"never: {never} (outbox settled: {settled})")  # fmt: skip
+    print(
+        f"  notifications: {total}; delivered once: {once}, more than once: {twice}, "
+        f"never: {never} (outbox settled: {settled})"
+    )
     return settled and twice == 0 and never == 0
 
 
@@ -251,17 +304,30 @@ def scenario_worker_killed(args, url: str, token: str, webhook: Webhook, worker,
     from jobs.models import Notification
 
     print("\n(c) the worker process running a delivery killed with SIGKILL mid-request")
+    time.sleep(3)  # let the worker finish what (b)'s sweeps queued
     webhook.hold.set()
-    body = json.dumps([
-        {"type": "job_started", "job_id": "killfault-1", "event_id": "s"},
-        {"type": "node_finished", "job_id": "killfault-1", "event_id": "f",
-         "payload": {"node_id": "n1", "result_type": "retryable_failure", "error_type": "auth",
-                     "reason": "token expired"}},
-    ]).encode()  # fmt: skip
+    body = json.dumps(
+        [
+            {"type": "job_started", "job_id": "killfault-1", "event_id": "s"},
+            {
+                "type": "node_finished",
+                "job_id": "killfault-1",
+                "event_id": "f",
+                "payload": {
+                    "node_id": "n1",
+                    "result_type": "retryable_failure",
+                    "error_type": "auth",
+                    "reason": "token expired",
+                },
+            },
+        ]
+    ).encode()
     request = load.urllib.request.Request(
-        url + "/api/v1/events", data=body, method="POST",
+        url + "/api/v1/events",
+        data=body,
+        method="POST",
         headers={"Authorization": f"Bearer {token}", "Content-Type": "application/json"},
-    )  # fmt: skip
+    )
     load.urllib.request.urlopen(request, timeout=60).read()
     if not webhook.held.wait(timeout=60):
         print("  the delivery never reached the webhook")
@@ -272,19 +338,16 @@ def scenario_worker_killed(args, url: str, token: str, webhook: Webhook, worker,
     killed_at = time.monotonic()
     webhook.release.set()
     notification_id = webhook.held_id
-    task_id = None
-    # The redelivered message runs again in a fresh pool process (acks late + reject on lost).
+    # The killed task: the one received last that had not finished when the kill came.
+    task_id = unfinished_task(log_path.read_text(errors="replace"))
     runs = 0
 
     def ran_again() -> bool:
-        nonlocal runs, task_id
-        lines = log_path.read_text(errors="replace").splitlines()
-        received = [
-            line for line in lines if "deliver_notification[" in line and "received" in line
-        ]
-        if task_id is None and received:
-            task_id = received[-1].split("[", 1)[1].split("]", 1)[0]
-        runs = sum(1 for line in received if task_id and task_id in line)
+        # Acks late + reject on worker lost: the message goes back and runs in a new process.
+        nonlocal runs
+        runs = log_path.read_text(errors="replace").count(
+            f"deliver_notification[{task_id}] received"
+        )
         return runs >= 2
 
     wait_until(ran_again, 60, step=0.5)
@@ -334,9 +397,11 @@ def main() -> None:
         token = load.issue_token(f"faults-{args.seed}")
         # (a) without broker or webhook: ingest and the database alone.
         server, url = load.start_gunicorn(
-            database_url, args.port, args.workers,
+            database_url,
+            args.port,
+            args.workers,
             {"CELERY_BROKER_URL": "", "TRACEVIZ_ESCALATION_WEBHOOK_URL": ""},
-        )  # fmt: skip
+        )
         results["a"] = scenario_database(args, url, token)
         load.stop_process(server)
 

@@ -21,6 +21,8 @@ import urllib.request
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
+from pgstats import analyze_periodically
+
 ROOT = Path(__file__).resolve().parent.parent
 RESULTS = ["success"] * 7 + ["retryable_failure", "permanent_failure", "compensatable_failure"]
 
@@ -34,14 +36,26 @@ def job_events(job_id: str, start: datetime, rng: random.Random) -> list[dict]:
         now += timedelta(milliseconds=rng.randint(1, 500))
         return {"type": kind, "job_id": job_id, "ts": now.isoformat(), "payload": payload}
 
-    out = [emit("job_started", workflow=rng.choice(["etl", "release", "mail"]), provider="openai",
-                model="gpt-4.1", name=f"bench {job_id}")]  # fmt: skip
+    out = [
+        emit(
+            "job_started",
+            workflow=rng.choice(["etl", "release", "mail"]),
+            provider="openai",
+            model="gpt-4.1",
+            name=f"bench {job_id}",
+        )
+    ]
     for index in range(4):
         node = f"node-{index}"
         result = rng.choice(RESULTS)
         out.append(emit("node_started", node_id=node, step_index=index))
-        finish = {"node_id": node, "step_index": index, "result_type": result,
-                  "duration_ms": rng.randint(5, 5000), "payload_results": {node: index}}  # fmt: skip
+        finish = {
+            "node_id": node,
+            "step_index": index,
+            "result_type": result,
+            "duration_ms": rng.randint(5, 5000),
+            "payload_results": {node: index},
+        }
         if result != "success":
             finish |= {"reason": f"{node}: upstream said no", "failure_code": "adapter_error"}
         out.append(emit("node_finished", **finish))
@@ -88,7 +102,9 @@ def rss_kib(pids: list[int]) -> int:
             status = Path(f"/proc/{pid}/status").read_text()
         except OSError:
             continue
-        total += next(int(line.split()[1]) for line in status.splitlines() if line.startswith("VmRSS"))
+        total += next(
+            int(line.split()[1]) for line in status.splitlines() if line.startswith("VmRSS")
+        )
     return total
 
 
@@ -141,8 +157,10 @@ def lint_overhead(events: int, jobs: int, batch: int, seed: int, rounds: int = 3
     replay.lint.Linter = real
     best = {label: max(values) for label, values in rates.items()}
     cost = (best["without lint"] - best["with lint"]) / best["without lint"] * 100
-    print(f"in-process ingest, best of {rounds}: with lint {best['with lint']:,.0f} events/s, "
-          f"without lint {best['without lint']:,.0f} events/s: lint costs {cost:.1f} %")  # fmt: skip
+    print(
+        f"in-process ingest, best of {rounds}: with lint {best['with lint']:,.0f} events/s, "
+        f"without lint {best['without lint']:,.0f} events/s: lint costs {cost:.1f} %"
+    )
 
 
 def main() -> None:
@@ -156,9 +174,10 @@ def main() -> None:
     parser.add_argument("--token")
     parser.add_argument("--seed", type=int, default=int(time.time()))
     parser.add_argument(
-        "--lint-overhead", action="store_true",
+        "--lint-overhead",
+        action="store_true",
         help="measure in-process ingest with and without contract lint instead",
-    )  # fmt: skip
+    )
     args = parser.parse_args()
     if args.lint_overhead:
         sys.path.insert(0, str(ROOT))
@@ -172,10 +191,22 @@ def main() -> None:
         token = manage("create_ingest_token", f"bench-{args.seed}").strip().splitlines()[-1]
         port = 8765
         server = subprocess.Popen(
-            [sys.executable, "-m", "gunicorn", "traceviz.wsgi", "-b", f"127.0.0.1:{port}",
-             "-w", str(args.workers), "--timeout", "300", "--log-level", "warning"],
+            [
+                sys.executable,
+                "-m",
+                "gunicorn",
+                "traceviz.wsgi",
+                "-b",
+                f"127.0.0.1:{port}",
+                "-w",
+                str(args.workers),
+                "--timeout",
+                "300",
+                "--log-level",
+                "warning",
+            ],
             cwd=ROOT,
-        )  # fmt: skip
+        )
         url = f"http://127.0.0.1:{port}"
         for _ in range(100):
             try:
@@ -184,8 +215,10 @@ def main() -> None:
             except OSError:
                 time.sleep(0.1)
     bodies = build_bodies(args.events, args.jobs, args.batch, args.seed)
-    print(f"sending {args.events} events ({args.jobs} jobs, batches of {args.batch}, "
-          f"{args.producers} producers) to {url}")  # fmt: skip
+    print(
+        f"sending {args.events} events ({args.jobs} jobs, batches of {args.batch}, "
+        f"{args.producers} producers) to {url}"
+    )
 
     peak = 0
     done = threading.Event()
@@ -213,6 +246,7 @@ def main() -> None:
             with lock:
                 stored += count
 
+    analyzing = analyze_periodically(os.environ.get("DATABASE_URL", ""))
     started = time.perf_counter()
     threads = [threading.Thread(target=producer) for _ in range(args.producers)]
     for thread in threads:
@@ -221,8 +255,11 @@ def main() -> None:
         thread.join()
     elapsed = time.perf_counter() - started
     done.set()
-    print(f"stored {stored} events in {elapsed:.1f} s: {stored / elapsed:,.0f} events/s "
-          "(durable and projected when each response arrives)")  # fmt: skip
+    analyzing.set()
+    print(
+        f"stored {stored} events in {elapsed:.1f} s: {stored / elapsed:,.0f} events/s "
+        "(durable and projected when each response arrives)"
+    )
     if server:
         print(f"server peak RSS (master + {args.workers} workers): {peak / 1024:,.0f} MiB")
         server.send_signal(signal.SIGTERM)

@@ -20,6 +20,7 @@ import random
 import signal
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 import urllib.error
@@ -28,6 +29,8 @@ from collections import Counter
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
+
+from pgstats import analyze_periodically
 
 ROOT = Path(__file__).resolve().parent.parent
 HOST = "127.0.0.1"
@@ -75,11 +78,30 @@ def issue_token(name: str) -> str:
 def start_gunicorn(database_url: str, port: int, workers: int, extra_env: dict | None = None):
     env = {**os.environ, "DATABASE_URL": database_url, **(extra_env or {})}
     env.setdefault("PYTHONWARNINGS", "ignore::UserWarning")  # no STATIC_ROOT: not collected
-    server = subprocess.Popen(
-        [sys.executable, "-m", "gunicorn", "traceviz.wsgi", "-b", f"{HOST}:{port}",
-         "-w", str(workers), "--timeout", "120", "--log-level", "warning"],
-        cwd=ROOT, env=env,
-    )  # fmt: skip
+    # The server's own log (tracebacks of the outages the fault runs cause) goes to a file.
+    log_path = Path(tempfile.mkdtemp(prefix="traceviz-gunicorn-")) / "gunicorn.log"
+    print(f"gunicorn log: {log_path}")
+    with log_path.open("w") as log:  # the child keeps its own descriptor
+        server = subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "gunicorn",
+                "traceviz.wsgi",
+                "-b",
+                f"{HOST}:{port}",
+                "-w",
+                str(workers),
+                "--timeout",
+                "120",
+                "--log-level",
+                "warning",
+            ],
+            cwd=ROOT,
+            env=env,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+        )
     url = f"http://{HOST}:{port}"
     for _ in range(150):
         try:
@@ -120,16 +142,26 @@ def job_events(job_id: str, start: datetime, rng: random.Random) -> list[dict]:
             item["event_id"] = f"e{len(out)}"
         out.append(item)
 
-    emit("job_started", workflow=rng.choice(["etl", "release", "mail"]), provider="openai",
-         model="gpt-4.1", name=f"load {job_id}")  # fmt: skip
+    emit(
+        "job_started",
+        workflow=rng.choice(["etl", "release", "mail"]),
+        provider="openai",
+        model="gpt-4.1",
+        name=f"load {job_id}",
+    )
     for index in range(rng.randint(2, 5)):
         node = f"node-{index}"
         for attempt in range(1, 4):
             result = rng.choice(RESULTS)
             emit("node_started", node_id=node, step_index=index, attempt=attempt)
-            finish = {"node_id": node, "step_index": index, "attempt": attempt,
-                      "result_type": result, "duration_ms": rng.randint(5, 5000),
-                      "payload_results": {node: attempt}}  # fmt: skip
+            finish = {
+                "node_id": node,
+                "step_index": index,
+                "attempt": attempt,
+                "result_type": result,
+                "duration_ms": rng.randint(5, 5000),
+                "payload_results": {node: attempt},
+            }
             if result != "success":
                 finish |= {"reason": f"{node}: upstream said no", "failure_code": "adapter_error"}
                 # auth and internal open escalations (and so notifications), network pauses.
@@ -165,8 +197,18 @@ class Stats:
 
 
 class Producer(threading.Thread):
-    def __init__(self, index: int, url: str, token: str, stats: Stats, stop: threading.Event,
-                 seed: int, batch: int, resend: float, prefix: str = "load"):  # fmt: skip
+    def __init__(
+        self,
+        index: int,
+        url: str,
+        token: str,
+        stats: Stats,
+        stop: threading.Event,
+        seed: int,
+        batch: int,
+        resend: float,
+        prefix: str = "load",
+    ):
         super().__init__(name=f"producer-{index}", daemon=True)
         self.index, self.url, self.token, self.stats, self.stop = index, url, token, stats, stop
         self.rng = random.Random(seed * 1000 + index)
@@ -218,10 +260,14 @@ class Producer(threading.Thread):
         """Send until an answer that is not retryable; the indexes the server acknowledged."""
         body = "\n".join(json.dumps(item) for item in items).encode()
         request = urllib.request.Request(
-            self.url + "/api/v1/events", data=body, method="POST",
-            headers={"Authorization": f"Bearer {self.token}",
-                     "Content-Type": "application/x-ndjson"},
-        )  # fmt: skip
+            self.url + "/api/v1/events",
+            data=body,
+            method="POST",
+            headers={
+                "Authorization": f"Bearer {self.token}",
+                "Content-Type": "application/x-ndjson",
+            },
+        )
         deadline = time.monotonic() + MAX_RETRY_SECONDS
         for _ in range(MAX_TRIES):
             started = time.perf_counter()
@@ -258,14 +304,22 @@ class Producer(threading.Thread):
 
 
 def run_producers(
-    url: str, token: str, seconds: float, producers: int, seed: int, batch: int, resend: float,
-    during=None, prefix: str = "load",
-) -> tuple[Stats, float]:  # fmt: skip
+    url: str,
+    token: str,
+    seconds: float,
+    producers: int,
+    seed: int,
+    batch: int,
+    resend: float,
+    during=None,
+    prefix: str = "load",
+) -> tuple[Stats, float]:
     """Run the producers for ``seconds`` (``during(stats)`` runs meanwhile in this thread), then
     let in-flight batches finish. Returns the stats and the elapsed time."""
     stats, stop = Stats(), threading.Event()
-    threads = [Producer(i, url, token, stats, stop, seed, batch, resend, prefix)
-               for i in range(producers)]  # fmt: skip
+    threads = [
+        Producer(i, url, token, stats, stop, seed, batch, resend, prefix) for i in range(producers)
+    ]
     started = time.perf_counter()
     for thread in threads:
         thread.start()
@@ -292,8 +346,10 @@ class Verdict:
     examples: list[str]
 
     def line(self) -> str:
-        return (f"lost: {self.lost}, duplicated: {self.duplicated}, "
-                f"parity mismatches: {self.parity_mismatches}")  # fmt: skip
+        return (
+            f"lost: {self.lost}, duplicated: {self.duplicated}, "
+            f"parity mismatches: {self.parity_mismatches}"
+        )
 
 
 def verify(stats: Stats) -> Verdict:
@@ -306,18 +362,19 @@ def verify(stats: Stats) -> Verdict:
     from jobs.models import Event, Job
 
     connection.close()  # the server may have been restarted under a kept connection
+    # Only this run's jobs: the fault runs share one database between scenarios.
+    mine = Event.objects.filter(job_id__in=stats.jobs)
     stored = Counter()
-    for job_id, event_id in Event.objects.values_list("job_id", "event_id").iterator(10_000):
+    for job_id, event_id in mine.values_list("job_id", "event_id").iterator(10_000):
         stored[(job_id, event_id)] += 1
     # The unique constraint should make this 0; counted from the table, not assumed.
-    doubled = (
-        Event.objects.values("job_id", "event_id").annotate(n=Count("id")).filter(n__gt=1).count()
-    )
+    doubled = mine.values("job_id", "event_id").annotate(n=Count("id")).filter(n__gt=1).count()
     lost = [key for key in stats.acknowledged if stored[key] != 1]
     unacked = [key for key in stored if key not in stats.acknowledged]
     examples = [f"lost {key}" for key in lost[:3]]
     # Jobs with events but no Job row count as mismatches too (parity reports them).
-    job_ids = set(Job.objects.values_list("job_id", flat=True)) | {key[0] for key in stored}
+    job_ids = set(Job.objects.filter(job_id__in=stats.jobs).values_list("job_id", flat=True))
+    job_ids |= {key[0] for key in stored}
     mismatched = parity.mismatched_jobs(sorted(job_ids))
     examples += [str(diffs[0]) for diffs in list(mismatched.values())[:3]]
     return Verdict(len(lost), doubled, len(unacked), len(mismatched), examples)
@@ -333,17 +390,23 @@ def percentile(values: list[float], q: float) -> float:
 def report(stats: Stats, elapsed: float, verdict: Verdict) -> None:
     from jobs.models import Event
 
-    stored = Event.objects.count()
-    print(f"stored {stored:,} distinct events of {len(stats.jobs):,} jobs in {elapsed:.1f} s: "
-          f"{stored / elapsed:,.0f} new events/s, {stats.events_acked / elapsed:,.0f} "
-          "acknowledged events/s (resends included)")  # fmt: skip
+    stored = Event.objects.filter(job_id__in=stats.jobs).count()
+    print(
+        f"stored {stored:,} distinct events of {len(stats.jobs):,} jobs in {elapsed:.1f} s: "
+        f"{stored / elapsed:,.0f} new events/s, {stats.events_acked / elapsed:,.0f} "
+        "acknowledged events/s (resends included)"
+    )
     ms = [value * 1000 for value in stats.latencies]
-    print(f"requests: {len(ms):,}; latency p50 {percentile(ms, 0.5):.0f} ms, "
-          f"p99 {percentile(ms, 0.99):.0f} ms")  # fmt: skip
+    print(
+        f"requests: {len(ms):,}; latency p50 {percentile(ms, 0.5):.0f} ms, "
+        f"p99 {percentile(ms, 0.99):.0f} ms"
+    )
     counts = ", ".join(f"{status}: {n:,}" for status, n in sorted(stats.statuses.items()))
     print(f"answers by status: {counts}; batches given up: {stats.gave_up_batches}")
-    print(f"stored without an acknowledgement (answer lost, not resent): "
-          f"{verdict.stored_unacknowledged}")  # fmt: skip
+    print(
+        f"stored without an acknowledgement (answer lost, not resent): "
+        f"{verdict.stored_unacknowledged}"
+    )
     print(verdict.line())
     for example in verdict.examples:
         print(f"  e.g. {example}")
@@ -354,13 +417,17 @@ def arguments(description: str) -> argparse.ArgumentParser:
     parser.add_argument("--seconds", type=float, default=60)
     parser.add_argument("--producers", type=int, default=8)
     parser.add_argument("--database", default="traceviz_load")
-    parser.add_argument("--postgres", default="postgres://postgres@127.0.0.1:5432",
-                        help="server URL without a database name")  # fmt: skip
+    parser.add_argument(
+        "--postgres",
+        default="postgres://postgres@127.0.0.1:5432",
+        help="server URL without a database name",
+    )
     parser.add_argument("--workers", type=int, default=3, help="gunicorn workers")
     parser.add_argument("--port", type=int, default=8766)
     parser.add_argument("--batch", type=int, default=100, help="new events per batch (at most)")
-    parser.add_argument("--resend", type=float, default=0.2,
-                        help="re-sent acknowledged events per new event")  # fmt: skip
+    parser.add_argument(
+        "--resend", type=float, default=0.2, help="re-sent acknowledged events per new event"
+    )
     parser.add_argument("--seed", type=int, default=int(time.time()))
     parser.add_argument("--keep", action="store_true", help="keep the database afterwards")
     return parser
@@ -375,10 +442,15 @@ def main() -> None:
         setup_django(database_url)
         token = issue_token(f"load-{args.seed}")
         server, url = start_gunicorn(database_url, args.port, args.workers)
-        print(f"{args.producers} producers for {args.seconds:g} s against {url} "
-              f"(gunicorn, {args.workers} sync workers; database {args.database})")  # fmt: skip
-        stats, elapsed = run_producers(url, token, args.seconds, args.producers, args.seed,
-                                       args.batch, args.resend)  # fmt: skip
+        print(
+            f"{args.producers} producers for {args.seconds:g} s against {url} "
+            f"(gunicorn, {args.workers} sync workers; database {args.database})"
+        )
+        analyzing = analyze_periodically(database_url)
+        stats, elapsed = run_producers(
+            url, token, args.seconds, args.producers, args.seed, args.batch, args.resend
+        )
+        analyzing.set()
         stop_process(server)
         server = None
         report(stats, elapsed, verify(stats))

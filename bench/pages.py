@@ -39,13 +39,23 @@ from jobs.models import Job, Step  # noqa: E402
 
 PREFIX = "bench-list-"
 BASE = datetime(2026, 1, 1, tzinfo=UTC)
-STATUSES = (["completed"] * 50 + ["failed"] * 25 + ["paused:transient"] * 10 + ["running"] * 10
-            + ["failed:logic"] * 5)  # fmt: skip
+STATUSES = (
+    ["completed"] * 50
+    + ["failed"] * 25
+    + ["paused:transient"] * 10
+    + ["running"] * 10
+    + ["failed:logic"] * 5
+)
 REASONS = [
-    "upstream timeout after 30s", "404 bucket releases-eu not found", "connection refused by crm",
-    "schema mismatch on field total", "token expired for mailbox", "rate limited by provider",
-    "invalid json in planner output", "permission denied writing contacts",
-]  # fmt: skip
+    "upstream timeout after 30s",
+    "404 bucket releases-eu not found",
+    "connection refused by crm",
+    "schema mismatch on field total",
+    "token expired for mailbox",
+    "rate limited by provider",
+    "invalid json in planner output",
+    "permission denied writing contacts",
+]
 WORKFLOWS = ["etl", "publish-release", "crm-sync", "mail-digest", "pdca"]
 
 
@@ -64,19 +74,31 @@ def create_list_jobs(count: int, rng: random.Random) -> None:
             begun = BASE + timedelta(seconds=n * 25 + rng.randint(0, 20))
             strip = [["ok", False], ["ok", False]] + (
                 [["retryable" if status == "paused:transient" else "failed", False]]
-                if failed else [["ok", False]]
-            )  # fmt: skip
-            jobs.append(Job(
-                job_id=f"{PREFIX}{n:07d}", status=status, workflow=rng.choice(WORKFLOWS),
-                name="bench", provider=rng.choice(["openai", "anthropic"]), model="m-1",
-                correlation_id=f"corr-{n}", started_at=begun, last_event_at=begun,
-                finished_at=begun + timedelta(seconds=5) if status == "completed" else None,
-                failing_node_id="n2" if failed else "",
-                failing_reason=rng.choice(REASONS) if failed else "",
-                has_failed=failed and status != "paused:transient",
-                has_retryable=status == "paused:transient", step_count=3,
-                max_attempt=rng.randint(1, 4), event_count=7, segment_strip=strip,
-            ))  # fmt: skip
+                if failed
+                else [["ok", False]]
+            )
+            jobs.append(
+                Job(
+                    job_id=f"{PREFIX}{n:07d}",
+                    status=status,
+                    workflow=rng.choice(WORKFLOWS),
+                    name="bench",
+                    provider=rng.choice(["openai", "anthropic"]),
+                    model="m-1",
+                    correlation_id=f"corr-{n}",
+                    started_at=begun,
+                    last_event_at=begun,
+                    finished_at=begun + timedelta(seconds=5) if status == "completed" else None,
+                    failing_node_id="n2" if failed else "",
+                    failing_reason=rng.choice(REASONS) if failed else "",
+                    has_failed=failed and status != "paused:transient",
+                    has_retryable=status == "paused:transient",
+                    step_count=3,
+                    max_attempt=rng.randint(1, 4),
+                    event_count=7,
+                    segment_strip=strip,
+                )
+            )
         Job.objects.bulk_create(jobs, batch_size=batch)
         created = {j.job_id: j.pk for j in Job.objects.filter(job_id__in=[j.job_id for j in jobs])}
         steps = []
@@ -84,16 +106,27 @@ def create_list_jobs(count: int, rng: random.Random) -> None:
             pk = created[job.job_id]
             for position, (segment, _stale) in enumerate(job.segment_strip):
                 failure = segment != "ok"
-                steps.append(Step(
-                    job_id=pk, node_id=f"n{position}", attempt=1, position=position,
-                    segment=segment,
-                    result_type=("retryable_failure" if segment == "retryable"
-                                 else "permanent_failure" if failure else "success"),
-                    reason=job.failing_reason if failure else "",
-                    failure_code="adapter_timeout" if failure else "",
-                    started_at=job.started_at, finished_at=job.started_at + timedelta(seconds=1),
-                    duration_ms=1000,
-                ))  # fmt: skip
+                steps.append(
+                    Step(
+                        job_id=pk,
+                        node_id=f"n{position}",
+                        attempt=1,
+                        position=position,
+                        segment=segment,
+                        result_type=(
+                            "retryable_failure"
+                            if segment == "retryable"
+                            else "permanent_failure"
+                            if failure
+                            else "success"
+                        ),
+                        reason=job.failing_reason if failure else "",
+                        failure_code="adapter_timeout" if failure else "",
+                        started_at=job.started_at,
+                        finished_at=job.started_at + timedelta(seconds=1),
+                        duration_ms=1000,
+                    )
+                )
         Step.objects.bulk_create(steps, batch_size=batch)
         print(f"  {min(start + batch, count)} jobs", end="\r", flush=True)
     with connection.cursor() as cursor:
@@ -104,8 +137,14 @@ def create_list_jobs(count: int, rng: random.Random) -> None:
 def create_job_with_steps(job_id: str, steps: int) -> None:
     if Job.objects.filter(job_id=job_id).exists():
         return
-    items = [{"type": "job_started", "job_id": job_id, "ts": BASE.isoformat(),
-              "payload": {"workflow": "etl", "provider": "openai", "model": "m-1"}}]  # fmt: skip
+    items = [
+        {
+            "type": "job_started",
+            "job_id": job_id,
+            "ts": BASE.isoformat(),
+            "payload": {"workflow": "etl", "provider": "openai", "model": "m-1"},
+        }
+    ]
     attempts = []  # (node, attempt, result): every tenth node retries once, then succeeds
     while len(attempts) < steps:
         node = f"node-{len(attempts)}"
@@ -117,15 +156,35 @@ def create_job_with_steps(job_id: str, steps: int) -> None:
     for n, (node, attempt, result) in enumerate(attempts):
         at = BASE + timedelta(milliseconds=100 * n)
         span = f"s{n}"
-        items.append({"type": "node_started", "job_id": job_id, "ts": at.isoformat(),
-                      "payload": {"node_id": node, "attempt": attempt, "trace_span_id": span,
-                                  "parent_span_id": "s0" if n else ""}})  # fmt: skip
-        items.append({"type": "node_finished", "job_id": job_id,
-                      "ts": (at + timedelta(milliseconds=80)).isoformat(),
-                      "payload": {"node_id": node, "attempt": attempt, "result_type": result,
-                                  "reason": "upstream timeout" if result != "success" else "",
-                                  "duration_ms": 80, "trace_span_id": span,
-                                  "payload_results": {"n": n}}})  # fmt: skip
+        items.append(
+            {
+                "type": "node_started",
+                "job_id": job_id,
+                "ts": at.isoformat(),
+                "payload": {
+                    "node_id": node,
+                    "attempt": attempt,
+                    "trace_span_id": span,
+                    "parent_span_id": "s0" if n else "",
+                },
+            }
+        )
+        items.append(
+            {
+                "type": "node_finished",
+                "job_id": job_id,
+                "ts": (at + timedelta(milliseconds=80)).isoformat(),
+                "payload": {
+                    "node_id": node,
+                    "attempt": attempt,
+                    "result_type": result,
+                    "reason": "upstream timeout" if result != "success" else "",
+                    "duration_ms": 80,
+                    "trace_span_id": span,
+                    "payload_results": {"n": n},
+                },
+            }
+        )
     started = time.perf_counter()
     store_batch(contract.parse_items(items, max_events=len(items) + 1))
     made = Job.objects.get(job_id=job_id).step_count
@@ -169,9 +228,12 @@ def main() -> None:
         ("job page: 50 steps", "/jobs/bench-steps-50/", {}),
         ("job page: 50 steps, panel", "/jobs/bench-steps-50/?step=node-0:1", {}),
         ("job page: 5,000 steps", "/jobs/bench-steps-5000/", {}),
-        ("job page: 5,000 steps, panel (HTMX)", "/jobs/bench-steps-5000/?step=node-0:1",
-         {"HTTP_HX_REQUEST": "true"}),
-    ]  # fmt: skip
+        (
+            "job page: 5,000 steps, panel (HTMX)",
+            "/jobs/bench-steps-5000/?step=node-0:1",
+            {"HTTP_HX_REQUEST": "true"},
+        ),
+    ]
     print(f"{'page':<40} {'median':>9} {'p95':>9}   ({args.requests} requests each)")
     for label, url, headers in pages:
         median, p95 = measure(client, url, args.requests, **headers)

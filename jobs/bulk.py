@@ -1,7 +1,9 @@
-"""Bulk writes for ingest: PostgreSQL COPY where it is available, multi-row INSERT elsewhere.
+"""Bulk writes for ingest: PostgreSQL COPY where it is available, multi-row statements elsewhere.
 
-COPY moves rows without building a statement with thousands of placeholders, which is what
-bounded ingest throughput (see bench/README.md). Both paths write the same rows.
+COPY moves rows without building statements with thousands of placeholders, and a staged
+``INSERT ... ON CONFLICT`` replaces Django's ``bulk_update`` (a CASE expression per column and
+row), which dominated ingest time for jobs whose events arrive over several batches (see
+bench/README.md). Both paths write the same rows.
 """
 
 import json
@@ -10,8 +12,8 @@ from collections.abc import Iterable, Sequence
 import orjson
 from django.db import connection, models
 
-INSERT_CHUNK = 500
-STAGE_TABLE = "tv_stage_event"
+# SQLite allows 32,766 bound variables per statement: rows of up to ~60 columns fit 500 at once.
+SQLITE_ROWS_PER_STATEMENT = 500
 
 
 def json_text(value) -> str:
@@ -22,35 +24,103 @@ def json_text(value) -> str:
         return json.dumps(value, ensure_ascii=False, separators=(",", ":"))
 
 
-def _db_value(field: models.Field, value):
-    if isinstance(field, models.JSONField):
-        return json_text(value)
-    return value
+def _fields(model: type[models.Model]) -> list[models.Field]:
+    return [f for f in model._meta.concrete_fields if not f.primary_key]
+
+
+def _values(fields: Sequence[models.Field], rows: Iterable[dict]) -> list[list]:
+    """Row dicts (by attname; missing fields take their default) as database values."""
+    defaults = {f.attname: f.get_default() for f in fields}
+    if connection.vendor == "postgresql":
+        adapt = [json_text if isinstance(f, models.JSONField) else None for f in fields]
+        return [
+            [
+                a(row.get(f.attname, defaults[f.attname]))
+                if a
+                else row.get(f.attname, defaults[f.attname])
+                for f, a in zip(fields, adapt, strict=True)
+            ]
+            for row in rows
+        ]
+    return [
+        [f.get_db_prep_save(row.get(f.attname, defaults[f.attname]), connection) for f in fields]
+        for row in rows
+    ]
+
+
+def _stage(cursor, table: str, columns: str, rows: Iterable[Sequence]) -> str:
+    """COPY rows into a temporary table shaped like ``columns`` of ``table``; returns its name."""
+    stage = connection.ops.quote_name(f"tv_stage_{table.strip(chr(34))}")
+    cursor.execute(
+        f"CREATE TEMP TABLE IF NOT EXISTS {stage} ON COMMIT DELETE ROWS "
+        f"AS SELECT {columns} FROM {table} WITH NO DATA"
+    )
+    # ON COMMIT empties the stage only when the outermost transaction commits: a second batch
+    # inside one transaction (an import, a test) must not see the first one's rows.
+    cursor.execute(f"DELETE FROM {stage}")
+    with cursor.cursor.copy(f"COPY {stage} ({columns}) FROM STDIN") as copy:
+        for row in rows:
+            copy.write_row(row)
+    return stage
+
+
+def _insert_returning(table: str, columns: str, rows: Sequence[Sequence], tail: str) -> list[tuple]:
+    """``INSERT ... <tail>`` of ``rows``, returning what ``tail``'s RETURNING names."""
+    out: list[tuple] = []
+    with connection.cursor() as cursor:
+        if connection.vendor == "postgresql":
+            stage = _stage(cursor, table, columns, rows)
+            cursor.execute(f"INSERT INTO {table} ({columns}) SELECT {columns} FROM {stage} {tail}")
+            return list(map(tuple, cursor.fetchall()))
+        for start in range(0, len(rows), SQLITE_ROWS_PER_STATEMENT):
+            chunk = rows[start : start + SQLITE_ROWS_PER_STATEMENT]
+            placeholder = "(" + ", ".join(["%s"] * len(chunk[0])) + ")"
+            cursor.execute(
+                f"INSERT INTO {table} ({columns}) VALUES "
+                + ", ".join([placeholder] * len(chunk))
+                + f" {tail}",
+                [value for row in chunk for value in row],
+            )
+            out.extend(map(tuple, cursor.fetchall()))
+    return out
+
+
+def _names(model: type[models.Model], fields: Sequence[models.Field]) -> tuple[str, str]:
+    quote = connection.ops.quote_name
+    return quote(model._meta.db_table), ", ".join(quote(f.column) for f in fields)
 
 
 def insert_rows(model: type[models.Model], rows: Sequence[dict]) -> None:
-    """Insert rows given as ``{attname: value}`` dicts (ids are not read back). Fields a row
-    leaves out get their model default."""
+    """Insert rows given as ``{attname: value}`` dicts (ids are not read back)."""
     if not rows:
         return
+    fields = _fields(model)
     if connection.vendor != "postgresql":
-        model.objects.bulk_create([model(**row) for row in rows], batch_size=INSERT_CHUNK)
+        model.objects.bulk_create([model(**row) for row in rows], batch_size=500)
         return
-    fields = [f for f in model._meta.concrete_fields if not f.primary_key]
-    defaults = {f.attname: f.get_default() for f in fields}
-    columns = ", ".join(connection.ops.quote_name(f.column) for f in fields)
-    table = connection.ops.quote_name(model._meta.db_table)
+    table, columns = _names(model, fields)
     with (
         connection.cursor() as cursor,
         cursor.cursor.copy(f"COPY {table} ({columns}) FROM STDIN") as copy,
     ):
-        for row in rows:
-            copy.write_row(
-                [
-                    _db_value(f, row[f.attname] if f.attname in row else defaults[f.attname])
-                    for f in fields
-                ]  # fmt: skip
-            )
+        for values in _values(fields, rows):
+            copy.write_row(values)
+
+
+def upsert_rows(model: type[models.Model], rows: Sequence[dict], unique: str) -> dict:
+    """Insert rows, or update every column of the row with the same ``unique`` value (its id is
+    kept). Returns ``{unique value: id}``. ``rows`` must not repeat a ``unique`` value."""
+    if not rows:
+        return {}
+    fields = _fields(model)
+    table, columns = _names(model, fields)
+    quote = connection.ops.quote_name
+    updates = ", ".join(
+        f"{quote(f.column)} = EXCLUDED.{quote(f.column)}" for f in fields if f.attname != unique
+    )
+    pk = quote(model._meta.pk.column)
+    tail = f"ON CONFLICT ({quote(unique)}) DO UPDATE SET {updates} RETURNING {quote(unique)}, {pk}"
+    return dict(_insert_returning(table, columns, _values(fields, rows), tail))
 
 
 def insert_new_events(
@@ -58,38 +128,8 @@ def insert_new_events(
 ) -> set[tuple]:
     """Insert event rows unless (job_id, event_id) is stored already; returns the new keys.
 
-    ``rows`` hold Python values in ``columns`` order, with the payload as JSON text.
+    ``rows`` hold database values in ``columns`` order, with the payload as JSON text.
     """
-    rows = list(rows)
-    quoted = ", ".join(columns)
     keys = ", ".join(key_columns)
-    conflict = f"ON CONFLICT ({keys}) DO NOTHING RETURNING {keys}"
-    inserted: set[tuple] = set()
-    with connection.cursor() as cursor:
-        if connection.vendor == "postgresql":
-            cursor.execute(
-                f"CREATE TEMP TABLE IF NOT EXISTS {STAGE_TABLE} ON COMMIT DELETE ROWS "
-                f"AS SELECT {quoted} FROM {table} WITH NO DATA"
-            )
-            # ON COMMIT empties the stage only when the outermost transaction commits: a second
-            # batch inside one transaction (an import, a test) must not see the first one's rows.
-            cursor.execute(f"DELETE FROM {STAGE_TABLE}")
-            with cursor.cursor.copy(f"COPY {STAGE_TABLE} ({quoted}) FROM STDIN") as copy:
-                for row in rows:
-                    copy.write_row(row)
-            cursor.execute(
-                f"INSERT INTO {table} ({quoted}) SELECT {quoted} FROM {STAGE_TABLE} {conflict}"
-            )
-            inserted.update(map(tuple, cursor.fetchall()))
-            return inserted
-        placeholder = "(" + ", ".join(["%s"] * len(columns)) + ")"
-        for start in range(0, len(rows), INSERT_CHUNK):
-            chunk = rows[start : start + INSERT_CHUNK]
-            cursor.execute(
-                f"INSERT INTO {table} ({quoted}) VALUES "
-                + ", ".join([placeholder] * len(chunk))
-                + f" {conflict}",
-                [value for row in chunk for value in row],
-            )
-            inserted.update(map(tuple, cursor.fetchall()))
-    return inserted
+    tail = f"ON CONFLICT ({keys}) DO NOTHING RETURNING {keys}"
+    return set(_insert_returning(table, ", ".join(columns), list(rows), tail))

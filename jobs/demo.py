@@ -50,12 +50,23 @@ class Stream:
             **extra,
         )
 
-    def step(self, node_id: str, index: int, result_type: str = "success", attempt: int = 1,
-             parent: str = "", **payload) -> None:  # fmt: skip
+    def step(
+        self,
+        node_id: str,
+        index: int,
+        result_type: str = "success",
+        attempt: int = 1,
+        parent: str = "",
+        **payload,
+    ) -> None:
         duration = self.rng.randint(40, 4000)
         span = f"{self.job_id}-{node_id}-{attempt}"
-        common = {"node_id": node_id, "step_index": index, "attempt": attempt,
-                  "trace_span_id": span}  # fmt: skip
+        common = {
+            "node_id": node_id,
+            "step_index": index,
+            "attempt": attempt,
+            "trace_span_id": span,
+        }
         if parent:
             common["parent_span_id"] = parent
         self.emit("node_started", self.rng.randint(5, 900), **common)
@@ -95,23 +106,50 @@ def demo_streams(now: datetime, seed: int = 7) -> list[list[dict]]:
 
     s = new("release-42", 2.5, "publish-release")  # retry, then permanent (source 000)
     s.step("build", 0, payload_results={"artifact": "dist/app.tar.gz"}, state="done")
-    s.step("upload", 1, "retryable_failure", reason="upload: network timeout after 30s",
-           failure_code="adapter_timeout", error_type="network")  # fmt: skip
-    s.step("upload", 1, "permanent_failure", attempt=2, tool="s3_put",
-           reason="upload: 404 bucket releases-eu not found", failure_code="provider_terminal",
-           error_type="PermanentError",
-           context={"expected_arguments": {"bucket": "releases-eu", "acl": "private"},
-                    "actual_arguments": {"bucket": "releases-eu", "acl": "public-read"},
-                    "step_definition": {"tool": "s3_put", "retries": 1}},
-           audit_trail=[{"step": 0, "tool": "build", "status": "success"},
-                        {"step": 1, "tool": "s3_put", "status": "failed"}])  # fmt: skip
+    s.step(
+        "upload",
+        1,
+        "retryable_failure",
+        reason="upload: network timeout after 30s",
+        failure_code="adapter_timeout",
+        error_type="network",
+    )
+    s.step(
+        "upload",
+        1,
+        "permanent_failure",
+        attempt=2,
+        tool="s3_put",
+        reason="upload: 404 bucket releases-eu not found",
+        failure_code="provider_terminal",
+        error_type="PermanentError",
+        context={
+            "expected_arguments": {"bucket": "releases-eu", "acl": "private"},
+            "actual_arguments": {"bucket": "releases-eu", "acl": "public-read"},
+            "step_definition": {"tool": "s3_put", "retries": 1},
+        },
+        audit_trail=[
+            {"step": 0, "tool": "build", "status": "success"},
+            {"step": 1, "tool": "s3_put", "status": "failed"},
+        ],
+    )
 
     s = new("release-43", 3.1, "publish-release")  # compensatable, compensated
     s.step("build", 0, payload_results={"release_id": 991})
-    s.step("upload", 1, "compensatable_failure", reason="release 991 created, asset upload failed",
-           failure_code="adapter_error")  # fmt: skip
-    s.emit("compensation_finished", 900, node_id="upload", result_type="success",
-           reason="release 991 deleted")  # fmt: skip
+    s.step(
+        "upload",
+        1,
+        "compensatable_failure",
+        reason="release 991 created, asset upload failed",
+        failure_code="adapter_error",
+    )
+    s.emit(
+        "compensation_finished",
+        900,
+        node_id="upload",
+        result_type="success",
+        reason="release 991 deleted",
+    )
 
     s = new("fanout-7", 1.2, "fanout-export")  # cancel with a stale late result (source 002)
     s.step("plan", 0)
@@ -130,33 +168,69 @@ def demo_streams(now: datetime, seed: int = 7) -> list[list[dict]]:
     s = new("mail-5", 4.0, "mail-digest")  # token expired: needs a person (source 003)
     s.step("collect", 0)
     s.step("summarize", 1)
-    s.step("gmail.send", 2, "permanent_failure", error_type="auth",
-           failure_code="provider_terminal", reason="Gmail.send: token expired",
-           source="gmail-connector")  # fmt: skip
+    s.step(
+        "gmail.send",
+        2,
+        "permanent_failure",
+        error_type="auth",
+        failure_code="provider_terminal",
+        reason="Gmail.send: token expired",
+        source="gmail-connector",
+    )
 
     s = new("crm-9", 5.0, "crm-sync")  # permission denied
     s.step("fetch_contacts", 0)
-    s.step("write_crm", 1, "permanent_failure", error_type="permission",
-           failure_code="policy_denied", reason="CRM: 403 missing scope contacts.write")  # fmt: skip
+    s.step(
+        "write_crm",
+        1,
+        "permanent_failure",
+        error_type="permission",
+        failure_code="policy_denied",
+        reason="CRM: 403 missing scope contacts.write",
+    )
 
     s = new("crm-10", 0.1, "crm-sync")  # retrying now: paused:transient
-    s.step("fetch_contacts", 0, "retryable_failure", error_type="network",
-           failure_code="provider_retryable", reason="CRM: 503 Service Unavailable\nRetry-After: 30")  # fmt: skip
+    s.step(
+        "fetch_contacts",
+        0,
+        "retryable_failure",
+        error_type="network",
+        failure_code="provider_retryable",
+        reason="CRM: 503 Service Unavailable\nRetry-After: 30",
+    )
 
     s = new("crm-11", 7.0, "crm-sync")  # retries exhausted: max_retries_exceeded
     for attempt in range(1, 8):
-        s.step("fetch_contacts", 0, "retryable_failure", attempt=attempt,
-               failure_code="adapter_timeout", reason=f"CRM: read timeout (attempt {attempt})")  # fmt: skip
+        s.step(
+            "fetch_contacts",
+            0,
+            "retryable_failure",
+            attempt=attempt,
+            failure_code="adapter_timeout",
+            reason=f"CRM: read timeout (attempt {attempt})",
+        )
 
     s = new("release-44", 6.0, "publish-release")  # mutation indeterminate
     s.step("build", 0)
-    s.step("upload", 1, "retryable_failure", state="indeterminate", failure_code="adapter_error",
-           reason="upload: connection reset after PUT was sent; object may exist")  # fmt: skip
+    s.step(
+        "upload",
+        1,
+        "retryable_failure",
+        state="indeterminate",
+        failure_code="adapter_error",
+        reason="upload: connection reset after PUT was sent; object may exist",
+    )
 
     s = new("crm-12", 8.0, "crm-sync")  # unclassified error: our bug
     s.step("fetch_contacts", 0)
-    s.step("dedupe", 1, "permanent_failure", error_type="KeyError",
-           failure_code="invariant_violation", reason="KeyError: 'email'")  # fmt: skip
+    s.step(
+        "dedupe",
+        1,
+        "permanent_failure",
+        error_type="KeyError",
+        failure_code="invariant_violation",
+        reason="KeyError: 'email'",
+    )
 
     previous = ""
     for n in range(5):  # a logic error auto-fixed five times: repair budget exhausted
@@ -164,8 +238,14 @@ def demo_streams(now: datetime, seed: int = 7) -> list[list[dict]]:
         if previous:
             s.events[0]["payload"]["retry_of"] = previous
         s.step("plan", 0)
-        s.step("do", 1, "permanent_failure", error_type="logic", failure_code="validation_error",
-               reason=f"script threw TypeError: undefined is not a function (fix {n})")  # fmt: skip
+        s.step(
+            "do",
+            1,
+            "permanent_failure",
+            error_type="logic",
+            failure_code="validation_error",
+            reason=f"script threw TypeError: undefined is not a function (fix {n})",
+        )
         previous = s.job_id
 
     s = new("pdca-88", 1.5, "pdca")  # planner output invalid twice, then degraded (source 001)
@@ -173,24 +253,57 @@ def demo_streams(now: datetime, seed: int = 7) -> list[list[dict]]:
         [("json_decode", '{"next_step": "deploy" "args": ...'), ("schema", '{"step": "deploy"}')],
         start=1,
     ):
-        s.emit("graph.next_step.parse_invalid", 800, correlation_id=f"corr-{s.job_id}", cycle=3,
-               attempt=attempt, provider="anthropic", model="claude-x", parse_error_type=kind,
-               validation_errors=[f"{kind}: next_step invalid"], raw_output_preview=preview)  # fmt: skip
-    s.emit("graph.next_step.degraded", 0, correlation_id=f"corr-{s.job_id}", cycle=3, attempts=2,
-           reason="next_step_parse_failed", provider="anthropic", model="claude-x", status="failed")  # fmt: skip
+        s.emit(
+            "graph.next_step.parse_invalid",
+            800,
+            correlation_id=f"corr-{s.job_id}",
+            cycle=3,
+            attempt=attempt,
+            provider="anthropic",
+            model="claude-x",
+            parse_error_type=kind,
+            validation_errors=[f"{kind}: next_step invalid"],
+            raw_output_preview=preview,
+        )
+    s.emit(
+        "graph.next_step.degraded",
+        0,
+        correlation_id=f"corr-{s.job_id}",
+        cycle=3,
+        attempts=2,
+        reason="next_step_parse_failed",
+        provider="anthropic",
+        model="claude-x",
+        status="failed",
+    )
 
     s = new("pdca-89", 0.8, "pdca")  # planner repaired on the second attempt
-    s.emit("graph.next_step.parse_invalid", 500, correlation_id=f"corr-{s.job_id}", cycle=1,
-           attempt=1, provider="openai", model="gpt-4.1", parse_error_type="json_decode",
-           validation_errors=["Expecting value: line 1 column 1"],
-           raw_output_preview="Sure! Here is the plan: api_key=sk-demo1234567890abcdefgh")  # fmt: skip
+    s.emit(
+        "graph.next_step.parse_invalid",
+        500,
+        correlation_id=f"corr-{s.job_id}",
+        cycle=1,
+        attempt=1,
+        provider="openai",
+        model="gpt-4.1",
+        parse_error_type="json_decode",
+        validation_errors=["Expecting value: line 1 column 1"],
+        raw_output_preview="Sure! Here is the plan: api_key=sk-demo1234567890abcdefgh",
+    )
     _happy(s, WORKFLOWS["pdca"])
     s.emit("job_finished", 100, status="completed")
 
     s = new("release-45", 9.0, "publish-release")  # boundary violation: plan hash mismatch
     s.step("build", 0)
-    s.step("upload", 1, "permanent_failure", plan_hash="plan-ffff", error_type="BoundaryViolation",
-           tool="write_file", reason="write_file: path validation failed: /etc/passwd is protected")  # fmt: skip
+    s.step(
+        "upload",
+        1,
+        "permanent_failure",
+        plan_hash="plan-ffff",
+        error_type="BoundaryViolation",
+        tool="write_file",
+        reason="write_file: path validation failed: /etc/passwd is protected",
+    )
 
     s = new("mail-6", 0.05, "mail-digest")  # running right now
     s.step("collect", 0)
@@ -198,14 +311,25 @@ def demo_streams(now: datetime, seed: int = 7) -> list[list[dict]]:
 
     s = new("mail-7", 10.0, "mail-digest")  # producer raised an escalation, then finished failed
     s.step("collect", 0)
-    s.emit("escalation_raised", 100, kind="quota", severity="high", node_id="collect",
-           message="Mailbox quota at 98%: digests will start bouncing")  # fmt: skip
+    s.emit(
+        "escalation_raised",
+        100,
+        kind="quota",
+        severity="high",
+        node_id="collect",
+        message="Mailbox quota at 98%: digests will start bouncing",
+    )
     s.emit("job_finished", 100, status="failed", code="provider_terminal", reason="quota")
 
     s = new("crm-13", 11.0, "crm-sync")  # continue_on_error (source 004), then completed
     s.step("fetch_contacts", 0)
-    s.step("dedupe", 1, "permanent_failure", continue_on_error=True,
-           reason="dedupe: 3 records skipped (declared continue_on_error)")  # fmt: skip
+    s.step(
+        "dedupe",
+        1,
+        "permanent_failure",
+        continue_on_error=True,
+        reason="dedupe: 3 records skipped (declared continue_on_error)",
+    )
     s.step("write_crm", 2)
     s.emit("job_finished", 50, status="completed")
 
@@ -216,7 +340,12 @@ def demo_streams(now: datetime, seed: int = 7) -> list[list[dict]]:
     s.emit("job_finished", 50, status="completed")
 
     s = new("mail-8", 13.0, "mail-digest")  # hostile and secret-bearing text, shown safely
-    s.step("collect", 0, "permanent_failure", error_type="TransientError",
-           reason="<script>alert(1)</script> upstream said: Authorization: Bearer abcdef0123456789xyz")  # fmt: skip
+    s.step(
+        "collect",
+        0,
+        "permanent_failure",
+        error_type="TransientError",
+        reason="<script>alert(1)</script> upstream said: Authorization: Bearer abcdef0123456789xyz",
+    )
 
     return [stream.events for stream in streams]

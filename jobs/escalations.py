@@ -97,8 +97,9 @@ def _change_status(escalation, to_status, action, *, actor=None, note="", **fiel
     for name, value in fields.items():
         setattr(escalation, name, value)
     escalation.save()
-    _record(escalation, action, actor=actor, from_status=from_status, to_status=to_status,
-            note=note)  # fmt: skip
+    _record(
+        escalation, action, actor=actor, from_status=from_status, to_status=to_status, note=note
+    )
 
 
 def apply_trigger(
@@ -132,10 +133,13 @@ def apply_trigger(
     existing.trigger_event_ids = [*existing.trigger_event_ids, trigger.event_id]
     if existing.status == Status.RESOLVED:
         _change_status(
-            existing, Status.OPEN, "reopened",
+            existing,
+            Status.OPEN,
+            "reopened",
             note=f"The rule held again: {trigger.message}",
-            message=trigger.message, triggered_at=trigger.ts,
-        )  # fmt: skip
+            message=trigger.message,
+            triggered_at=trigger.ts,
+        )
         _notify(existing, "reopened")
     else:
         existing.save(update_fields=["trigger_event_ids"])
@@ -145,8 +149,16 @@ def apply_trigger(
 # Kinds replay derives from a job's state after each event. A late event that comes earlier in
 # event order (a cancel that makes a failure stale, a job_finished, a job_started's plan hash) can
 # show that such a rule never held: the full replay no longer has its trigger.
-STATE_KINDS = frozenset({"user_action", "internal", "reconciliation", "max_retries_exceeded",
-                         "boundary_violation", "contract_violation"})  # fmt: skip
+STATE_KINDS = frozenset(
+    {
+        "user_action",
+        "internal",
+        "reconciliation",
+        "max_retries_exceeded",
+        "boundary_violation",
+        "contract_violation",
+    }
+)
 
 
 def withdraw_unheld(
@@ -171,8 +183,13 @@ def withdraw_unheld(
 def note_recovery(job: Job) -> None:
     """A job that finished completed while escalations were unresolved: support decides."""
     for escalation in job.escalations.exclude(status=Status.RESOLVED):
-        _record(escalation, "job recovered", from_status=escalation.status,
-                to_status=escalation.status, note="The job finished completed")  # fmt: skip
+        _record(
+            escalation,
+            "job recovered",
+            from_status=escalation.status,
+            to_status=escalation.status,
+            note="The job finished completed",
+        )
 
 
 def acknowledge(escalation: Escalation, user, note: str = "") -> None:
@@ -191,8 +208,14 @@ def assign(escalation: Escalation, user, assignee) -> None:
     escalation.updated_at = timezone.now()
     escalation.save(update_fields=["assignee", "updated_at"])
     who = assignee.get_username() if assignee else "nobody"
-    _record(escalation, "assigned", actor=user, from_status=escalation.status,
-            to_status=escalation.status, note=f"Assigned to {who}")  # fmt: skip
+    _record(
+        escalation,
+        "assigned",
+        actor=user,
+        from_status=escalation.status,
+        to_status=escalation.status,
+        note=f"Assigned to {who}",
+    )
 
 
 def resolve(escalation: Escalation, user, note: str) -> None:
@@ -272,9 +295,13 @@ def stall_trigger(job: Job, now: datetime, waiting_step: Step | None = None) -> 
             f"has not arrived."
         )
     return EscalationTrigger(
-        STALLED, "", "medium", message, f"stall:{job.last_received_at.isoformat()}",
+        STALLED,
+        "",
+        "medium",
+        message,
+        f"stall:{job.last_received_at.isoformat()}",
         job.last_received_at,
-    )  # fmt: skip
+    )
 
 
 def check_stalls(now: datetime | None = None, *, batch_size: int = STALL_BATCH) -> int:

@@ -15,6 +15,8 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
+import orjson
+
 MAX_ID_CHARS = 200
 MAX_REASON_BYTES = 64 * 1024
 MAX_SMALL_INT = 2**62
@@ -164,7 +166,7 @@ def _loads(raw: bytes) -> Any:
     if text.startswith("\ufeff"):
         text = text[1:]
     try:
-        return json.loads(text, parse_constant=_reject_constant, parse_float=_finite_float)
+        return _DECODER.decode(text)
     except json.JSONDecodeError as exc:
         return _LineError(f"{exc.msg} at line {exc.lineno} column {exc.colno}")
     except ValueError as exc:
@@ -184,6 +186,10 @@ def _finite_float(literal: str) -> float:
     if not math.isfinite(value):
         raise ValueError(f"number {literal[:40]} is out of range")
     return value
+
+
+# One decoder for every body: json.loads with hooks would build a new decoder per call.
+_DECODER = json.JSONDecoder(parse_constant=_reject_constant, parse_float=_finite_float)
 
 
 # --- validation ---------------------------------------------------------------------------
@@ -402,8 +408,13 @@ def truncate_text(value: str, limit: int = MAX_REASON_BYTES) -> str:
 
 def default_event_id(item: dict[str, Any]) -> str:
     """Idempotency key for an event sent without one: a hash of the event exactly as sent."""
-    canonical = json.dumps(item, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
-    return "sha256:" + hashlib.sha256(canonical.encode("utf-8")).hexdigest()[:48]
+    try:
+        canonical = orjson.dumps(item, option=orjson.OPT_SORT_KEYS)
+    except orjson.JSONEncodeError:  # integers past 64 bits
+        canonical = json.dumps(
+            item, sort_keys=True, separators=(",", ":"), ensure_ascii=False
+        ).encode("utf-8")
+    return "sha256:" + hashlib.sha256(canonical).hexdigest()[:48]
 
 
 def _text_problems(item: Any) -> list[FieldError]:

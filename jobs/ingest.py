@@ -22,8 +22,17 @@ from jobs.models import Escalation, IngestToken, Job, Step
 from jobs.models import Event as EventRow
 from jobs.redaction import redact_payload
 
-EVENT_COLUMNS = ("job_id", "event_id", "type", "ts", "seq", "attempt", "payload", "received_at",
-                 "token_id")  # fmt: skip
+EVENT_COLUMNS = (
+    "job_id",
+    "event_id",
+    "type",
+    "ts",
+    "seq",
+    "attempt",
+    "payload",
+    "received_at",
+    "token_id",
+)
 
 
 @dataclass(slots=True)
@@ -110,7 +119,7 @@ def _lock_jobs(job_ids: Sequence[str]) -> None:
 def _insert_events(
     events: Iterable[Event], token: IngestToken | None, received_at: datetime
 ) -> set[tuple[str, str]]:
-    """Insert event rows, skipping ones already stored; returns the (job_id, event_id) of new rows."""
+    """Insert event rows, skipping stored ones; returns the new rows' (job_id, event_id)."""
     adapt = connection.ops.adapt_datetimefield_value
     received, token_id = adapt(received_at), token.pk if token else None
     rows = (
@@ -124,7 +133,7 @@ def _insert_events(
             bulk.json_text(event.payload),
             received,
             token_id,
-        )  # fmt: skip
+        )
         for event in events
     )
     table = connection.ops.quote_name(EventRow._meta.db_table)
@@ -137,7 +146,8 @@ def load_events(job_ids: Sequence[str]) -> dict[str, list[Event]]:
     rows = EventRow.objects.filter(job_id__in=job_ids).values_list(
         "job_id", "event_id", "type", "ts", "seq", "payload"
     )
-    for job_id, event_id, event_type, ts, seq, payload in rows.iterator(chunk_size=5000):
+    # A plain fetch: a server-side cursor (iterator) plans for the first rows and may scan.
+    for job_id, event_id, event_type, ts, seq, payload in rows:
         by_job[job_id].append(Event(event_type, job_id, event_id, ts, seq, payload))
     return by_job
 
@@ -161,8 +171,10 @@ def project_jobs(
     existing = {job.job_id: job for job in Job.objects.filter(job_id__in=job_ids)}
     new_events = new_events or {}
     to_load = [job_id for job_id in job_ids if job_id in existing or job_id not in new_events]
-    events_by_job = {**{j: new_events[j] for j in job_ids if j not in to_load},
-                     **load_events(to_load)}  # fmt: skip
+    events_by_job = {
+        **{j: new_events[j] for j in job_ids if j not in to_load},
+        **load_events(to_load),
+    }
     states = [replay.build(events, config) for events in events_by_job.values() if events]
     rows = [_job_row(state, existing.get(state.job_id), received_at) for state in states]
     previous_status = {job_id: job.status for job_id, job in existing.items()}
@@ -170,29 +182,15 @@ def project_jobs(
     rollup.mark_dirty(
         [job.started_at for job in existing.values()] + [r["started_at"] for r in rows]
     )
-    # New jobs are copied in; jobs seen before are updated in place (their ids stay).
-    bulk.insert_rows(Job, [row for row in rows if row["job_id"] not in existing])
-    for row in rows:
-        if row["job_id"] in existing:
-            job = existing[row["job_id"]]
-            for name, value in row.items():
-                setattr(job, name, value)
+    # One upsert writes new and known jobs alike; a known job keeps its id (escalations
+    # point at it). Its steps are replaced whole, as replay rebuilt them.
+    ids = bulk.upsert_rows(Job, rows, unique="job_id")
     if existing:
-        if len(existing) <= FEW_JOBS:  # one plain UPDATE each beats bulk_update's CASE per field
-            for job in existing.values():
-                job.save(update_fields=JOB_UPDATE_FIELDS)
-        else:
-            Job.objects.bulk_update(existing.values(), JOB_UPDATE_FIELDS, batch_size=500)
         Step.objects.filter(job_id__in=[job.pk for job in existing.values()]).delete()
-    jobs_by_id = {
-        **{job.job_id: job for job in Job.objects.filter(job_id__in=job_ids).exclude(
-            job_id__in=list(existing))},
-        **existing,
-    }  # fmt: skip
     bulk.insert_rows(
-        Step,
-        [_step_row(step, jobs_by_id[state.job_id].pk) for state in states for step in state.steps],
+        Step, [_step_row(step, ids[state.job_id]) for state in states for step in state.steps]
     )
+    jobs_by_id = {row["job_id"]: Job(id=ids[row["job_id"]], **row) for row in rows}
     _apply_escalations(states, jobs_by_id, previous_status)
     return list(jobs_by_id.values())
 
@@ -245,15 +243,36 @@ def _step_row(step: replay.StepState, job_pk: int) -> dict:
     )
 
 
-FEW_JOBS = 20
-JOB_UPDATE_FIELDS = [f.name for f in Job._meta.concrete_fields if f.name not in ("id", "job_id")]
 STEP_COPIED_FIELDS = (
-    "node_id", "attempt", "position", "reason", "ignored_stale", "compensated",
-    "compensation_reason", "started_at", "finished_at", "duration_ms", "state", "step_index",
-    "trace_span_id", "parent_span_id", "failure_code", "error_type", "tool", "source",
-    "plan_hash", "continue_on_error", "epoch", "step_epoch", "payload_results", "context",
-    "audit_trail", "extra", "started_event_id", "finished_event_id",
-)  # fmt: skip
+    "node_id",
+    "attempt",
+    "position",
+    "reason",
+    "ignored_stale",
+    "compensated",
+    "compensation_reason",
+    "started_at",
+    "finished_at",
+    "duration_ms",
+    "state",
+    "step_index",
+    "trace_span_id",
+    "parent_span_id",
+    "failure_code",
+    "error_type",
+    "tool",
+    "source",
+    "plan_hash",
+    "continue_on_error",
+    "epoch",
+    "step_epoch",
+    "payload_results",
+    "context",
+    "audit_trail",
+    "extra",
+    "started_event_id",
+    "finished_event_id",
+)
 
 
 def _apply_escalations(
@@ -306,11 +325,14 @@ def _check_repair_budget(job: Job, current: dict) -> None:
         return
     over_job = Job.objects.get(job_id=overrun.job_id)
     trigger = replay.EscalationTrigger(
-        "repair_budget_exhausted", "", "medium",
+        "repair_budget_exhausted",
+        "",
+        "medium",
         f"{len(runs)} runs failed with logic errors in this retry chain (budget "
         f"{settings.TRACEVIZ_REPAIR_BUDGET}): auto-fix stops here",
-        overrun.trigger_event_id, overrun.failed_at,
-    )  # fmt: skip
+        overrun.trigger_event_id,
+        overrun.failed_at,
+    )
     key = (over_job.pk, trigger.kind, "")
     current[key] = escalations.apply_trigger(
         trigger, job=over_job, existing=current.get(key) or _existing(over_job, trigger.kind)

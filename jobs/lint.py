@@ -71,10 +71,13 @@ class Linter:
             self.finished_event = self.finished_event or event.event_id
             for node, (attempt, event_id) in self.uncompensated.items():
                 self._add(
-                    "uncompensated", node, [attempt], [event_id, event.event_id],
+                    "uncompensated",
+                    node,
+                    [attempt],
+                    [event_id, event.event_id],
                     f"Node {node} failed compensatably (attempt {attempt}) and the job finished "
                     "with no compensation: the partial commit may still be in place",
-                )  # fmt: skip
+                )
             self.uncompensated.clear()
             return
         if event.type == "compensation_finished":
@@ -85,23 +88,32 @@ class Linter:
         node, attempt, event_id = event.payload["node_id"], event.attempt, event.event_id
         if self.finished_event:
             self._add(
-                "result_after_finish", node, [attempt], [self.finished_event, event_id],
+                "result_after_finish",
+                node,
+                [attempt],
+                [self.finished_event, event_id],
                 f"Node {node} reported attempt {attempt} after the job had finished",
-            )  # fmt: skip
+            )
         if node in self.permanent:
             failed_attempt, failed_event = self.permanent[node]
             verb = "started" if event.type == "node_started" else "finished"
             self._add(
-                "rerun_after_permanent", node, [failed_attempt, attempt], [failed_event, event_id],
+                "rerun_after_permanent",
+                node,
+                [failed_attempt, attempt],
+                [failed_event, event_id],
                 f"Node {node} {verb} again (attempt {attempt}) after its permanent failure "
                 f"(attempt {failed_attempt}): a permanently failed step must not run again",
-            )  # fmt: skip
+            )
         seen = self.attempts_seen.setdefault(node, set())
         if attempt > 1 and attempt - 1 not in seen and attempt not in seen:
             self._add(
-                "attempt_gap", node, [attempt], [event_id],
+                "attempt_gap",
+                node,
+                [attempt],
+                [event_id],
                 f"Node {node} has attempt {attempt} with no attempt {attempt - 1}",
-            )  # fmt: skip
+            )
         seen.add(attempt)
         if event.type == "node_started":
             self.started.add((node, attempt))
@@ -114,17 +126,23 @@ class Linter:
         plan_hash = event.payload.get("plan_hash")
         if job_plan_hash and plan_hash and plan_hash != job_plan_hash:
             self._add(
-                "plan_hash_mismatch", node, [attempt], [event_id],
+                "plan_hash_mismatch",
+                node,
+                [attempt],
+                [event_id],
                 f"Node {node} ran plan {plan_hash} but the job's plan is {job_plan_hash}",
-            )  # fmt: skip
+            )
         if result_type == ResultType.SUCCESS:
             earlier = self.successes.get(node)
             if earlier and earlier[0] != attempt:
                 self._add(
-                    "duplicate_success", node, [earlier[0], attempt], [earlier[1], event_id],
+                    "duplicate_success",
+                    node,
+                    [earlier[0], attempt],
+                    [earlier[1], event_id],
                     f"Node {node} succeeded twice (attempts {earlier[0]} and {attempt}): "
                     "its side effect may have happened twice",
-                )  # fmt: skip
+                )
             self.successes.setdefault(node, (attempt, event_id))
         elif result_type == ResultType.PERMANENT_FAILURE:
             self.permanent.setdefault(node, (attempt, event_id))
@@ -137,9 +155,14 @@ class Linter:
         if self.started:
             for position, node, attempt, event_id in self.finishes:
                 if (node, attempt) not in self.started:
-                    self.findings.append(Finding(
-                        "finish_without_start", node, (attempt,), (event_id,),
-                        f"Node {node} finished attempt {attempt} with no node_started for it",
-                        position,
-                    ))  # fmt: skip
+                    self.findings.append(
+                        Finding(
+                            "finish_without_start",
+                            node,
+                            (attempt,),
+                            (event_id,),
+                            f"Node {node} finished attempt {attempt} with no node_started for it",
+                            position,
+                        )
+                    )
         return sorted(self.findings, key=lambda f: (f.position, f.kind, f.node_id))

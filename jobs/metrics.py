@@ -103,19 +103,24 @@ def _label_value(value) -> str:
 
 def record_batch(new_events: Iterable[events.Event]) -> None:
     """Count a batch's newly stored events (resends are not new, so they count once)."""
-    deltas: Tally[tuple[str, str]] = Tally()
+    # Tally plain label values first; each series' key is built once per batch, not per event.
+    by_type: Tally[str] = Tally()
+    by_result: Tally[str] = Tally()
+    by_planner: Tally[tuple[str, str, str]] = Tally()
     for event in new_events:
-        event_type = event.type if event.type in KNOWN_EVENT_TYPES else "other"
-        deltas[EVENTS_INGESTED, labels_key(type=event_type)] += 1
+        by_type[event.type if event.type in KNOWN_EVENT_TYPES else "other"] += 1
         if event.type == "node_finished":
-            result_type = event.payload.get("result_type") or ResultType.SUCCESS.value
-            deltas[STEPS, labels_key(result_type=str(result_type))] += 1
+            by_result[str(event.payload.get("result_type") or ResultType.SUCCESS.value)] += 1
         elif counter := PLANNER_COUNTERS.get(event.type):
-            labels = labels_key(
-                provider=_label_value(event.payload.get("provider")),
-                model=_label_value(event.payload.get("model")),
-            )
-            deltas[counter, labels] += 1
+            provider = _label_value(event.payload.get("provider"))
+            by_planner[counter, provider, _label_value(event.payload.get("model"))] += 1
+    deltas: dict[tuple[str, str], int] = {}
+    for event_type, count in by_type.items():
+        deltas[EVENTS_INGESTED, labels_key(type=event_type)] = count
+    for result_type, count in by_result.items():
+        deltas[STEPS, labels_key(result_type=result_type)] = count
+    for (counter, provider, model), count in by_planner.items():
+        deltas[counter, labels_key(provider=provider, model=model)] = count
     increment(deltas)
 
 

@@ -77,9 +77,8 @@ class Event(models.Model):
             models.UniqueConstraint(fields=["job_id", "event_id"], name="event_unique_per_job"),
         ]
         indexes = [
-            # Replay and export read one job's events; retention deletes by receive time.
+            # Replay and export read one job's events.
             models.Index(fields=["job_id", "ts"], name="event_job_ts"),
-            models.Index(fields=["received_at"], name="event_received"),
             # Dashboard planner panel and planner alerts: job_started and planner events by time.
             models.Index(fields=["type", "ts"], name="event_type_ts"),
         ]
@@ -204,8 +203,6 @@ class Step(models.Model):
             # Jobs list filters: jobs that have a step with this failure code / error type.
             models.Index(fields=["failure_code", "job"], name="step_failure_code"),
             models.Index(fields=["error_type", "job"], name="step_error_type"),
-            # Dashboard: step results over time.
-            models.Index(fields=["finished_at", "segment"], name="step_finished_segment"),
         ]
 
     def __str__(self):
@@ -228,16 +225,22 @@ class Escalation(models.Model):
         HIGH = "high"
         CRITICAL = "critical"
 
-    job = models.ForeignKey(Job, null=True, blank=True, on_delete=models.CASCADE,
-                            related_name="escalations")  # fmt: skip
+    job = models.ForeignKey(
+        Job, null=True, blank=True, on_delete=models.CASCADE, related_name="escalations"
+    )
     kind = models.CharField(max_length=64)
     node_id = models.CharField(max_length=200, blank=True)
     severity = models.CharField(max_length=16, choices=Severity.choices)
     status = models.CharField(max_length=16, choices=Status.choices, default=Status.OPEN)
     message = models.TextField(blank=True)
     source = models.CharField(max_length=200, blank=True)
-    assignee = models.ForeignKey(settings.AUTH_USER_MODEL, null=True, blank=True,
-                                 on_delete=models.SET_NULL, related_name="escalations")  # fmt: skip
+    assignee = models.ForeignKey(
+        settings.AUTH_USER_MODEL,
+        null=True,
+        blank=True,
+        on_delete=models.SET_NULL,
+        related_name="escalations",
+    )
     # Every trigger event this escalation has seen: a trigger seen before changes nothing.
     trigger_event_ids = models.JSONField(default=list, blank=True)
     triggered_at = models.DateTimeField()
@@ -248,8 +251,9 @@ class Escalation(models.Model):
     resolved_at = models.DateTimeField(null=True, blank=True)
     # A firing alert rule's escalation has no job; node_id then names the alert's subject
     # (provider/model or failure code), so each subject has its own escalation.
-    alert_rule = models.ForeignKey("AlertRule", null=True, blank=True, on_delete=models.SET_NULL,
-                                   related_name="escalations")  # fmt: skip
+    alert_rule = models.ForeignKey(
+        "AlertRule", null=True, blank=True, on_delete=models.SET_NULL, related_name="escalations"
+    )
 
     class Meta:
         constraints = [
@@ -283,8 +287,9 @@ class EscalationEntry(models.Model):
 
     escalation = models.ForeignKey(Escalation, on_delete=models.CASCADE, related_name="entries")
     at = models.DateTimeField(default=timezone.now)
-    actor = models.ForeignKey(settings.AUTH_USER_MODEL, null=True, blank=True,
-                              on_delete=models.SET_NULL)  # fmt: skip
+    actor = models.ForeignKey(
+        settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL
+    )
     actor_name = models.CharField(max_length=200)
     action = models.CharField(max_length=32)
     from_status = models.CharField(max_length=16, blank=True)
@@ -360,8 +365,9 @@ class AlertRule(models.Model):
     threshold = models.FloatField()
     window_minutes = models.PositiveIntegerField(default=15)
     min_jobs = models.PositiveIntegerField(default=5)
-    severity = models.CharField(max_length=16, choices=Escalation.Severity.choices,
-                                default=Escalation.Severity.MEDIUM)  # fmt: skip
+    severity = models.CharField(
+        max_length=16, choices=Escalation.Severity.choices, default=Escalation.Severity.MEDIUM
+    )
     enabled = models.BooleanField(default=True)
     created_at = models.DateTimeField(default=timezone.now)
 
@@ -385,8 +391,9 @@ class AlertEpisode(models.Model):
     value = models.FloatField()
     jobs = models.IntegerField(default=0)
     last_evaluated_at = models.DateTimeField()
-    escalation = models.ForeignKey(Escalation, null=True, blank=True, on_delete=models.SET_NULL,
-                                   related_name="alert_episodes")  # fmt: skip
+    escalation = models.ForeignKey(
+        Escalation, null=True, blank=True, on_delete=models.SET_NULL, related_name="alert_episodes"
+    )
 
     class Meta:
         constraints = [
@@ -456,6 +463,10 @@ class DashboardRollup(models.Model):
         FAILURE_CODE = "failure_code"  # dimension: failure code (non-empty)
         ERROR_TYPE = "error_type"  # dimension: error type (non-empty); status: the job's
         DURATION = "duration"  # dimension: node id; steps with a duration, their histogram
+        # A whole UTC day's duration rows merged (hour = midnight), and the DAY row saying the
+        # day's are complete (jobs.rollup.compile_days).
+        DURATION_DAY = "duration_day"
+        DAY = "day"
 
     hour = models.DateTimeField()
     kind = models.CharField(max_length=16, choices=Kind.choices)
@@ -465,7 +476,8 @@ class DashboardRollup(models.Model):
     status = models.CharField(max_length=32, blank=True)
     steps = models.IntegerField(default=0)
     jobs = models.IntegerField(default=0)
-    # Duration rows: {bucket: steps}, log-spaced buckets of duration_ms (jobs.rollup.bucket_of).
+    # Duration rows: {"b": [bucket, ...], "n": [steps, ...]}, log-spaced buckets of duration_ms
+    # (jobs.rollup.bucket_of).
     histogram = models.JSONField(null=True, blank=True)
 
     class Meta:

@@ -121,8 +121,10 @@ def _join(*parts: str, sep: str = " ") -> str:
 
 
 def _describe_job_started(payload, node, attempt, event, stale_steps):
-    what = _join(_text(payload.get("name")), f"({payload['workflow']})"
-                 if _text(payload.get("workflow")) else "")  # fmt: skip
+    what = _join(
+        _text(payload.get("name")),
+        f"({payload['workflow']})" if _text(payload.get("workflow")) else "",
+    )
     provider = "/".join(
         p for p in (_text(payload.get("provider")), _text(payload.get("model"))) if p
     )
@@ -144,8 +146,9 @@ def _describe_node_finished(payload, node, attempt, event, stale_steps):
     if (node, attempt) in stale_steps:
         detail = f"{result_type}, {reason}" if reason else result_type
         return f"Node {node} result ignored: arrived after cancel ({detail})", "warning"
-    details = _join(f"attempt {attempt}", format_duration_ms(_number(payload.get("duration_ms"))),
-                    sep=", ")  # fmt: skip
+    details = _join(
+        f"attempt {attempt}", format_duration_ms(_number(payload.get("duration_ms"))), sep=", "
+    )
     text = f"Node {node} · {result_type} ({details})"
     if payload.get("continue_on_error") is True and result_type != ResultType.SUCCESS:
         text += " [continue on error]"

@@ -120,6 +120,9 @@ def decode_request(body: bytes, content_type: str) -> ExportTraceServiceRequest:
             raise BodyError(400, f"body is not JSON: {error}") from None
         if not isinstance(document, dict):
             raise BodyError(400, "body must be a JSON ExportTraceServiceRequest object")
+        if events.RISKY_ESCAPE.search(body) and _has_lone_surrogate(document):
+            # protobuf's parser fails on these with a SystemError, not a ParseError.
+            raise BodyError(400, "body is not valid Unicode text: it holds a lone surrogate")
         try:
             json_format.ParseDict(hex_ids_as_base64(document), request, ignore_unknown_fields=True)
         except (json_format.ParseError, RecursionError) as error:
@@ -127,6 +130,14 @@ def decode_request(body: bytes, content_type: str) -> ExportTraceServiceRequest:
             raise BodyError(400, message) from None
         return request
     raise unsupported_content_type(content_type)
+
+
+def _has_lone_surrogate(document: Any) -> bool:
+    try:
+        json.dumps(document, ensure_ascii=False).encode("utf-8")
+    except UnicodeEncodeError:
+        return True
+    return False
 
 
 def unsupported_content_type(content_type: str) -> BodyError:
@@ -156,10 +167,11 @@ def hex_ids_as_base64(document: dict[str, Any]) -> dict[str, Any]:
                 span = _ids_rewritten(span, path)
                 if links := _list(span, "links"):
                     span["links"] = [
-                        _ids_rewritten(link, f"{path}.links[{i}]") if isinstance(link, dict)
+                        _ids_rewritten(link, f"{path}.links[{i}]")
+                        if isinstance(link, dict)
                         else link
                         for i, link in enumerate(links)
-                    ]  # fmt: skip
+                    ]
                 spans.append(span)
             scope_spans.append(_with(scope, ("spans",), spans))
         resource_spans.append(_with(resource, ("scopeSpans", "scope_spans"), scope_spans))

@@ -97,8 +97,9 @@ def _escalation_differences(job: Job, state: replay.JobState) -> list[Difference
     missing = triggered - stored
     if not missing and not leftover:
         return []
-    return [Difference(job.job_id, "escalations", "(kind, node)", sorted(leftover),
-                       sorted(missing))]  # fmt: skip
+    return [
+        Difference(job.job_id, "escalations", "(kind, node)", sorted(leftover), sorted(missing))
+    ]
 
 
 def mismatched_jobs(job_ids: Iterable[str]) -> dict[str, list[Difference]]:

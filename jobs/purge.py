@@ -45,7 +45,7 @@ TEXT_FIELDS = {
         "metadata",
         "findings",
         "last_validation_error",
-    ],  # fmt: skip
+    ],
     Step: ["reason", "compensation_reason", "payload_results", "context", "audit_trail", "extra"],
     Escalation: ["message"],
     EscalationEntry: ["note"],

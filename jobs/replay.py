@@ -18,16 +18,38 @@ from jobs.failures import ResultType, RunStatus, Segment
 # Payload fields a step row shows in its own columns; anything else is kept in ``extra``.
 STEP_FIELDS = frozenset(
     {
-        "node_id", "attempt", "result_type", "reason", "duration_ms", "state", "step_index",
-        "trace_span_id", "parent_span_id", "failure_code", "error_type", "tool", "source",
-        "plan_hash", "continue_on_error", "context", "audit_trail", "payload_results", "epoch",
+        "node_id",
+        "attempt",
+        "result_type",
+        "reason",
+        "duration_ms",
+        "state",
+        "step_index",
+        "trace_span_id",
+        "parent_span_id",
+        "failure_code",
+        "error_type",
+        "tool",
+        "source",
+        "plan_hash",
+        "continue_on_error",
+        "context",
+        "audit_trail",
+        "payload_results",
+        "epoch",
         "step_epoch",
     }
-)  # fmt: skip
+)
 JOB_ATTRIBUTES = (
-    "name", "workflow", "correlation_id", "session_id", "provider", "model", "plan_hash",
+    "name",
+    "workflow",
+    "correlation_id",
+    "session_id",
+    "provider",
+    "model",
+    "plan_hash",
     "retry_of",
-)  # fmt: skip
+)
 DEGRADED_REASON = "next_step_parse_failed"
 PLANNER_SCHEMA = "NextStepProposal"
 
@@ -126,8 +148,11 @@ class JobState:
         if not self.failing_node_ids:
             return None
         root = self.failing_node_ids[0]
-        return max((s for s in self.steps if s.node_id == root and s.is_failure),
-                   key=lambda s: s.position, default=None)  # fmt: skip
+        return max(
+            (s for s in self.steps if s.node_id == root and s.is_failure),
+            key=lambda s: s.position,
+            default=None,
+        )
 
 
 def sort_events(events: Iterable[Event]) -> list[Event]:
@@ -257,9 +282,10 @@ class _Replay:
         if event.payload.get("result_type", ResultType.SUCCESS) != ResultType.SUCCESS:
             return
         candidates = [
-            s for s in self.steps.values()
+            s
+            for s in self.steps.values()
             if s.node_id == node and s.result_type == ResultType.COMPENSATABLE_FAILURE
-        ]  # fmt: skip
+        ]
         if candidates:
             step = max(candidates, key=lambda s: s.position)
             step.compensated = True

@@ -7,7 +7,6 @@ Without CELERY_BROKER_URL the tasks run eagerly in-process; with it, run a worke
 CELERY_BEAT_SCHEDULE in settings).
 """
 
-import functools
 import logging
 
 from celery import shared_task
@@ -26,7 +25,13 @@ class OutboxTask(DjangoTask):
     def delay_on_commit(self, *args, **kwargs) -> None:
         """As DjangoTask's, but robust: a broker that is down when the transaction commits
         must not fail the request that wrote the outbox row; the sweep sends the row later."""
-        transaction.on_commit(functools.partial(self.delay, *args, **kwargs), robust=True)
+
+        def enqueue() -> None:
+            # A named function, not functools.partial: Django logs a robust callback's failure
+            # by its __qualname__, which a partial lacks (that AttributeError became a 500).
+            self.delay(*args, **kwargs)
+
+        transaction.on_commit(enqueue, robust=True)
 
 
 @shared_task(base=OutboxTask, ignore_result=True)

@@ -104,9 +104,13 @@ def waterfall(
             row.bars.append(Bar(step, left, round(width, 3), _bar_label(step)))
             if previous_end is not None and begin > previous_end:
                 gap_ms = (begin - previous_end).total_seconds() * 1000
-                row.gaps.append(Gap(percent(previous_end), percent(begin) - percent(previous_end),
-                                    f"waited {format_duration_ms(gap_ms)} before attempt "
-                                    f"{step.attempt}"))  # fmt: skip
+                row.gaps.append(
+                    Gap(
+                        percent(previous_end),
+                        percent(begin) - percent(previous_end),
+                        f"waited {format_duration_ms(gap_ms)} before attempt {step.attempt}",
+                    )
+                )
             previous_end = end if previous_end is None else max(previous_end, end)
         rows.append(row)
     return Waterfall(rows=rows, start=t0, end=t1, node_count=len(order))

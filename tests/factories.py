@@ -15,8 +15,9 @@ def ts(seconds: float) -> str:
     return (BASE_TS + timedelta(seconds=seconds)).isoformat().replace("+00:00", "Z")
 
 
-def event(type_: str, job_id: str = "j1", at: float = 0, event_id: str | None = None, seq=None,
-          **payload) -> dict:  # fmt: skip
+def event(
+    type_: str, job_id: str = "j1", at: float = 0, event_id: str | None = None, seq=None, **payload
+) -> dict:
     item = {"type": type_, "job_id": job_id, "ts": ts(at), "payload": payload}
     if event_id is not None:
         item["event_id"] = event_id
@@ -29,8 +30,14 @@ def started(node_id: str, job_id: str = "j1", at: float = 0, attempt: int = 1, *
     return event("node_started", job_id, at, node_id=node_id, attempt=attempt, **payload)
 
 
-def finished(node_id: str, result_type: str | None = "success", job_id: str = "j1", at: float = 1,
-             attempt: int = 1, **payload) -> dict:  # fmt: skip
+def finished(
+    node_id: str,
+    result_type: str | None = "success",
+    job_id: str = "j1",
+    at: float = 1,
+    attempt: int = 1,
+    **payload,
+) -> dict:
     if result_type is not None:
         payload["result_type"] = result_type
     return event("node_finished", job_id, at, node_id=node_id, attempt=attempt, **payload)

@@ -264,15 +264,19 @@ class TraceVizClient:
             rejects = [
                 Reject(batch[item["index"]], item.get("errors", []))
                 for item in body.get("errors", [])
-                if isinstance(item, dict) and isinstance(item.get("index"), int)
+                if isinstance(item, dict)
+                and isinstance(item.get("index"), int)
                 and 0 <= item["index"] < len(batch)
-            ]  # fmt: skip
+            ]
             self.totals.rejected += len(rejects)
             self.rejects.extend(rejects)
             return rejects
         message = body.get("error") if isinstance(body.get("error"), str) else f"HTTP {status}"
-        raise TraceVizError(f"traceviz refused a batch of {len(batch)} events: {message}",
-                            status=status, events=batch)  # fmt: skip
+        raise TraceVizError(
+            f"traceviz refused a batch of {len(batch)} events: {message}",
+            status=status,
+            events=batch,
+        )
 
     def _post_with_retries(self, batch: list[dict[str, Any]]) -> tuple[int, dict]:
         data = json.dumps(batch, ensure_ascii=False).encode("utf-8")
@@ -287,8 +291,10 @@ class TraceVizClient:
                 if last:
                     raise TraceVizError(
                         f"traceviz answered {status} {body.get('error', '')} after "
-                        f"{attempt + 1} tries", status=status, events=batch,
-                    ) from None  # fmt: skip
+                        f"{attempt + 1} tries",
+                        status=status,
+                        events=batch,
+                    ) from None
                 self._sleep(self._delay(attempt, error.headers.get("Retry-After")))
             except (urllib.error.URLError, OSError) as error:
                 if last:
@@ -384,8 +390,14 @@ class Step:
     exception is never swallowed.
     """
 
-    def __init__(self, client: TraceVizClient, job_id: str, node_id: str, attempt: int,
-                 started_payload: dict[str, Any]):  # fmt: skip
+    def __init__(
+        self,
+        client: TraceVizClient,
+        job_id: str,
+        node_id: str,
+        attempt: int,
+        started_payload: dict[str, Any],
+    ):
         self.client = client
         self.job_id = job_id
         self.node_id = node_id
@@ -467,10 +479,16 @@ def main(argv: list[str] | None = None) -> int:
     commands = parser.add_subparsers(dest="command", required=True)
     send = commands.add_parser("send", help="send the events of an NDJSON file ('-' for stdin)")
     send.add_argument("file")
-    send.add_argument("--url", default=os.environ.get("TRACEVIZ_URL"),
-                      help="traceviz base URL (default: $TRACEVIZ_URL)")  # fmt: skip
-    send.add_argument("--token", default=os.environ.get("TRACEVIZ_TOKEN"),
-                      help="ingest token (default: $TRACEVIZ_TOKEN)")  # fmt: skip
+    send.add_argument(
+        "--url",
+        default=os.environ.get("TRACEVIZ_URL"),
+        help="traceviz base URL (default: $TRACEVIZ_URL)",
+    )
+    send.add_argument(
+        "--token",
+        default=os.environ.get("TRACEVIZ_TOKEN"),
+        help="ingest token (default: $TRACEVIZ_TOKEN)",
+    )
     send.add_argument("--batch", type=int, default=1000, help="events per request")
     args = parser.parse_args(argv)
     if not args.url or not args.token:
@@ -484,8 +502,9 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     lines = {id(event): number for number, event in numbered}
     # The server's content hash is the idempotency key: re-running the same file is harmless.
-    client = TraceVizClient(args.url, args.token, max_batch=max(1, args.batch),
-                            flush_interval=0, fill_defaults=False)  # fmt: skip
+    client = TraceVizClient(
+        args.url, args.token, max_batch=max(1, args.batch), flush_interval=0, fill_defaults=False
+    )
     try:
         rejects = client.send([event for _number, event in numbered]) + client.close()
     except TraceVizError as error:

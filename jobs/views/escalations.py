@@ -48,23 +48,42 @@ STATUS_FILTER_VALUES = {
     "acknowledged": (Status.ACKNOWLEDGED,),
     "resolved": (Status.RESOLVED,),
 }
-SINCE_FILTERS = {"1h": timedelta(hours=1), "24h": timedelta(hours=24),
-                 "7d": timedelta(days=7), "30d": timedelta(days=30)}  # fmt: skip
-SINCE_LABELS = [("", "any time"), ("1h", "last hour"), ("24h", "last 24 hours"),
-                ("7d", "last 7 days"), ("30d", "last 30 days")]  # fmt: skip
+SINCE_FILTERS = {
+    "1h": timedelta(hours=1),
+    "24h": timedelta(hours=24),
+    "7d": timedelta(days=7),
+    "30d": timedelta(days=30),
+}
+SINCE_LABELS = [
+    ("", "any time"),
+    ("1h", "last hour"),
+    ("24h", "last 24 hours"),
+    ("7d", "last 7 days"),
+    ("30d", "last 30 days"),
+]
 # Job columns the queue never shows: left in the database.
-JOB_DEFERRED = ("job__metadata", "job__completed_node_ids", "job__payload_results",
-                "job__last_validation_error", "job__findings", "job__segment_strip",
-                "job__finish_reason", "job__cancel_reason", "job__failing_reason")  # fmt: skip
+JOB_DEFERRED = (
+    "job__metadata",
+    "job__completed_node_ids",
+    "job__payload_results",
+    "job__last_validation_error",
+    "job__findings",
+    "job__segment_strip",
+    "job__finish_reason",
+    "job__cancel_reason",
+    "job__failing_reason",
+)
 
 
 class EscalationFilterForm(forms.Form):
     status = forms.ChoiceField(choices=STATUS_FILTERS, required=False)
     kind = forms.CharField(required=False, max_length=64)
-    severity = forms.ChoiceField(choices=[("", "any"), *Escalation.Severity.choices],
-                                 required=False)  # fmt: skip
-    assignee = forms.CharField(required=False, max_length=150,
-                               help_text='"mine", "unassigned" or a username')  # fmt: skip
+    severity = forms.ChoiceField(
+        choices=[("", "any"), *Escalation.Severity.choices], required=False
+    )
+    assignee = forms.CharField(
+        required=False, max_length=150, help_text='"mine", "unassigned" or a username'
+    )
     job = forms.CharField(required=False, max_length=200, label="Job id")
     since = forms.ChoiceField(choices=SINCE_LABELS, required=False, label="Opened")
 

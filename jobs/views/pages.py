@@ -34,12 +34,29 @@ ROWS_WINDOW = 200
 MAX_ROWS_WINDOW = 20_000
 OPEN_ESCALATION_STATUSES = (Escalation.Status.OPEN, Escalation.Status.ACKNOWLEDGED)
 # Job columns the list never shows: left in the database so a page of 200 rows stays light.
-LIST_DEFERRED = ("metadata", "completed_node_ids", "payload_results", "last_validation_error",
-                 "finish_reason", "cancel_reason")  # fmt: skip
+LIST_DEFERRED = (
+    "metadata",
+    "completed_node_ids",
+    "payload_results",
+    "last_validation_error",
+    "finish_reason",
+    "cancel_reason",
+)
 # Step columns the waterfall and step list read: not the payloads or the (long) reasons.
-STEP_LIST_FIELDS = ("node_id", "attempt", "position", "result_type", "segment", "ignored_stale",
-                    "compensated", "started_at", "finished_at", "duration_ms", "trace_span_id",
-                    "parent_span_id")  # fmt: skip
+STEP_LIST_FIELDS = (
+    "node_id",
+    "attempt",
+    "position",
+    "result_type",
+    "segment",
+    "ignored_stale",
+    "compensated",
+    "started_at",
+    "finished_at",
+    "duration_ms",
+    "trace_span_id",
+    "parent_span_id",
+)
 MORE_PARTS = {"steps": "step-rows", "waterfall": "waterfall-rows", "narrative": "narrative-rows"}
 
 
@@ -315,10 +332,13 @@ def _panel_context(request, job: Job, raw_key: str | None, root_key: str) -> tup
     if show_raw:
         ids = [i for i in (step.started_event_id, step.finished_event_id) if i]
         raw_events = [
-            {"type": row.type, "event_id": row.event_id,
-             "json": json.dumps(_event_json(row), indent=2, ensure_ascii=False, default=str)}
+            {
+                "type": row.type,
+                "event_id": row.event_id,
+                "json": json.dumps(_event_json(row), indent=2, ensure_ascii=False, default=str),
+            }
             for row in Event.objects.filter(job_id=job.job_id, event_id__in=ids).order_by("ts")
-        ]  # fmt: skip
+        ]
     findings = [f for f in job.findings if _involves(f, step)]
     code, error_type = step.failure_code, step.error_type
     return {
@@ -469,8 +489,11 @@ def job_detail(request, job_id: str):
     runs = (
         Q(retry_of=job.job_id) | Q(job_id=job.retry_of) if job.retry_of else Q(retry_of=job.job_id)
     )
-    related = list(Job.objects.filter(runs).only("job_id", "status", "retry_of", "started_at")
-                   .order_by("started_at", "id"))  # fmt: skip
+    related = list(
+        Job.objects.filter(runs)
+        .only("job_id", "status", "retry_of", "started_at")
+        .order_by("started_at", "id")
+    )
     end = job.finished_at or job.last_event_at
     context = {
         **panel,

@@ -110,11 +110,15 @@ def axe_violations(page, context_selector: str | None = None) -> list[dict]:
         context_selector,
     )
     return [
-        {"id": v["id"], "impact": v["impact"], "help": v["help"],
-         "nodes": [n["target"] for n in v["nodes"]][:5]}
+        {
+            "id": v["id"],
+            "impact": v["impact"],
+            "help": v["help"],
+            "nodes": [n["target"] for n in v["nodes"]][:5],
+        }
         for v in results["violations"]
         if v["impact"] in ("serious", "critical")
-    ]  # fmt: skip
+    ]
 
 
 def screenshot(page, name: str) -> Path:

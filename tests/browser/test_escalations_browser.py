@@ -18,17 +18,41 @@ pytestmark = pytest.mark.django_db(transaction=True)
 def queue_data(transactional_db):
     """Three open escalations: an auth pause (user_action), an internal failure opened six
     hours ago (past the 4 h age target) and a producer-raised one with hostile markup."""
-    factories.store([
-        event("job_started", "deploy-7", 0, workflow="deploy"), started("push", "deploy-7", 1),
-        finished("push", "retryable_failure", "deploy-7", 2, error_type="auth",
-                 reason="registry token expired"),
-        event("job_started", "etl-3", 0, workflow="etl"), started("load", "etl-3", 1),
-        finished("load", "retryable_failure", "etl-3", 2, attempt=1, error_type="internal",
-                 reason="unclassified KeyError in loader"),
-        event("job_started", "mail-1", 0), started("send", "mail-1", 1),
-        event("escalation_raised", "mail-1", 2, node_id="send", severity="low",
-              message="<img src=x onerror=alert(1)> bounce rate high"),
-    ])  # fmt: skip
+    factories.store(
+        [
+            event("job_started", "deploy-7", 0, workflow="deploy"),
+            started("push", "deploy-7", 1),
+            finished(
+                "push",
+                "retryable_failure",
+                "deploy-7",
+                2,
+                error_type="auth",
+                reason="registry token expired",
+            ),
+            event("job_started", "etl-3", 0, workflow="etl"),
+            started("load", "etl-3", 1),
+            finished(
+                "load",
+                "retryable_failure",
+                "etl-3",
+                2,
+                attempt=1,
+                error_type="internal",
+                reason="unclassified KeyError in loader",
+            ),
+            event("job_started", "mail-1", 0),
+            started("send", "mail-1", 1),
+            event(
+                "escalation_raised",
+                "mail-1",
+                2,
+                node_id="send",
+                severity="low",
+                message="<img src=x onerror=alert(1)> bounce rate high",
+            ),
+        ]
+    )
     Escalation.objects.filter(job__job_id="etl-3").update(
         opened_at=timezone.now() - timedelta(hours=6)
     )

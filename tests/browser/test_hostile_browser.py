@@ -29,20 +29,54 @@ REASON = f"{SCRIPT} {IMG} {SVG} {RTL} {EMOJI} {LONG}"
 
 @pytest.fixture
 def hostile(transactional_db):
-    factories.store([
-        event("job_started", JOB, 0, workflow=WORKFLOW, name=f"name {IMG}", provider=SVG,
-              model=EMOJI, metadata={SCRIPT: IMG}),
-        started(NODE, JOB, 1),
-        finished(NODE, "retryable_failure", JOB, 2, reason=REASON, error_type="auth",
-                 failure_code=f"code{SVG}", payload_results={IMG: SCRIPT, "k": LONG},
-                 context={"actual_arguments": {SCRIPT: RTL}}, audit_trail=[IMG, {SVG: EMOJI}]),
-        started("n2", JOB, 3),
-        finished("n2", "permanent_failure", JOB, 4, reason=REASON),
-        event("escalation_raised", JOB, 5, node_id=NODE, severity="high", kind=f"k{SCRIPT}",
-              message=REASON),
-        event("graph.next_step.degraded", JOB, 6, provider=SVG, model=IMG, attempts=3,
-              reason=REASON, raw_output_preview=SCRIPT),
-    ])  # fmt: skip
+    factories.store(
+        [
+            event(
+                "job_started",
+                JOB,
+                0,
+                workflow=WORKFLOW,
+                name=f"name {IMG}",
+                provider=SVG,
+                model=EMOJI,
+                metadata={SCRIPT: IMG},
+            ),
+            started(NODE, JOB, 1),
+            finished(
+                NODE,
+                "retryable_failure",
+                JOB,
+                2,
+                reason=REASON,
+                error_type="auth",
+                failure_code=f"code{SVG}",
+                payload_results={IMG: SCRIPT, "k": LONG},
+                context={"actual_arguments": {SCRIPT: RTL}},
+                audit_trail=[IMG, {SVG: EMOJI}],
+            ),
+            started("n2", JOB, 3),
+            finished("n2", "permanent_failure", JOB, 4, reason=REASON),
+            event(
+                "escalation_raised",
+                JOB,
+                5,
+                node_id=NODE,
+                severity="high",
+                kind=f"k{SCRIPT}",
+                message=REASON,
+            ),
+            event(
+                "graph.next_step.degraded",
+                JOB,
+                6,
+                provider=SVG,
+                model=IMG,
+                attempts=3,
+                reason=REASON,
+                raw_output_preview=SCRIPT,
+            ),
+        ]
+    )
     factories.user("eve-support", "support", "engineer")
     return Escalation.objects.filter(job__job_id=JOB).order_by("pk")
 

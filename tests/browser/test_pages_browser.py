@@ -22,16 +22,24 @@ def jobs_data(transactional_db):
     reason is hostile markup and a completed job that must stay out of the failed filter."""
     for path in sorted(EXAMPLES.glob("*.ndjson")):
         factories.store([json.loads(line) for line in path.read_text().splitlines() if line])
-    factories.store([
-        factories.event("job_started", "evil-1", 0, workflow="mail-digest", name="digest"),
-        factories.started("collect", "evil-1", 1),
-        factories.finished("collect", "permanent_failure", "evil-1", 2, reason=HOSTILE,
-                           failure_code="tool_not_found"),
-        factories.event("job_started", "ok-1", 0, workflow="publish-release"),
-        factories.started("build", "ok-1", 1),
-        factories.finished("build", "success", "ok-1", 2),
-        factories.event("job_finished", "ok-1", 3, status="completed"),
-    ])  # fmt: skip
+    factories.store(
+        [
+            factories.event("job_started", "evil-1", 0, workflow="mail-digest", name="digest"),
+            factories.started("collect", "evil-1", 1),
+            factories.finished(
+                "collect",
+                "permanent_failure",
+                "evil-1",
+                2,
+                reason=HOSTILE,
+                failure_code="tool_not_found",
+            ),
+            factories.event("job_started", "ok-1", 0, workflow="publish-release"),
+            factories.started("build", "ok-1", 1),
+            factories.finished("build", "success", "ok-1", 2),
+            factories.event("job_finished", "ok-1", 3, status="completed"),
+        ]
+    )
     factories.user("eng", "engineer")
 
 

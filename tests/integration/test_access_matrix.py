@@ -171,11 +171,13 @@ def fast_passwords(settings):
 @pytest.fixture
 def world(db):
     """A job with steps and an open escalation, and one caller of each kind."""
-    store([
-        event("job_started", JOB_ID, 0, name="access matrix"),
-        started("n1", JOB_ID, 1),
-        finished("n1", "retryable_failure", JOB_ID, 2, error_type="auth", reason="expired"),
-    ])  # fmt: skip
+    store(
+        [
+            event("job_started", JOB_ID, 0, name="access matrix"),
+            started("n1", JOB_ID, 1),
+            finished("n1", "retryable_failure", JOB_ID, 2, error_type="auth", reason="expired"),
+        ]
+    )
     escalation = Escalation.objects.get(job__job_id=JOB_ID)
     users = {}
     for role in ("operator", "support", "engineer"):

@@ -158,8 +158,9 @@ def test_retry_after_a_lost_response_stores_nothing_twice(live_server, token, mo
 
 def test_unreachable_server_raises_with_the_events_after_backoff(token):
     sleep = Recorder()
-    client = TraceVizClient("http://127.0.0.1:9", token, sleep=sleep, max_retries=3, backoff=1,
-                            max_backoff=3)  # fmt: skip
+    client = TraceVizClient(
+        "http://127.0.0.1:9", token, sleep=sleep, max_retries=3, backoff=1, max_backoff=3
+    )
     events = [job_started("c-down")]
     client.send(events)
 
@@ -182,7 +183,7 @@ def test_rejected_events_come_back_with_their_errors(live_server, token):
 
     assert [(r.event, r.errors) for r in rejects] == [
         (bad, [{"field": "payload.attempt", "message": "must be an integer from 1 to 1000000"}])
-    ]  # fmt: skip
+    ]
     assert client.totals.rejected == 1
     assert Event.objects.filter(job_id="c-mixed").count() == 1
 
@@ -278,14 +279,24 @@ def test_retry_after_accepts_seconds_and_http_dates():
 def run_cli(*args: str) -> subprocess.CompletedProcess:
     return subprocess.run(
         [sys.executable, "-m", "traceviz.client", *args],
-        cwd=REPO, capture_output=True, text=True, timeout=120,
-    )  # fmt: skip
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
 
 
 def test_cli_sends_a_file_and_a_resend_stores_nothing_twice(live_server, token, tmp_path):
     path = tmp_path / "events.ndjson"
-    lines = [job_started("c-cli", workflow="w"), {"type": "node_started", "job_id": "c-cli",
-             "ts": "2026-03-02T09:00:00Z", "payload": {"node_id": "n1"}}]  # fmt: skip
+    lines = [
+        job_started("c-cli", workflow="w"),
+        {
+            "type": "node_started",
+            "job_id": "c-cli",
+            "ts": "2026-03-02T09:00:00Z",
+            "payload": {"node_id": "n1"},
+        },
+    ]
     path.write_text("\n".join(json.dumps(line) for line in lines) + "\n")
 
     first = run_cli("send", str(path), "--url", live_server.url, "--token", token)

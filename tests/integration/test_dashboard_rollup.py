@@ -117,13 +117,25 @@ def test_reprojected_jobs_are_recomputed(jobs_over_hours):
     # first shows up at 10:05, then an earlier event moves its start into the 09:00 hour.
     store(
         [
-            finished("n4", "permanent_failure", job_id="r2", at=2 * 600 + 50,
-                     failure_code="tool_not_found", error_type="logic"),
+            finished(
+                "n4",
+                "permanent_failure",
+                job_id="r2",
+                at=2 * 600 + 50,
+                failure_code="tool_not_found",
+                error_type="logic",
+            ),
             finished("n2", job_id="r13", at=13 * 600 + 60, attempt=2, duration_ms=5),
-            finished("n1", "retryable_failure", job_id="late", at=HOUR + 300,
-                     failure_code="adapter_timeout", error_type="network"),
+            finished(
+                "n1",
+                "retryable_failure",
+                job_id="late",
+                at=HOUR + 300,
+                failure_code="adapter_timeout",
+                error_type="network",
+            ),
         ]
-    )  # fmt: skip
+    )
     assert rollup.dirty_hours() == [BASE_TS + timedelta(hours=h) for h in (2, 1, 0)]
     assert_same_as_raw(w)
     assert charts.step_results(w) != before
@@ -158,13 +170,18 @@ def test_dirty_hours_beyond_the_refresh_bound_are_read_raw(jobs_over_hours):
 
 
 def test_rebuild_equals_incremental_refresh(jobs_over_hours):
+    def stored():
+        columns = ("hour", "kind", "provider", "model", "dimension", "status", "steps", "jobs")
+        return sorted(
+            (*row, rollup.merge([histogram]))
+            for *row, histogram in DashboardRollup.objects.values_list(*columns, "histogram")
+        )
+
     rollup.refresh_pending()
-    columns = ("hour", "kind", "provider", "model", "dimension", "status", "steps", "jobs")
-    incremental = sorted(DashboardRollup.objects.values_list(*columns, "histogram"), key=str)
+    incremental = stored()
+    assert any(row[-1] for row in incremental)
     assert rollup.rebuild() == len(incremental)
-    assert sorted(DashboardRollup.objects.values_list(*columns, "histogram"), key=str) == (
-        incremental
-    )
+    assert stored() == incremental
 
 
 def test_retention_marks_the_hours_of_deleted_jobs(jobs_over_hours):
@@ -207,6 +224,26 @@ def test_durations_from_histograms_within_two_percent(db, monkeypatch):
 
 def test_histogram_percentiles_bracket_every_value():
     for value in (0, 0.5, 1, 9.99, 100, 12345.6):
-        histogram = {rollup.bucket_of(value): 1}
+        histogram = rollup.merge([{"b": [rollup.bucket_of(value)], "n": [1]}])
         assert rollup.percentiles(histogram, [0.5]) == [pytest.approx(value, rel=0.021, abs=0.03)]
     assert rollup.percentiles({}, [0.5, 0.95]) == [0.0, 0.0]
+
+
+def test_whole_days_read_compiled_day_rows(jobs_over_hours, monkeypatch):
+    monkeypatch.setattr(charts, "DURATION_EXACT_STEPS", 0)  # histograms, also from raw rows
+    rollup.refresh_pending()  # the fixture's day is in the past: compiled
+    assert DashboardRollup.objects.filter(kind="day", hour=BASE_TS.replace(hour=0)).exists()
+    # n1 and n2 of both providers, n3 (odd jobs) of openai only.
+    assert DashboardRollup.objects.filter(kind="duration_day").count() == 5
+    for filters in ({}, OPENAI):
+        w = window(-30, 30, "day", **filters)
+        assert_same_as_raw(w)
+    # A late event for r5 (09:50) makes the day's rows stale: they go, the hours answer.
+    store([finished("n9", job_id="r5", at=5 * 600 + 99, duration_ms=12345)])
+    w.plan()
+    assert not DashboardRollup.objects.filter(kind__in=["day", "duration_day"]).exists()
+    assert_same_as_raw(w)
+    nodes = {row["node_id"]: row for row in charts.duration_percentiles(w)}
+    assert nodes["n9"]["steps"] == 1
+    assert rollup.compile_days() == 1
+    assert_same_as_raw(w)

@@ -29,10 +29,16 @@ PRODUCTION_ENV = {
 
 
 def manage(*args: str, **env: str) -> subprocess.CompletedProcess:
+    # The browser tests' conftest sets this for Playwright; a deployment never would.
+    inherited = {k: v for k, v in os.environ.items() if k != "DJANGO_ALLOW_ASYNC_UNSAFE"}
     return subprocess.run(
-        [sys.executable, "manage.py", *args], cwd=ROOT, capture_output=True, text=True,
-        timeout=120, env={**os.environ, "DJANGO_SETTINGS_MODULE": "traceviz.settings", **env},
-    )  # fmt: skip
+        [sys.executable, "manage.py", *args],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env={**inherited, "DJANGO_SETTINGS_MODULE": "traceviz.settings", **env},
+    )
 
 
 def test_check_deploy_is_clean_with_production_settings():
@@ -78,13 +84,24 @@ def directives(header: str) -> dict[str, list[str]]:
 @pytest.mark.django_db
 @pytest.mark.parametrize(
     "path",
-    ["/", "/jobs/csp-job/", "/jobs/csp-job/?step=n1:1", "/escalations/", "/dashboard/",
-     "/accounts/login/"],
-)  # fmt: skip
+    [
+        "/",
+        "/jobs/csp-job/",
+        "/jobs/csp-job/?step=n1:1",
+        "/escalations/",
+        "/dashboard/",
+        "/accounts/login/",
+    ],
+)
 def test_pages_carry_a_csp_without_inline_or_eval_script(client, settings, path):
     settings.PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
-    store([event("job_started", "csp-job", 0), started("n1", "csp-job", 1),
-           finished("n1", "permanent_failure", "csp-job", 2)])  # fmt: skip
+    store(
+        [
+            event("job_started", "csp-job", 0),
+            started("n1", "csp-job", 1),
+            finished("n1", "permanent_failure", "csp-job", 2),
+        ]
+    )
     client.force_login(user("csp-viewer", "operator"))
     response = client.get(path)
     assert response.status_code == 200

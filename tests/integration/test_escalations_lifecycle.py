@@ -33,9 +33,16 @@ def store_at(items: list[dict], received_at: datetime):
 def auth_failure(job_id="j1", at=2, attempt=1) -> list[dict]:
     return [
         started("n1", job_id, at - 1, attempt=attempt),
-        finished("n1", "retryable_failure", job_id, at, attempt=attempt, error_type="auth",
-                 reason="token expired"),
-    ]  # fmt: skip
+        finished(
+            "n1",
+            "retryable_failure",
+            job_id,
+            at,
+            attempt=attempt,
+            error_type="auth",
+            reason="token expired",
+        ),
+    ]
 
 
 # -- recurrence and recovery -----------------------------------------------------------------
@@ -46,8 +53,9 @@ def test_rule_firing_again_reopens_the_resolved_escalation_instead_of_a_duplicat
     escalation = Escalation.objects.get(job__job_id="j1", kind="user_action")
     escalations.resolve(escalation, support, "user re-authenticated")
     # The rule stops holding (n1 succeeds), then holds again (n1 fails on auth once more).
-    factories.store([started("n1", "j1", 3, attempt=2), finished("n1", "success", "j1", 4,
-                                                                 attempt=2)])  # fmt: skip
+    factories.store(
+        [started("n1", "j1", 3, attempt=2), finished("n1", "success", "j1", 4, attempt=2)]
+    )
     assert Escalation.objects.get(pk=escalation.pk).status == "resolved"
     factories.store(auth_failure(at=6, attempt=3))
     assert Escalation.objects.filter(job__job_id="j1", kind="user_action").count() == 1
@@ -55,8 +63,11 @@ def test_rule_firing_again_reopens_the_resolved_escalation_instead_of_a_duplicat
     assert escalation.status == "open" and escalation.resolved_at is None
     last = escalation.entries.last()
     assert (last.action, last.actor_name, last.from_status, last.to_status) == (
-        "reopened", "traceviz", "resolved", "open",
-    )  # fmt: skip
+        "reopened",
+        "traceviz",
+        "resolved",
+        "open",
+    )
     assert last.note.startswith("The rule held again")
 
 
@@ -72,16 +83,22 @@ def test_resending_the_same_events_changes_nothing(support):
 
 
 def test_job_that_recovers_notes_it_on_each_open_escalation(support):
-    factories.store([
-        event("job_started", "j1", 0), *auth_failure(),
-        event("escalation_raised", "j1", 3, node_id="n1", message="look at this"),
-    ])  # fmt: skip
+    factories.store(
+        [
+            event("job_started", "j1", 0),
+            *auth_failure(),
+            event("escalation_raised", "j1", 3, node_id="n1", message="look at this"),
+        ]
+    )
     acked = Escalation.objects.get(job__job_id="j1", kind="raised")
     escalations.acknowledge(acked, support)
-    factories.store([
-        started("n1", "j1", 5, attempt=2), finished("n1", "success", "j1", 6, attempt=2),
-        event("job_finished", "j1", 7, status="completed"),
-    ])  # fmt: skip
+    factories.store(
+        [
+            started("n1", "j1", 5, attempt=2),
+            finished("n1", "success", "j1", 6, attempt=2),
+            event("job_finished", "j1", 7, status="completed"),
+        ]
+    )
     for escalation in Escalation.objects.filter(job__job_id="j1"):
         last = escalation.entries.last()
         assert last.action == "job recovered"
@@ -93,10 +110,13 @@ def test_recovery_leaves_resolved_escalations_alone(support):
     factories.store([event("job_started", "j1", 0), *auth_failure()])
     escalation = Escalation.objects.get(job__job_id="j1")
     escalations.resolve(escalation, support, "done")
-    factories.store([
-        started("n1", "j1", 5, attempt=2), finished("n1", "success", "j1", 6, attempt=2),
-        event("job_finished", "j1", 7, status="completed"),
-    ])  # fmt: skip
+    factories.store(
+        [
+            started("n1", "j1", 5, attempt=2),
+            finished("n1", "success", "j1", 6, attempt=2),
+            event("job_finished", "j1", 7, status="completed"),
+        ]
+    )
     assert not escalation.entries.filter(action="job recovered").exists()
 
 
@@ -144,10 +164,14 @@ def test_job_stalling_again_after_new_events_reopens_its_stalled_escalation(sett
 
 def test_stall_on_paused_transient_says_when_the_retry_was_due(settings):
     settings.TRACEVIZ_STALL_AFTER = timedelta(minutes=30)
-    store_at([
-        event("job_started", "j1", 0), started("n1", "j1", 1, attempt=3),
-        finished("n1", "retryable_failure", "j1", 2, attempt=3, error_type="network"),
-    ], T0)  # fmt: skip
+    store_at(
+        [
+            event("job_started", "j1", 0),
+            started("n1", "j1", 1, attempt=3),
+            finished("n1", "retryable_failure", "j1", 2, attempt=3, error_type="network"),
+        ],
+        T0,
+    )
     assert Job.objects.get(job_id="j1").status == "paused:transient"
     escalations.check_stalls(T0 + timedelta(hours=1))
     message = Escalation.objects.get(kind="stalled").message
@@ -158,8 +182,9 @@ def test_stall_on_paused_transient_says_when_the_retry_was_due(settings):
 
 def test_finished_and_paused_for_approval_jobs_never_stall(settings):
     settings.TRACEVIZ_STALL_AFTER = timedelta(minutes=30)
-    store_at([event("job_started", "done", 0), event("job_finished", "done", 1,
-                                                      status="completed")], T0)  # fmt: skip
+    store_at(
+        [event("job_started", "done", 0), event("job_finished", "done", 1, status="completed")], T0
+    )
     store_at([event("job_started", "j1", 0), *auth_failure()], T0)
     assert escalations.check_stalls(T0 + timedelta(days=2)) == 0
     assert not Escalation.objects.filter(kind="stalled").exists()
@@ -214,8 +239,7 @@ def test_retention_works_in_bounded_batches():
 
 
 def test_retention_deletes_old_resolved_escalations_without_a_job(support):
-    escalation = Escalation.objects.create(kind="raised", severity="medium",
-                                           triggered_at=T0)  # fmt: skip
+    escalation = Escalation.objects.create(kind="raised", severity="medium", triggered_at=T0)
     escalations.resolve(escalation, support, "alert cleared")
     Escalation.objects.filter(pk=escalation.pk).update(resolved_at=T0)
     Notification.objects.create(escalation=escalation, reason="opened")

@@ -21,12 +21,15 @@ def fast_passwords(settings):
 
 def open_escalation(job_id: str = "j1", error_type: str = "auth", node: str = "n1") -> Escalation:
     """A user_action (auth) or internal escalation opened through ingest."""
-    factories.store([
-        event("job_started", job_id, 0, name=f"{job_id} run"),
-        started(node, job_id, 1),
-        finished(node, "retryable_failure", job_id, 2, error_type=error_type,
-                 reason="token expired"),
-    ])  # fmt: skip
+    factories.store(
+        [
+            event("job_started", job_id, 0, name=f"{job_id} run"),
+            started(node, job_id, 1),
+            finished(
+                node, "retryable_failure", job_id, 2, error_type=error_type, reason="token expired"
+            ),
+        ]
+    )
     return Escalation.objects.get(job__job_id=job_id, node_id=node)
 
 
@@ -232,8 +235,11 @@ def test_acknowledge_from_the_queue_returns_the_updated_row(support, client):
     assert "acknowledged" in body
     entry = escalation.entries.last()
     assert (entry.action, entry.actor_name, entry.from_status, entry.to_status) == (
-        "acknowledged", "sam", "open", "acknowledged",
-    )  # fmt: skip
+        "acknowledged",
+        "sam",
+        "open",
+        "acknowledged",
+    )
 
 
 def test_assign_to_me_and_to_another_support_user(support, client):
@@ -312,9 +318,12 @@ def test_detail_page_shows_audit_trail_and_notification_failures(support, client
     escalation = open_escalation()
     escalations.acknowledge(escalation, support)
     Notification.objects.create(
-        escalation=escalation, reason="opened", channel="webhook", attempts=3,
+        escalation=escalation,
+        reason="opened",
+        channel="webhook",
+        attempts=3,
         last_error="attempt 3: HTTP 500 Internal Server Error",
-    )  # fmt: skip
+    )
     body = client.get(f"/escalations/{escalation.pk}/").content.decode()
     assert "Audit trail" in body
     assert "opened" in body and "acknowledged" in body and "sam" in body
@@ -330,10 +339,19 @@ def test_detail_page_htmx_renders_the_detail_partial(support, client):
 
 
 def test_detail_page_escapes_producer_text(support, client):
-    factories.store([
-        event("escalation_raised", "evil", 0, kind="custom", node_id="n1",
-              message="<script>alert(1)</script>", severity="high"),
-    ])  # fmt: skip
+    factories.store(
+        [
+            event(
+                "escalation_raised",
+                "evil",
+                0,
+                kind="custom",
+                node_id="n1",
+                message="<script>alert(1)</script>",
+                severity="high",
+            ),
+        ]
+    )
     escalation = Escalation.objects.get(job__job_id="evil")
     body = client.get(f"/escalations/{escalation.pk}/").content.decode()
     assert "<script>alert(1)</script>" not in body
@@ -346,12 +364,14 @@ def test_unknown_escalation_is_404(support, client):
 
 
 def test_detail_shows_when_a_paused_transient_jobs_next_retry_was_due(support, client):
-    factories.store([
-        event("job_started", "j-net", 0),
-        started("n1", "j-net", 1),
-        finished("n1", "retryable_failure", "j-net", 2, error_type="network"),
-        event("escalation_raised", "j-net", 3, node_id="n1", message="slow"),
-    ])  # fmt: skip
+    factories.store(
+        [
+            event("job_started", "j-net", 0),
+            started("n1", "j-net", 1),
+            finished("n1", "retryable_failure", "j-net", 2, error_type="network"),
+            event("escalation_raised", "j-net", 3, node_id="n1", message="slow"),
+        ]
+    )
     raised = Escalation.objects.get(job__job_id="j-net", kind="raised")
     assert raised.job.status == "paused:transient"
     body = client.get(f"/escalations/{raised.pk}/").content.decode()
@@ -392,10 +412,15 @@ def test_bulk_apply_changes_each_selected_escalation_with_an_audit_entry(support
     first, second = open_escalation("j1"), open_escalation("j2")
     response = client.post(
         "/escalations/bulk/",
-        {"ids": [first.pk, second.pk], "action": "resolve", "note": "provider outage over",
-         "confirm": "1", "return_query": "status=all"},
+        {
+            "ids": [first.pk, second.pk],
+            "action": "resolve",
+            "note": "provider outage over",
+            "confirm": "1",
+            "return_query": "status=all",
+        },
         **htmx(),
-    )  # fmt: skip
+    )
     body = response.content.decode()
     assert body.lstrip().startswith('<section id="escalation-queue"')
     assert "Resolved 2 escalations" in body
@@ -404,8 +429,10 @@ def test_bulk_apply_changes_each_selected_escalation_with_an_audit_entry(support
         assert escalation.status == "resolved"
         entry = escalation.entries.last()
         assert (entry.action, entry.actor_name, entry.note) == (
-            "resolved", "sam", "provider outage over"
-        )  # fmt: skip
+            "resolved",
+            "sam",
+            "provider outage over",
+        )
 
 
 def test_bulk_apply_skips_what_changed_since_the_preview(support, client):

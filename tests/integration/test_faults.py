@@ -41,9 +41,11 @@ def test_otlp_ingest_answers_503_with_retry_after_when_the_database_is_down(
     client, ingest_token, database_down
 ):
     response = client.post(
-        "/v1/traces", b"{}", content_type="application/json",
+        "/v1/traces",
+        b"{}",
+        content_type="application/json",
         HTTP_AUTHORIZATION=f"Bearer {ingest_token}",
-    )  # fmt: skip
+    )
     assert response.status_code == 503
     assert response["Retry-After"] == "5"
     assert response.json()["message"] == "database unavailable, retry later"
@@ -87,9 +89,51 @@ def test_a_server_whose_database_port_is_closed_answers_503_not_500():
         "PYTHONWARNINGS": "ignore",
     }
     done = subprocess.run(
-        [sys.executable, "-c", CLOSED_PORT_SCRIPT], cwd=ROOT, env=env, capture_output=True,
-        text=True, timeout=60,
-    )  # fmt: skip
+        [sys.executable, "-c", CLOSED_PORT_SCRIPT],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert done.returncode == 0, done.stderr[-2000:]
     answers = json.loads(done.stdout.strip().splitlines()[-1])
     assert answers == {"ingest": [503, "5"], "healthz": [503, "5"]}
+
+
+@pytest.mark.django_db
+def test_ingest_answers_200_when_the_broker_is_down_and_the_notification_waits(
+    send, settings, monkeypatch, django_capture_on_commit_callbacks
+):
+    """A broker outage when the outbox row commits: the enqueue fails, the request does not
+    (the sweep sends the row later). This was a 500: Django logged the failed robust callback
+    by a __qualname__ that functools.partial lacks."""
+    from kombu.exceptions import OperationalError as BrokerDown
+
+    from jobs import tasks
+    from jobs.models import Notification
+
+    settings.TRACEVIZ_ESCALATION_WEBHOOK_URL = "http://127.0.0.1:9/hook"
+
+    def broker_down(*args, **kwargs):
+        raise BrokerDown("Error 111 connecting to 127.0.0.1:6379. Connection refused.")
+
+    monkeypatch.setattr(tasks.deliver_notification, "delay", broker_down)
+    with django_capture_on_commit_callbacks(execute=True) as callbacks:
+        response = send(
+            [
+                event("job_started", "broker-down"),
+                {
+                    "type": "node_finished",
+                    "job_id": "broker-down",
+                    "payload": {
+                        "node_id": "n1",
+                        "result_type": "retryable_failure",
+                        "error_type": "auth",
+                    },
+                },
+            ]
+        )
+    assert response.status_code == 200
+    assert len(callbacks) == 1
+    assert list(Notification.objects.values_list("status", flat=True)) == ["pending"]

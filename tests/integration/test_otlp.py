@@ -135,8 +135,9 @@ def otlp_json(*spans: dict, resource: dict | None = None) -> dict:
     }
 
 
-def json_span(name: str, span_id: str, parent: str = "", *, error: str | None = None,
-              **attributes) -> dict:  # fmt: skip
+def json_span(
+    name: str, span_id: str, parent: str = "", *, error: str | None = None, **attributes
+) -> dict:
     span = {
         "traceId": TRACE_ID,
         "spanId": span_id,
@@ -191,8 +192,11 @@ def test_json_trace_with_hex_ids_is_stored(post_traces):
     assert response.json() == {}
     job = Job.objects.get(job_id=TRACE_ID)
     assert (job.status, job.workflow, job.failing_node_id, job.failing_reason) == (
-        "failed", "crm-sync", "n1", "HTTP 404",
-    )  # fmt: skip
+        "failed",
+        "crm-sync",
+        "n1",
+        "HTTP 404",
+    )
     step = Step.objects.get(job=job, node_id="n1")
     assert (step.trace_span_id, step.parent_span_id) == (CHILD_ID, ROOT_ID)
     assert step.duration_ms == 250
@@ -211,14 +215,26 @@ def test_gzip_json_body_is_inflated(post_traces):
 def test_protobuf_request_gets_a_protobuf_response(post_traces):
     message = json_format.ParseDict(
         {
-            "resourceSpans": [{"scopeSpans": [{"spans": [{
-                "traceId": base64.b64encode(bytes.fromhex(TRACE_ID)).decode(),
-                "spanId": base64.b64encode(bytes.fromhex(ROOT_ID)).decode(),
-                "name": "plan", "startTimeUnixNano": str(START), "endTimeUnixNano": str(START),
-            }]}]}]
+            "resourceSpans": [
+                {
+                    "scopeSpans": [
+                        {
+                            "spans": [
+                                {
+                                    "traceId": base64.b64encode(bytes.fromhex(TRACE_ID)).decode(),
+                                    "spanId": base64.b64encode(bytes.fromhex(ROOT_ID)).decode(),
+                                    "name": "plan",
+                                    "startTimeUnixNano": str(START),
+                                    "endTimeUnixNano": str(START),
+                                }
+                            ]
+                        }
+                    ]
+                }
+            ]
         },
         ExportTraceServiceRequest(),
-    )  # fmt: skip
+    )
 
     response = post_traces(message.SerializeToString(), content_type="application/x-protobuf")
 

@@ -35,48 +35,115 @@ def engineer(client):
 @pytest.fixture
 def release_42():
     """build ok; upload retryable (attempt 1) then permanent (attempt 2)."""
-    factories.store([
-        *job_stream("release-42", workflow="publish-release", provider="openai", model="gpt-4.1",
-                    correlation_id="corr-42", session_id="sess-42"),
-        started("build", "release-42", 1, trace_span_id="a1"),
-        finished("build", "success", "release-42", 2, trace_span_id="a1",
-                 payload_results={"artifact": "dist/app.tar.gz"}),
-        started("upload", "release-42", 3, trace_span_id="a2", parent_span_id="a1"),
-        finished("upload", "retryable_failure", "release-42", 4, reason="network timeout",
-                 failure_code="adapter_timeout", error_type="network", duration_ms=812),
-        started("upload", "release-42", 6, attempt=2),
-        finished("upload", "permanent_failure", "release-42", 7, attempt=2,
-                 reason="404 bucket\nnot found", failure_code="provider_terminal",
-                 error_type="PermanentError",
-                 context={"expected_arguments": {"bucket": "eu", "acl": "private"},
-                          "actual_arguments": {"bucket": "us", "acl": "private"}}),
-    ])  # fmt: skip
+    factories.store(
+        [
+            *job_stream(
+                "release-42",
+                workflow="publish-release",
+                provider="openai",
+                model="gpt-4.1",
+                correlation_id="corr-42",
+                session_id="sess-42",
+            ),
+            started("build", "release-42", 1, trace_span_id="a1"),
+            finished(
+                "build",
+                "success",
+                "release-42",
+                2,
+                trace_span_id="a1",
+                payload_results={"artifact": "dist/app.tar.gz"},
+            ),
+            started("upload", "release-42", 3, trace_span_id="a2", parent_span_id="a1"),
+            finished(
+                "upload",
+                "retryable_failure",
+                "release-42",
+                4,
+                reason="network timeout",
+                failure_code="adapter_timeout",
+                error_type="network",
+                duration_ms=812,
+            ),
+            started("upload", "release-42", 6, attempt=2),
+            finished(
+                "upload",
+                "permanent_failure",
+                "release-42",
+                7,
+                attempt=2,
+                reason="404 bucket\nnot found",
+                failure_code="provider_terminal",
+                error_type="PermanentError",
+                context={
+                    "expected_arguments": {"bucket": "eu", "acl": "private"},
+                    "actual_arguments": {"bucket": "us", "acl": "private"},
+                },
+            ),
+        ]
+    )
     return Job.objects.get(job_id="release-42")
 
 
 def make_jobs():
     """A spread of jobs, one per filter the list offers."""
-    factories.store([
-        *job_stream("failed-net", 0, workflow="crm", provider="openai", model="gpt-4.1"),
-        finished("fetch", "permanent_failure", "failed-net", 1, failure_code="adapter_error",
-                 error_type="PermanentError", reason="upstream connection refused"),
-        *job_stream("paused-1", 10, workflow="crm", provider="anthropic", model="claude-x"),
-        finished("fetch", "retryable_failure", "paused-1", 11, failure_code="adapter_timeout",
-                 reason="read timeout"),
-        finished("fetch", "retryable_failure", "paused-1", 12, attempt=2,
-                 failure_code="adapter_timeout", reason="read timeout again"),
-        *job_stream("done-1", 20, workflow="mail"),
-        finished("send", "success", "done-1", 21),
-        event("job_finished", "done-1", 22, status="completed"),
-        *job_stream("running-1", 30, workflow="mail"),
-        started("send", "running-1", 31),
-        *job_stream("logic-1", 40, workflow="pdca", provider="openai"),
-        finished("plan", "permanent_failure", "logic-1", 41, error_type="ValidationError",
-                 failure_code="validation_error", reason="schema mismatch on field total"),
-        finished("plan", "success", "logic-1", 42, attempt=3),
-        finished("plan", "permanent_failure", "logic-1", 43, attempt=4,
-                 error_type="ValidationError", reason="schema mismatch again"),
-    ])  # fmt: skip
+    factories.store(
+        [
+            *job_stream("failed-net", 0, workflow="crm", provider="openai", model="gpt-4.1"),
+            finished(
+                "fetch",
+                "permanent_failure",
+                "failed-net",
+                1,
+                failure_code="adapter_error",
+                error_type="PermanentError",
+                reason="upstream connection refused",
+            ),
+            *job_stream("paused-1", 10, workflow="crm", provider="anthropic", model="claude-x"),
+            finished(
+                "fetch",
+                "retryable_failure",
+                "paused-1",
+                11,
+                failure_code="adapter_timeout",
+                reason="read timeout",
+            ),
+            finished(
+                "fetch",
+                "retryable_failure",
+                "paused-1",
+                12,
+                attempt=2,
+                failure_code="adapter_timeout",
+                reason="read timeout again",
+            ),
+            *job_stream("done-1", 20, workflow="mail"),
+            finished("send", "success", "done-1", 21),
+            event("job_finished", "done-1", 22, status="completed"),
+            *job_stream("running-1", 30, workflow="mail"),
+            started("send", "running-1", 31),
+            *job_stream("logic-1", 40, workflow="pdca", provider="openai"),
+            finished(
+                "plan",
+                "permanent_failure",
+                "logic-1",
+                41,
+                error_type="ValidationError",
+                failure_code="validation_error",
+                reason="schema mismatch on field total",
+            ),
+            finished("plan", "success", "logic-1", 42, attempt=3),
+            finished(
+                "plan",
+                "permanent_failure",
+                "logic-1",
+                43,
+                attempt=4,
+                error_type="ValidationError",
+                reason="schema mismatch again",
+            ),
+        ]
+    )
 
 
 def ids(response) -> list[str]:
@@ -205,8 +272,12 @@ def test_default_list_shows_jobs_needing_attention_newest_first(operator):
 def test_all_shows_every_job(operator):
     make_jobs()
     assert ids(operator.get("/?show=all")) == [
-        "logic-1", "running-1", "done-1", "paused-1", "failed-net",
-    ]  # fmt: skip
+        "logic-1",
+        "running-1",
+        "done-1",
+        "paused-1",
+        "failed-net",
+    ]
 
 
 @pytest.mark.parametrize(
@@ -284,12 +355,20 @@ def test_list_query_count_does_not_grow_with_page_size(
     operator, settings, django_assert_num_queries
 ):
     for n in range(30):
-        factories.store([
-            *job_stream(f"job-{n}", n),
-            finished("a", "success", f"job-{n}", n + 0.1),
-            finished("b", "permanent_failure", f"job-{n}", n + 0.2, reason="broken",
-                     error_type="PermanentError"),
-        ])  # fmt: skip
+        factories.store(
+            [
+                *job_stream(f"job-{n}", n),
+                finished("a", "success", f"job-{n}", n + 0.1),
+                finished(
+                    "b",
+                    "permanent_failure",
+                    f"job-{n}",
+                    n + 0.2,
+                    reason="broken",
+                    error_type="PermanentError",
+                ),
+            ]
+        )
     settings.TRACEVIZ_JOBS_PAGE_SIZE = 5
     baseline = _count_queries(operator, "/?show=all")
     settings.TRACEVIZ_JOBS_PAGE_SIZE = 25
@@ -327,8 +406,12 @@ def test_deep_link_renders_that_steps_panel(operator, release_42):
 
 
 def test_step_key_is_split_at_the_last_colon(operator):
-    factories.store([*job_stream("colons"), finished("ns:fetch", "retryable_failure", "colons", 1,
-                                                     reason="colon node")])  # fmt: skip
+    factories.store(
+        [
+            *job_stream("colons"),
+            finished("ns:fetch", "retryable_failure", "colons", 1, reason="colon node"),
+        ]
+    )
     response = operator.get("/jobs/colons/?step=ns%3Afetch:1")
     assert response.context["step"].node_id == "ns:fetch"
     assert 'href="?step=ns%3Afetch:1"' in response.content.decode()
@@ -351,8 +434,9 @@ def test_panel_shows_attempts_and_argument_differences(operator, release_42):
     response = operator.get("/jobs/release-42/?step=upload:2")
     panel = response.context
     assert [(e.key, e.step.segment) for e in panel["attempts"]] == [
-        ("upload:1", "retryable"), ("upload:2", "failed"),
-    ]  # fmt: skip
+        ("upload:1", "retryable"),
+        ("upload:2", "failed"),
+    ]
     rows = {row.name: row.status for row in panel["argument_rows"]}
     assert rows == {"bucket": "changed", "acl": "same"}
     assert panel["is_root"] is True
@@ -381,10 +465,14 @@ def test_resume_preview_skips_completed_and_reruns_the_rest(operator, release_42
 
 
 def test_retry_chain_links_previous_and_next_runs(operator):
-    factories.store([
-        *job_stream("run-1"), finished("a", "permanent_failure", "run-1", 1),
-        *job_stream("run-2", 5, retry_of="run-1"), finished("a", "success", "run-2", 6),
-    ])  # fmt: skip
+    factories.store(
+        [
+            *job_stream("run-1"),
+            finished("a", "permanent_failure", "run-1", 1),
+            *job_stream("run-2", 5, retry_of="run-1"),
+            finished("a", "success", "run-2", 6),
+        ]
+    )
     first = operator.get("/jobs/run-1/")
     assert [run.job_id for run in first.context["next_runs"]] == ["run-2"]
     second = operator.get("/jobs/run-2/")
@@ -400,10 +488,12 @@ def test_job_ids_with_slashes_and_spaces_resolve(operator):
 
 
 def test_hostile_reason_is_escaped_everywhere(operator):
-    factories.store([
-        *job_stream("evil"),
-        finished("collect", "permanent_failure", "evil", 1, reason=HOSTILE),
-    ])  # fmt: skip
+    factories.store(
+        [
+            *job_stream("evil"),
+            finished("collect", "permanent_failure", "evil", 1, reason=HOSTILE),
+        ]
+    )
     for url in ("/?show=all", "/jobs/evil/", "/jobs/evil/?step=collect:1"):
         body = operator.get(url).content.decode()
         assert "<script>alert(1)</script>" not in body

@@ -16,8 +16,12 @@ def tables_containing(needle: str) -> list[str]:
         for table in connection.introspection.table_names():
             if not table.startswith("jobs_"):
                 continue
-            columns = [c.name for c in connection.introspection.get_table_description(cursor, table)]
-            cursor.execute(f"SELECT {', '.join(connection.ops.quote_name(c) for c in columns)} FROM {table}")
+            columns = [
+                c.name for c in connection.introspection.get_table_description(cursor, table)
+            ]
+            cursor.execute(
+                f"SELECT {', '.join(connection.ops.quote_name(c) for c in columns)} FROM {table}"
+            )
             if any(needle in str(value) for row in cursor.fetchall() for value in row):
                 found.append(table)
     return found
@@ -25,9 +29,23 @@ def tables_containing(needle: str) -> list[str]:
 
 @pytest.fixture
 def leaked(db):
-    store([finished("upload", "permanent_failure", error_type="internal",
-                    reason=f"upload failed with key {LEAK}", payload_results={"k": [LEAK]})])  # fmt: skip
-    assert set(tables_containing(LEAK)) >= {"jobs_event", "jobs_job", "jobs_step", "jobs_escalation"}
+    store(
+        [
+            finished(
+                "upload",
+                "permanent_failure",
+                error_type="internal",
+                reason=f"upload failed with key {LEAK}",
+                payload_results={"k": [LEAK]},
+            )
+        ]
+    )
+    assert set(tables_containing(LEAK)) >= {
+        "jobs_event",
+        "jobs_job",
+        "jobs_step",
+        "jobs_escalation",
+    }
 
 
 def test_dry_run_counts_rows_and_changes_nothing(leaked, capsys):

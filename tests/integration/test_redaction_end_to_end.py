@@ -21,13 +21,15 @@ SECRET_TEXTS = [
     ("anthropic sk-ant-api03-SecretAnt0123456789abcd", "SecretAnt0123456789abcd"),
     ("aws key AKIAZXCVBNMASDFGHJKL in env", "AKIAZXCVBNMASDFGHJKL"),
     ("dsn postgres://admin:hunter2SecretPw@db.internal:5432/app", "hunter2SecretPw"),
-    ("jwt eyJhbGciOiJIUzI1NiJ9.eyJzdWIiOiIxMjM0NTY3ODkwIn0.dozjgNryP4J3jVmNHl0w5N_XgL0n3I9Pl",
-     "dozjgNryP4J3jVmNHl0w5N_XgL0n3I9Pl"),
+    (
+        "jwt eyJhbGciOiJIUzI1NiJ9.eyJzdWIiOiIxMjM0NTY3ODkwIn0.dozjgNryP4J3jVmNHl0w5N_XgL0n3I9Pl",
+        "dozjgNryP4J3jVmNHl0w5N_XgL0n3I9Pl",
+    ),
     ("retry with token=tokSecretValue77&page=2", "tokSecretValue77"),
     ("config password: 'quotedSecretPw9'", "quotedSecretPw9"),
     ("gh ghp_SecretGithub0123456789abcdefABCDEF", "SecretGithub0123456789abcdefABCDEF"),
     ("slack xoxb-1234567890-SecretSlackTok", "SecretSlackTok"),
-]  # fmt: skip
+]
 # Values under JSON keys named like a secret: masked whatever they look like.
 SECRET_OBJECT = {
     "password": "plainPasswordValue1",
@@ -38,34 +40,69 @@ SECRET_OBJECT = {
     "session_id": "sess-kept-visible",  # an identifier, not a secret: kept
 }
 SECRET_VALUES = [secret for _text, secret in SECRET_TEXTS] + [
-    "plainPasswordValue1", "plainApiKeyValue42", "plainClientSecret7", "plainHeaderToken3",
-    "plainNestedPasswd5", "plainAccess9",
-]  # fmt: skip
+    "plainPasswordValue1",
+    "plainApiKeyValue42",
+    "plainClientSecret7",
+    "plainHeaderToken3",
+    "plainNestedPasswd5",
+    "plainAccess9",
+]
 ALL_TEXT = " | ".join(text for text, _secret in SECRET_TEXTS)
 
 
 def secret_events() -> list[dict]:
     """Every field that carries producer text or objects, each holding the whole corpus."""
     return [
-        event("job_started", JOB, 0, name="redaction run", workflow="wf",
-              metadata={"note": ALL_TEXT, **SECRET_OBJECT}),
+        event(
+            "job_started",
+            JOB,
+            0,
+            name="redaction run",
+            workflow="wf",
+            metadata={"note": ALL_TEXT, **SECRET_OBJECT},
+        ),
         started("n1", JOB, 1),
-        finished("n1", "permanent_failure", JOB, 2, reason=ALL_TEXT, error_type="internal",
-                 payload_results={"output": ALL_TEXT, **SECRET_OBJECT},
-                 context={"actual_arguments": {"cmd": ALL_TEXT, **SECRET_OBJECT},
-                          "expected_arguments": SECRET_OBJECT,
-                          "step_definition": {"env": SECRET_OBJECT}},
-                 audit_trail=[ALL_TEXT, SECRET_OBJECT]),
+        finished(
+            "n1",
+            "permanent_failure",
+            JOB,
+            2,
+            reason=ALL_TEXT,
+            error_type="internal",
+            payload_results={"output": ALL_TEXT, **SECRET_OBJECT},
+            context={
+                "actual_arguments": {"cmd": ALL_TEXT, **SECRET_OBJECT},
+                "expected_arguments": SECRET_OBJECT,
+                "step_definition": {"env": SECRET_OBJECT},
+            },
+            audit_trail=[ALL_TEXT, SECRET_OBJECT],
+        ),
         started("n2", JOB, 3),
         finished("n2", "retryable_failure", JOB, 4, reason=ALL_TEXT, error_type="auth"),
-        event("graph.next_step.degraded", JOB, 5, reason=ALL_TEXT, raw_output_preview=ALL_TEXT,
-              validation_errors=[ALL_TEXT], attempts=3, provider="openai", model="m"),
-        event("escalation_raised", JOB, 6, kind="manual", message=ALL_TEXT, severity="high",
-              node_id="n1"),
+        event(
+            "graph.next_step.degraded",
+            JOB,
+            5,
+            reason=ALL_TEXT,
+            raw_output_preview=ALL_TEXT,
+            validation_errors=[ALL_TEXT],
+            attempts=3,
+            provider="openai",
+            model="m",
+        ),
+        event(
+            "escalation_raised",
+            JOB,
+            6,
+            kind="manual",
+            message=ALL_TEXT,
+            severity="high",
+            node_id="n1",
+        ),
         event("cancel_requested", JOB, 7, reason=ALL_TEXT),
         event("custom.unknown_type", JOB, 8, text=ALL_TEXT, **SECRET_OBJECT),
         event("job_finished", JOB, 9, status="failed", code="x", reason=ALL_TEXT),
-    ]  # fmt: skip
+    ]
 
 
 def jobs_tables_text() -> str:
@@ -76,8 +113,9 @@ def jobs_tables_text() -> str:
             if not table.startswith("jobs_"):
                 continue
             cursor.execute(f"SELECT * FROM {connection.ops.quote_name(table)}")
-            chunks.extend(json.dumps(row, default=str, ensure_ascii=False)
-                          for row in cursor.fetchall())  # fmt: skip
+            chunks.extend(
+                json.dumps(row, default=str, ensure_ascii=False) for row in cursor.fetchall()
+            )
     return "\n".join(chunks)
 
 
@@ -101,9 +139,18 @@ def test_no_secret_reaches_any_jobs_table(sent):
 def test_no_secret_reaches_any_page(sent, client):
     client.force_login(user("redaction-engineer", "engineer", "support"))
     job = Job.objects.get(job_id=JOB)
-    paths = ["/", "/?status=all", "/escalations/", "/escalations/?status=all", "/dashboard/",
-             f"/jobs/{JOB}/", f"/jobs/{JOB}/events.json", f"/jobs/{JOB}/events.ndjson",
-             f"/api/v1/jobs/{JOB}", "/api/v1/jobs"]  # fmt: skip
+    paths = [
+        "/",
+        "/?status=all",
+        "/escalations/",
+        "/escalations/?status=all",
+        "/dashboard/",
+        f"/jobs/{JOB}/",
+        f"/jobs/{JOB}/events.json",
+        f"/jobs/{JOB}/events.ndjson",
+        f"/api/v1/jobs/{JOB}",
+        "/api/v1/jobs",
+    ]
     paths += [f"/jobs/{JOB}/?step={step.node_id}:{step.attempt}" for step in job.steps.all()]
     paths += [f"/escalations/{pk}/" for pk in Escalation.objects.values_list("pk", flat=True)]
     assert len(paths) > 12

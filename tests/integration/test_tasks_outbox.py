@@ -45,19 +45,24 @@ def webhook_calls(monkeypatch):
 
 
 def open_escalation(job_id: str = "j1") -> Escalation:
-    factories.store([
-        event("job_started", job_id, 0), started("n1", job_id, 1),
-        finished("n1", "retryable_failure", job_id, 2, error_type="auth", reason="expired"),
-    ])  # fmt: skip
+    factories.store(
+        [
+            event("job_started", job_id, 0),
+            started("n1", job_id, 1),
+            finished("n1", "retryable_failure", job_id, 2, error_type="auth", reason="expired"),
+        ]
+    )
     return Escalation.objects.get(job__job_id=job_id)
 
 
 def pending(channel: str = "webhook", **fields) -> Notification:
-    escalation = Escalation.objects.create(kind="raised", severity="high", triggered_at=T0,
-                                           message="disk full")  # fmt: skip
+    escalation = Escalation.objects.create(
+        kind="raised", severity="high", triggered_at=T0, message="disk full"
+    )
     fields.setdefault("next_attempt_at", T0)
-    return Notification.objects.create(escalation=escalation, reason="opened", channel=channel,
-                                       **fields)  # fmt: skip
+    return Notification.objects.create(
+        escalation=escalation, reason="opened", channel=channel, **fields
+    )
 
 
 # -- backoff (pure) --------------------------------------------------------------------------

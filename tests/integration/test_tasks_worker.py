@@ -108,12 +108,14 @@ def test_worker_delivers_webhook_retrying_after_a_500(celery_on_redis, webhook, 
     settings.TRACEVIZ_ESCALATION_EMAILS = []
     settings.TRACEVIZ_ESCALATION_WEBHOOK_URL = webhook.url
     settings.TRACEVIZ_WEBHOOK_TIMEOUT = 5
-    with start_worker(celery_on_redis, pool="solo", perform_ping_check=False,
-                      shutdown_timeout=10):  # fmt: skip
-        factories.store([
-            event("job_started", "w1", 0), started("n1", "w1", 1),
-            finished("n1", "retryable_failure", "w1", 2, error_type="internal", reason="bug"),
-        ])  # fmt: skip
+    with start_worker(celery_on_redis, pool="solo", perform_ping_check=False, shutdown_timeout=10):
+        factories.store(
+            [
+                event("job_started", "w1", 0),
+                started("n1", "w1", 1),
+                finished("n1", "retryable_failure", "w1", 2, error_type="internal", reason="bug"),
+            ]
+        )
         escalation = Escalation.objects.get(job__job_id="w1")
         (notification,) = Notification.objects.filter(escalation=escalation)
         assert notification.channel == "webhook"

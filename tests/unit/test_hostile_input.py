@@ -16,8 +16,14 @@ from jobs import events, otlp
 from jobs.events import BodyError, ParsedBatch
 
 FUZZ = settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-CONTENT_TYPES = ("application/json", "application/x-ndjson", "application/json; charset=utf-8",
-                 "text/plain", "", None)  # fmt: skip
+CONTENT_TYPES = (
+    "application/json",
+    "application/x-ndjson",
+    "application/json; charset=utf-8",
+    "text/plain",
+    "",
+    None,
+)
 TYPES = [*sorted(events.TYPE_RANK), "custom.thing", ""]
 PAYLOAD_NAMES = sorted({name for fields in events.PAYLOAD_FIELDS.values() for name in fields})
 
@@ -25,9 +31,20 @@ PAYLOAD_NAMES = sorted({name for fields in events.PAYLOAD_FIELDS.values() for na
 # right-to-left overrides, markup) and numbers at the edges.
 nasty_text = st.one_of(
     st.text(max_size=30),
-    st.sampled_from(["\x00", "\ud800", "\u202e", "<script>alert(1)</script>", "x" * 300, "🧨",
-                     "1e999", "2026-03-02T09:00:00Z", "2026-02-30T25:61:61+99:99"]),
-)  # fmt: skip
+    st.sampled_from(
+        [
+            "\x00",
+            "\ud800",
+            "\u202e",
+            "<script>alert(1)</script>",
+            "x" * 300,
+            "🧨",
+            "1e999",
+            "2026-03-02T09:00:00Z",
+            "2026-02-30T25:61:61+99:99",
+        ]
+    ),
+)
 numbers = st.one_of(
     st.integers(min_value=-(2**70), max_value=2**70),
     st.floats(allow_nan=False, allow_infinity=False),
@@ -46,8 +63,10 @@ json_values = st.recursive(
 )
 # Items shaped like events, so the validators past the envelope get exercised too.
 event_like = st.fixed_dictionaries(
-    {"type": st.one_of(st.sampled_from(TYPES), json_values),
-     "job_id": st.one_of(nasty_text, json_values)},
+    {
+        "type": st.one_of(st.sampled_from(TYPES), json_values),
+        "job_id": st.one_of(nasty_text, json_values),
+    },
     optional={
         "event_id": st.one_of(nasty_text, json_values),
         "ts": st.one_of(nasty_text, json_values),
@@ -57,7 +76,7 @@ event_like = st.fixed_dictionaries(
         ),
         "extra": json_values,
     },
-)  # fmt: skip
+)
 
 
 def assert_well_formed(batch: ParsedBatch) -> None:
@@ -107,8 +126,10 @@ def test_any_bytes_parse_to_events_and_field_errors_or_a_body_error(body, conten
 
 
 @FUZZ
-@given(document=st.one_of(json_values, event_like, st.lists(event_like, max_size=5)),
-       content_type=st.sampled_from(["application/json", "application/x-ndjson"]))  # fmt: skip
+@given(
+    document=st.one_of(json_values, event_like, st.lists(event_like, max_size=5)),
+    content_type=st.sampled_from(["application/json", "application/x-ndjson"]),
+)
 def test_any_json_value_parses_to_events_and_field_errors_or_a_body_error(document, content_type):
     if content_type == "application/x-ndjson" and isinstance(document, list):
         body = "\n".join(json.dumps(item) for item in document).encode("utf-8", "surrogatepass")
@@ -163,30 +184,56 @@ any_values = st.recursive(
         st.builds(lambda b: AnyValue(bytes_value=b), st.binary(max_size=20)),
         st.just(AnyValue()),
     ),
-    lambda children: st.builds(lambda vs: AnyValue(array_value=ArrayValue(values=vs)),
-                               st.lists(children, max_size=3))
-    | st.builds(
-        lambda kvs: AnyValue(kvlist_value=KeyValueList(
-            values=[KeyValue(key=k, value=v) for k, v in kvs])),
-        st.lists(st.tuples(st.text(max_size=8), children), max_size=3),
+    lambda children: (
+        st.builds(
+            lambda vs: AnyValue(array_value=ArrayValue(values=vs)), st.lists(children, max_size=3)
+        )
+        | st.builds(
+            lambda kvs: AnyValue(
+                kvlist_value=KeyValueList(values=[KeyValue(key=k, value=v) for k, v in kvs])
+            ),
+            st.lists(st.tuples(st.text(max_size=8), children), max_size=3),
+        )
     ),
     max_leaves=8,
-)  # fmt: skip
-ATTRIBUTE_KEYS = [otlp.PREFIX + name for name in (
-    "job_id", "node_id", "attempt", "reason", "result_type", "failure_code", "error_type",
-    "step_index", "epoch", "continue_on_error", "payload_results", "context", "workflow",
-)] + ["service.name", "error.type", "exception.message"]  # fmt: skip
+)
+ATTRIBUTE_KEYS = [
+    otlp.PREFIX + name
+    for name in (
+        "job_id",
+        "node_id",
+        "attempt",
+        "reason",
+        "result_type",
+        "failure_code",
+        "error_type",
+        "step_index",
+        "epoch",
+        "continue_on_error",
+        "payload_results",
+        "context",
+        "workflow",
+    )
+] + ["service.name", "error.type", "exception.message"]
 attribute_lists = st.lists(
-    st.builds(lambda k, v: KeyValue(key=k, value=v),
-              st.one_of(st.sampled_from(ATTRIBUTE_KEYS), st.text(max_size=10)), any_values),
+    st.builds(
+        lambda k, v: KeyValue(key=k, value=v),
+        st.one_of(st.sampled_from(ATTRIBUTE_KEYS), st.text(max_size=10)),
+        any_values,
+    ),
     max_size=6,
-)  # fmt: skip
+)
 spans = st.builds(
     lambda trace_id, span_id, parent, name, start, length, attributes, code, message, flags: Span(
-        trace_id=trace_id, span_id=span_id, parent_span_id=parent, name=name,
-        start_time_unix_nano=start, end_time_unix_nano=max(0, min(start + length, 2**64 - 1)),
+        trace_id=trace_id,
+        span_id=span_id,
+        parent_span_id=parent,
+        name=name,
+        start_time_unix_nano=start,
+        end_time_unix_nano=max(0, min(start + length, 2**64 - 1)),
         attributes=attributes,
-        status=Status(code=code, message=message), flags=flags,
+        status=Status(code=code, message=message),
+        flags=flags,
     ),
     st.one_of(st.binary(min_size=16, max_size=16), st.binary(max_size=20)),
     st.one_of(st.binary(min_size=8, max_size=8), st.binary(max_size=10)),
@@ -198,7 +245,7 @@ spans = st.builds(
     st.integers(0, 2),
     st.text(max_size=20),
     st.integers(0, 2**32 - 1),
-)  # fmt: skip
+)
 
 
 def export_request(resource_attributes, span_list) -> ExportTraceServiceRequest:
@@ -211,16 +258,21 @@ def export_request(resource_attributes, span_list) -> ExportTraceServiceRequest:
 @FUZZ
 @given(body=st.binary(max_size=2000), content_type=st.sampled_from(otlp.CONTENT_TYPES))
 @example(body=b"\x0a\x02\x0a\x00" * 3, content_type=otlp.PROTOBUF)
-@example(body=b'{"resourceSpans": [{"scopeSpans": [{"spans": [{"spanId": "zz"}]}]}]}',
-         content_type=otlp.JSON)  # fmt: skip
+@example(
+    body=b'{"resourceSpans": [{"scopeSpans": [{"spans": [{"spanId": "zz"}]}]}]}',
+    content_type=otlp.JSON,
+)
 @example(body=b'{"resourceSpans": "no"}', content_type=otlp.JSON)
 def test_any_bytes_decode_to_an_otlp_batch_or_a_body_error(body, content_type):
     decode_and_map(body, content_type)
 
 
 @FUZZ
-@given(resource_attributes=attribute_lists, span_list=st.lists(spans, max_size=4),
-       as_json=st.booleans())  # fmt: skip
+@given(
+    resource_attributes=attribute_lists,
+    span_list=st.lists(spans, max_size=4),
+    as_json=st.booleans(),
+)
 def test_any_export_request_maps_to_events_or_span_rejections(
     resource_attributes, span_list, as_json
 ):
@@ -235,13 +287,49 @@ def test_any_export_request_maps_to_events_or_span_rejections(
 
 
 @FUZZ
-@given(document=st.one_of(
-    json_values,
-    st.fixed_dictionaries({"resourceSpans": st.lists(st.fixed_dictionaries({"scopeSpans": st.lists(
-        st.fixed_dictionaries({"spans": st.lists(st.dictionaries(
-            st.sampled_from(["traceId", "spanId", "parentSpanId", "name", "startTimeUnixNano",
-                             "endTimeUnixNano", "attributes", "status", "links", "kind"]),
-            json_values, max_size=6), max_size=3)}), max_size=2)}), max_size=2)}),
-))  # fmt: skip
+@given(
+    document=st.one_of(
+        json_values,
+        st.fixed_dictionaries(
+            {
+                "resourceSpans": st.lists(
+                    st.fixed_dictionaries(
+                        {
+                            "scopeSpans": st.lists(
+                                st.fixed_dictionaries(
+                                    {
+                                        "spans": st.lists(
+                                            st.dictionaries(
+                                                st.sampled_from(
+                                                    [
+                                                        "traceId",
+                                                        "spanId",
+                                                        "parentSpanId",
+                                                        "name",
+                                                        "startTimeUnixNano",
+                                                        "endTimeUnixNano",
+                                                        "attributes",
+                                                        "status",
+                                                        "links",
+                                                        "kind",
+                                                    ]
+                                                ),
+                                                json_values,
+                                                max_size=6,
+                                            ),
+                                            max_size=3,
+                                        )
+                                    }
+                                ),
+                                max_size=2,
+                            )
+                        }
+                    ),
+                    max_size=2,
+                )
+            }
+        ),
+    )
+)
 def test_any_json_document_decodes_to_an_otlp_batch_or_a_body_error(document):
     decode_and_map(json.dumps(document).encode("utf-8", "surrogatepass"), otlp.JSON)

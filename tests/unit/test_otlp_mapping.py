@@ -38,8 +38,17 @@ def attrs(**pairs) -> list[KeyValue]:
     return [KeyValue(key=key.replace("__", "."), value=value(v)) for key, v in pairs.items()]
 
 
-def span(name="fetch", span_id=CHILD_ID, parent=ROOT_ID, start_ms=0, end_ms=1500, status=None,
-         attributes=None, span_events=(), **fields) -> Span:  # fmt: skip
+def span(
+    name="fetch",
+    span_id=CHILD_ID,
+    parent=ROOT_ID,
+    start_ms=0,
+    end_ms=1500,
+    status=None,
+    attributes=None,
+    span_events=(),
+    **fields,
+) -> Span:
     built = Span(
         trace_id=TRACE_ID,
         span_id=span_id,
@@ -203,8 +212,12 @@ def test_gen_ai_provider_name_and_response_model_win_over_older_attributes():
 
 
 def test_root_span_starts_the_job_with_resource_workflow_and_its_name():
-    items = by_type(items_of(span(name="plan-run", span_id=ROOT_ID, parent=b""),
-                             resource=attrs(service__name="billing-agent")))  # fmt: skip
+    items = by_type(
+        items_of(
+            span(name="plan-run", span_id=ROOT_ID, parent=b""),
+            resource=attrs(service__name="billing-agent"),
+        )
+    )
     job_started = items["job_started"]
     assert job_started["event_id"] == f"otlp:{TRACE_ID.hex()}:{ROOT_ID.hex()}:job_started"
     assert job_started["ts"] == items["node_started"]["ts"]
@@ -213,8 +226,12 @@ def test_root_span_starts_the_job_with_resource_workflow_and_its_name():
 
 
 def test_default_service_name_is_not_a_workflow():
-    items = by_type(items_of(span(name="r", span_id=ROOT_ID, parent=b""),
-                             resource=attrs(service__name="unknown_service:python")))  # fmt: skip
+    items = by_type(
+        items_of(
+            span(name="r", span_id=ROOT_ID, parent=b""),
+            resource=attrs(service__name="unknown_service:python"),
+        )
+    )
     assert items["job_started"]["payload"] == {"name": "r"}
 
 
@@ -283,14 +300,17 @@ def test_missing_span_id_rejects_the_span():
 def test_rejected_span_is_counted_and_the_others_kept():
     good = span(name="good", span_id=ROOT_ID, parent=b"")
     bad_type = span(name="bad", attributes=attrs(traceviz__attempt="x"))
-    bad_value = span(name="worse", span_id=bytes(7) + b"\x01",
-                     attributes=attrs(traceviz__result_type="exploded"))  # fmt: skip
+    bad_value = span(
+        name="worse", span_id=bytes(7) + b"\x01", attributes=attrs(traceviz__result_type="exploded")
+    )
     traces = otlp.to_batch(request(good, bad_type, bad_value), max_events=100)
     assert traces.span_count == 3
     assert traces.rejected_spans == 2
     assert [event.type for _, event in traces.batch.events] == [
-        "job_started", "node_started", "node_finished",
-    ]  # fmt: skip
+        "job_started",
+        "node_started",
+        "node_finished",
+    ]
     assert [index for index, _ in traces.batch.events] == [0, 1, 2]
     assert traces.error_message == (
         f"span {CHILD_ID.hex()} 'bad': attribute traceviz.attempt must be an integer; "
@@ -336,12 +356,25 @@ def test_json_body_reads_ids_as_hex():
 
 def test_json_body_accepts_snake_case_field_names_and_link_ids():
     body = {
-        "resource_spans": [{"scope_spans": [{"spans": [{
-            "trace_id": TRACE_ID.hex(), "span_id": CHILD_ID.hex(), "name": "n",
-            "start_time_unix_nano": str(START), "end_time_unix_nano": str(START + 1),
-            "links": [{"trace_id": TRACE_ID.hex(), "span_id": ROOT_ID.hex()}],
-        }]}]}]
-    }  # fmt: skip
+        "resource_spans": [
+            {
+                "scope_spans": [
+                    {
+                        "spans": [
+                            {
+                                "trace_id": TRACE_ID.hex(),
+                                "span_id": CHILD_ID.hex(),
+                                "name": "n",
+                                "start_time_unix_nano": str(START),
+                                "end_time_unix_nano": str(START + 1),
+                                "links": [{"trace_id": TRACE_ID.hex(), "span_id": ROOT_ID.hex()}],
+                            }
+                        ]
+                    }
+                ]
+            }
+        ]
+    }
     decoded = otlp.decode_request(json.dumps(body).encode(), otlp.JSON)
     [decoded_span] = decoded.resource_spans[0].scope_spans[0].spans
     assert decoded_span.span_id == CHILD_ID

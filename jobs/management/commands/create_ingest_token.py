@@ -4,7 +4,10 @@ from jobs.models import IngestToken
 
 
 class Command(BaseCommand):
-    help = "Create an ingest token. The token is printed once, as the last line; only its hash is stored."
+    help = (
+        "Create an ingest token. The token is printed once, as the last line; only its hash is "
+        "stored."
+    )
 
     def add_arguments(self, parser):
         parser.add_argument("name", help="a unique name for the producer using this token")
