@@ -128,8 +128,29 @@ def insert_new_events(
 ) -> set[tuple]:
     """Insert event rows unless (job_id, event_id) is stored already; returns the new keys.
 
-    ``rows`` hold database values in ``columns`` order, with the payload as JSON text.
+    ``rows`` hold database values in ``columns`` order, the key columns first and the payload as
+    JSON text. The caller must hold the batch's per-job locks (``ingest._lock_jobs``): on
+    PostgreSQL the stored keys are read first and the new rows COPYed straight in, which is only
+    safe while nobody else can insert events of these jobs.
     """
-    keys = ", ".join(key_columns)
-    tail = f"ON CONFLICT ({keys}) DO NOTHING RETURNING {keys}"
-    return set(_insert_returning(table, ", ".join(columns), list(rows), tail))
+    rows = list(rows)
+    if connection.vendor != "postgresql":
+        keys = ", ".join(key_columns)
+        tail = f"ON CONFLICT ({keys}) DO NOTHING RETURNING {keys}"
+        return set(_insert_returning(table, ", ".join(columns), rows, tail))
+    first, second = key_columns
+    with connection.cursor() as cursor:
+        cursor.execute(
+            f"SELECT {first}, {second} FROM {table} WHERE {first} = ANY(%s) AND {second} = ANY(%s)",
+            [list({row[0] for row in rows}), list({row[1] for row in rows})],
+        )
+        stored = set(map(tuple, cursor.fetchall()))
+        new_rows, new_keys = [], set()
+        for row in rows:
+            if (key := (row[0], row[1])) not in stored and key not in new_keys:
+                new_keys.add(key)
+                new_rows.append(row)
+        with cursor.cursor.copy(f"COPY {table} ({', '.join(columns)}) FROM STDIN") as copy:
+            for row in new_rows:
+                copy.write_row(row)
+    return new_keys

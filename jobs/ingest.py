@@ -8,7 +8,7 @@ the projection identical to ``replay.build`` whatever order the events arrived i
 
 import zlib
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field, fields
 from datetime import datetime
 
 from django.conf import settings
@@ -76,14 +76,16 @@ def store_batch(
     events: dict[tuple[str, str], Event] = {}
     for _index, event in batch.events:
         # A batch that repeats an event stores it once; the repeat counts as a duplicate.
-        events.setdefault(
-            (event.job_id, event.event_id),
-            replace(
-                event,
-                ts=event.ts or received_at,
-                payload=redact_payload(event.payload, settings.TRACEVIZ_PREVIEW_CHARS),
-            ),
-        )
+        key = (event.job_id, event.event_id)
+        if key not in events:
+            events[key] = Event(
+                event.type,
+                event.job_id,
+                event.event_id,
+                event.ts or received_at,
+                event.seq,
+                redact_payload(event.payload, settings.TRACEVIZ_PREVIEW_CHARS),
+            )
     if not events:
         return result
     with transaction.atomic():
@@ -235,44 +237,16 @@ def _job_row(state: replay.JobState, previous: Job | None, received_at: datetime
 
 
 def _step_row(step: replay.StepState, job_pk: int) -> dict:
-    return dict(
-        job_id=job_pk,
-        segment=step.segment.value,
-        result_type=step.result_type or "",
-        **{name: getattr(step, name) for name in STEP_COPIED_FIELDS},
-    )
+    """The Step row's values: every StepState field has a column of the same name."""
+    return {
+        **{name: getattr(step, name) for name in STEP_STATE_FIELDS},
+        "job_id": job_pk,
+        "segment": step.segment.value,
+        "result_type": step.result_type or "",
+    }
 
 
-STEP_COPIED_FIELDS = (
-    "node_id",
-    "attempt",
-    "position",
-    "reason",
-    "ignored_stale",
-    "compensated",
-    "compensation_reason",
-    "started_at",
-    "finished_at",
-    "duration_ms",
-    "state",
-    "step_index",
-    "trace_span_id",
-    "parent_span_id",
-    "failure_code",
-    "error_type",
-    "tool",
-    "source",
-    "plan_hash",
-    "continue_on_error",
-    "epoch",
-    "step_epoch",
-    "payload_results",
-    "context",
-    "audit_trail",
-    "extra",
-    "started_event_id",
-    "finished_event_id",
-)
+STEP_STATE_FIELDS = tuple(f.name for f in fields(replay.StepState))
 
 
 def _apply_escalations(

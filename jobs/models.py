@@ -73,12 +73,11 @@ class Event(models.Model):
 
     class Meta:
         constraints = [
-            # Idempotency: a resent event (same job and event_id) is stored once.
+            # Idempotency: a resent event (same job and event_id) is stored once. Its index also
+            # serves replay and export, which read one job's events and sort them in Python.
             models.UniqueConstraint(fields=["job_id", "event_id"], name="event_unique_per_job"),
         ]
         indexes = [
-            # Replay and export read one job's events.
-            models.Index(fields=["job_id", "ts"], name="event_job_ts"),
             # Dashboard planner panel and planner alerts: job_started and planner events by time.
             models.Index(fields=["type", "ts"], name="event_type_ts"),
         ]
