@@ -209,16 +209,14 @@ def print_load(stats: load.Stats, elapsed: float, window: tuple[float, float], w
     load.report(stats, elapsed, load.verify(stats))
 
 
-def scenario_database(args, url: str, token: str) -> bool:
-    print(
-        f"\n(a) PostgreSQL stopped for {args.outage:g} s in the middle of a "
-        f"{args.seconds:g} s run, {args.producers} producers"
-    )
+def load_with_outage(args, url: str, token: str, outage, prefix: str):
+    """Run the producers for ``args.seconds`` with ``outage(args.outage)`` a third of the way in;
+    returns the stats, the elapsed time and the outage's (start, end) window."""
     window = [0.0, 0.0]
 
     def during(_stats):
         time.sleep(args.seconds / 3)
-        window[:] = postgres_outage(args.outage)
+        window[:] = outage(args.outage)
 
     stats, elapsed = load.run_producers(
         url,
@@ -229,9 +227,18 @@ def scenario_database(args, url: str, token: str) -> bool:
         args.batch,
         args.resend,
         during,
-        prefix="pgfault",
+        prefix=prefix,
     )
-    print_load(stats, elapsed, tuple(window), "database")
+    return stats, elapsed, tuple(window)
+
+
+def scenario_database(args, url: str, token: str) -> bool:
+    print(
+        f"\n(a) PostgreSQL stopped for {args.outage:g} s in the middle of a "
+        f"{args.seconds:g} s run, {args.producers} producers"
+    )
+    stats, elapsed, window = load_with_outage(args, url, token, postgres_outage, "pgfault")
+    print_load(stats, elapsed, window, "database")
     return statuses_between(stats, tuple(window)).get("500", 0) == 0
 
 
@@ -273,24 +280,8 @@ def scenario_broker(args, url: str, token: str, webhook: Webhook) -> bool:
         f"\n(b) Redis (broker) stopped for {args.outage:g} s during a {args.seconds:g} s run, "
         "one Celery worker, webhook deliveries counted per notification id"
     )
-    window = [0.0, 0.0]
-
-    def during(_stats):
-        time.sleep(args.seconds / 3)
-        window[:] = redis_outage(args.outage)
-
-    stats, elapsed = load.run_producers(
-        url,
-        token,
-        args.seconds,
-        args.producers,
-        args.seed,
-        args.batch,
-        args.resend,
-        during,
-        prefix="brokerfault",
-    )
-    print_load(stats, elapsed, tuple(window), "broker")
+    stats, elapsed, window = load_with_outage(args, url, token, redis_outage, "brokerfault")
+    print_load(stats, elapsed, window, "broker")
     settled = sweep_until_settled(180)
     total, once, twice, never = delivery_report(webhook)
     print(

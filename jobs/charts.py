@@ -672,7 +672,10 @@ def open_escalations(now: datetime) -> dict:
             }
         )
     layout = _layout(
-        barmode="stack", yaxis={"title": {"text": "escalations"}, "dtick": 1, "rangemode": "tozero"}
+        barmode="stack",
+        # Kind names are long (contract_violation, repair_budget_exhausted): room below for them.
+        xaxis={"automargin": True, "tickangle": -30},
+        yaxis={"title": {"text": "escalations"}, "dtick": 1, "rangemode": "tozero"},
     )
     return _figure(
         data,
