@@ -34,7 +34,7 @@ from django.core.management import call_command  # noqa: E402
 from django.db import connection  # noqa: E402
 from django.utils import timezone  # noqa: E402
 
-from jobs import charts, rollup  # noqa: E402
+from jobs import charts, headlines, rollup, timerange  # noqa: E402
 from jobs.models import Job  # noqa: E402
 
 JOBS = 100_000
@@ -150,9 +150,9 @@ def main() -> None:
     print(f"refresh of one dirty hour: median {statistics.median(timings):.1f} ms")
     for key in args.ranges.split(","):
         now = timezone.now()
-        window, _errors = charts.parse_window({"range": key}, now)
+        window, _errors = timerange.parse_window({"range": key}, now)
         panels = {
-            "headlines": lambda w=window, n=now: charts.headlines(w, n),
+            "headlines": lambda w=window, n=now: headlines.headlines(w, n),
             "step results": lambda w=window: charts.step_results(w),
             "failures by code": lambda w=window: charts.failures_by_code(w),
             "failures by error type": lambda w=window: charts.failures_by_error_type(w),

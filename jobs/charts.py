@@ -13,22 +13,17 @@ The step panels read hourly pre-aggregates (``jobs.rollup``) for the whole hours
 aggregate only the partial hours at its ends (and hours not yet refreshed) from Step rows.
 """
 
-from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from urllib.parse import urlencode
 
 from django.db.models import Count, Q
 from django.db.models.functions import Trunc
-from django.utils import timezone
 
 from jobs import alerts, failures, rollup
 from jobs.failures import FailureCode, RunStatus, Segment
-from jobs.models import AlertEpisode, AlertRule, Escalation, Job, Step
+from jobs.models import AlertRule, Escalation
+from jobs.timerange import Window, jobs_url, wall, zone_label
 
-RANGES = {"1h": timedelta(hours=1), "24h": timedelta(hours=24), "7d": timedelta(days=7)}
-DEFAULT_RANGE = "24h"
-BUCKETS = {"minute": timedelta(minutes=1), "hour": timedelta(hours=1), "day": timedelta(days=1)}
-MAX_CUSTOM_RANGE = timedelta(days=92)
 TOP_NODES = 10
 PERCENTILES = (("p50", 0.5), ("p95", 0.95))
 # Up to this many timed steps (of the top nodes) percentiles are exact, from the steps
@@ -57,7 +52,6 @@ STATUS_COLORS = {
     RunStatus.CANCELLED: "#90a4ae",
     RunStatus.COMPLETED: "#2e7d32",
 }
-FAILED_STATUSES = (RunStatus.FAILED, RunStatus.FAILED_LOGIC, RunStatus.FAILED_INTERNAL)
 AGE_BANDS = (
     ("under 1 h", timedelta(hours=1), "#90caf9"),
     ("1-24 h", timedelta(hours=24), "#42a5f5"),
@@ -67,148 +61,12 @@ AGE_BANDS = (
 PLANNER_COLORS = ("#6a1b9a", "#00838f", "#ef6c00", "#283593", "#558b2f", "#ad1457")
 
 
-# --- time range and filters -------------------------------------------------------------------
-
-
-@dataclass(frozen=True, slots=True)
-class Window:
-    """[start, end) of the dashboard, its bucket size and the provider/model filter."""
-
-    key: str
-    start: datetime
-    end: datetime
-    bucket: str
-    provider: str = ""
-    model: str = ""
-
-    @property
-    def previous(self) -> "Window":
-        span = self.end - self.start
-        return Window(
-            self.key, self.start - span, self.start, self.bucket, self.provider, self.model
-        )
-
-    def bucket_bounds(self, bucket_start: datetime) -> tuple[datetime, datetime]:
-        """A bucket's [since, until), clipped to the window (first and last buckets are partial)."""
-        return max(bucket_start, self.start), min(bucket_start + BUCKETS[self.bucket], self.end)
-
-    def jobs(self):
-        """Jobs started in the window (and of the provider/model, when filtered)."""
-        jobs = Job.objects.filter(started_at__gte=self.start, started_at__lt=self.end)
-        return jobs.filter(**self._job_filter(""))
-
-    def steps(self):
-        """Steps of those jobs."""
-        steps = Step.objects.filter(job__started_at__gte=self.start, job__started_at__lt=self.end)
-        return steps.filter(**self._job_filter("job__"))
-
-    def plan(self) -> rollup.Plan:
-        """Which hours of the window the rollup answers (refreshing dirty ones, bounded)."""
-        return rollup.plan(self.start, self.end)
-
-    def cells(self, plan: rollup.Plan | None, *kinds: str) -> list[rollup.Cell]:
-        return rollup.cells(plan or self.plan(), kinds, self.provider, self.model)
-
-    def bucket_of(self, hour: datetime) -> datetime:
-        """The bucket (hour or UTC day) of a rollup hour."""
-        return hour.replace(hour=0) if self.bucket == "day" else hour
-
-    def _job_filter(self, prefix: str) -> dict:
-        return {
-            f"{prefix}{name}": value
-            for name, value in (("provider", self.provider), ("model", self.model))
-            if value
-        }
-
-
-def bucket_for(span: timedelta) -> str:
-    if span <= timedelta(hours=3):
-        return "minute"
-    if span <= timedelta(days=3):
-        return "hour"
-    return "day"
-
-
-def parse_window(params, now: datetime | None = None) -> tuple[Window, list[str]]:
-    """The window the query string asks for (``range`` 1h, 24h, 7d or custom with ISO
-    ``since``/``until``; ``provider``, ``model``); errors fall back to the last 24 hours."""
-    now = now or timezone.now()
-    errors: list[str] = []
-    key = params.get("range") or DEFAULT_RANGE
-    provider = params.get("provider", "").strip()[:200]
-    model = params.get("model", "").strip()[:200]
-    if key == "custom":
-        since, until = _parse_time(params.get("since")), _parse_time(params.get("until")) or now
-        if since is None:
-            errors.append("A custom range needs a start (since), as an ISO date and time.")
-        elif since >= until:
-            errors.append("The custom range must start before it ends.")
-        elif until - since > MAX_CUSTOM_RANGE:
-            errors.append("A custom range can span at most 92 days.")
-        else:
-            return Window(key, since, until, bucket_for(until - since), provider, model), errors
-        key = DEFAULT_RANGE
-    elif key not in RANGES:
-        errors.append(f"Unknown range {key!r}: showing the last 24 hours.")
-        key = DEFAULT_RANGE
-    span = RANGES[key]
-    return Window(key, now - span, now, bucket_for(span), provider, model), errors
-
-
-def _parse_time(raw: str | None) -> datetime | None:
-    if not raw:
-        return None
-    try:
-        value = datetime.fromisoformat(raw.strip().replace(" ", "+"))
-    except ValueError:
-        return None
-    return value if timezone.is_aware(value) else value.replace(tzinfo=UTC)
-
-
-def iso(value: datetime) -> str:
-    return value.astimezone(UTC).isoformat().replace("+00:00", "Z")
-
-
-def wall(value: datetime) -> str:
-    """A time as plotly draws it: wall-clock time in the current (display) time zone, no
-    offset (plotly ignores offsets); the axis title names the zone."""
-    return timezone.localtime(value).strftime("%Y-%m-%dT%H:%M:%S")
-
-
-def zone_label() -> str:
-    offset = timezone.localtime().strftime("%z")
-    return f"{timezone.get_current_timezone_name()}, UTC{offset[:3]}:{offset[3:]}"
-
-
 def _time_axis(window: Window, title: str) -> dict:
     return {
         "type": "date",
         "range": [wall(window.start), wall(window.end)],
         "title": {"text": f"{title} ({zone_label()})"},
     }
-
-
-def jobs_url(
-    window: Window, since: datetime | None = None, until: datetime | None = None, **filters
-) -> str:
-    """The jobs list (``/``) filtered to the jobs a chart element counts (jobs.filters names).
-
-    Without a status filter the list shows only jobs needing attention; ``show=all`` lifts that.
-    """
-    params: list[tuple[str, str]] = []
-    statuses = filters.pop("status", ())
-    if isinstance(statuses, str):
-        statuses = (statuses,)
-    if not statuses:
-        params.append(("show", "all"))
-    params.extend(("status", str(status)) for status in statuses)
-    params.extend((name, str(value)) for name, value in filters.items() if value)
-    for name in ("provider", "model"):
-        if getattr(window, name) and name not in filters:
-            params.append((name, getattr(window, name)))
-    params.append(("since", iso(since or window.start)))
-    params.append(("until", iso(until or window.end)))
-    return "/?" + urlencode(params)
 
 
 # --- figures ----------------------------------------------------------------------------------
@@ -683,85 +541,6 @@ def open_escalations(now: datetime) -> dict:
         "No unresolved escalations. They open from replay rules, "
         "escalation_raised events and firing alert rules.",
     )
-
-
-# --- headline numbers -------------------------------------------------------------------------
-
-
-@dataclass(frozen=True, slots=True)
-class Headline:
-    label: str
-    value: float
-    previous: float
-    url: str = ""
-    percent: bool = False
-
-    @property
-    def change(self) -> float:
-        return self.value - self.previous
-
-    @property
-    def display(self) -> str:
-        return f"{self.value:.1%}" if self.percent else f"{self.value:g}"
-
-    @property
-    def change_display(self) -> str:
-        if self.percent:
-            return f"{self.change * 100:+.1f} pt"
-        return f"{self.change:+g}"
-
-
-def headlines(window: Window, now: datetime) -> list[Headline]:
-    """Jobs, failed jobs, failure rate, open escalations and firing alerts, each against the
-    previous period of the same length (escalations and alerts: as they stood at its end)."""
-    previous = window.previous
-    in_now = Q(started_at__gte=window.start)
-    failed = Q(status__in=[s.value for s in FAILED_STATUSES])
-    jobs = Job.objects.filter(started_at__gte=previous.start, started_at__lt=window.end)
-    jobs = jobs.filter(**window._job_filter("")).aggregate(
-        jobs=Count("id", filter=in_now),
-        failed=Count("id", filter=in_now & failed),
-        jobs_before=Count("id", filter=~in_now),
-        failed_before=Count("id", filter=~in_now & failed),
-    )
-    cutoff = window.start
-    escalations = Escalation.objects.aggregate(
-        open=Count("id", filter=~Q(status=Escalation.Status.RESOLVED)),
-        before=Count(
-            "id",
-            filter=Q(created_at__lte=cutoff)
-            & (Q(resolved_at__isnull=True) | Q(resolved_at__gt=cutoff)),
-        ),
-    )
-    firing = AlertEpisode.objects.aggregate(
-        now=Count("id", filter=Q(resolved_at__isnull=True)),
-        before=Count(
-            "id",
-            filter=Q(firing_since__lte=cutoff)
-            & (Q(resolved_at__isnull=True) | Q(resolved_at__gt=cutoff)),
-        ),
-    )
-
-    def rate(failed_count: int, total: int) -> float:
-        return failed_count / total if total else 0.0
-
-    return [
-        Headline("Jobs", jobs["jobs"], jobs["jobs_before"], jobs_url(window)),
-        Headline(
-            "Failed jobs",
-            jobs["failed"],
-            jobs["failed_before"],
-            jobs_url(window, status=[s.value for s in FAILED_STATUSES]),
-        ),
-        Headline(
-            "Failure rate",
-            rate(jobs["failed"], jobs["jobs"]),
-            rate(jobs["failed_before"], jobs["jobs_before"]),
-            percent=True,
-        ),
-        Headline("Open escalations", escalations["open"], escalations["before"], "/escalations/"),
-        Headline("Firing alerts", firing["now"], firing["before"], "#alerts"),
-    ]
 
 
 def panels(window: Window, now: datetime) -> dict:

@@ -13,7 +13,7 @@ from django.utils import timezone
 from django.views.decorators.http import require_GET
 from django.views.decorators.vary import vary_on_headers
 
-from jobs import access, alerts, charts
+from jobs import access, alerts, charts, headlines, timerange
 
 REFRESH_SECONDS = 60
 RANGE_CHOICES = (("1h", "1 hour"), ("24h", "24 hours"), ("7d", "7 days"), ("custom", "Custom"))
@@ -25,20 +25,20 @@ RANGE_CHOICES = (("1h", "1 hour"), ("24h", "24 hours"), ("7d", "7 days"), ("cust
 def dashboard(request):
     now = timezone.now()
     with timezone.override(ZoneInfo(settings.TRACEVIZ_DISPLAY_TIME_ZONE)):
-        window, errors = charts.parse_window(request.GET, now)
+        window, errors = timerange.parse_window(request.GET, now)
         figures = charts.panels(window, now)
         context = {
             "nav": "dashboard",
             "window": window,
             "errors": errors,
             "range_choices": RANGE_CHOICES,
-            "since_value": charts.iso(window.start) if window.key == "custom" else "",
-            "until_value": charts.iso(window.end) if window.key == "custom" else "",
-            "headlines": charts.headlines(window, now),
+            "since_value": timerange.iso(window.start) if window.key == "custom" else "",
+            "until_value": timerange.iso(window.end) if window.key == "custom" else "",
+            "headlines": headlines.headlines(window, now),
             "firing": list(alerts.firing_episodes()),
             "figures": figures,
             "unlisted_failure_codes": figures["failures_by_code"]["unlisted"],
-            "zone": charts.zone_label(),
+            "zone": timerange.zone_label(),
             "refresh_seconds": REFRESH_SECONDS,
             "panels_url": request.get_full_path(),
         }

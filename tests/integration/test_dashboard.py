@@ -7,7 +7,7 @@ from urllib.parse import parse_qs, urlsplit
 import pytest
 from django.http import QueryDict
 
-from jobs import charts
+from jobs import charts, headlines, timerange
 from jobs.filters import JobFilterForm, filter_jobs
 from jobs.models import AlertRule
 from tests.factories import BASE_TS, event, finished, store, user
@@ -98,7 +98,7 @@ def fixture_jobs(db):
 
 @pytest.fixture
 def window():
-    return charts.Window("custom", BASE_TS, BASE_TS + timedelta(hours=3), "hour")
+    return timerange.Window("custom", BASE_TS, BASE_TS + timedelta(hours=3), "hour")
 
 
 def trace(figure, name):
@@ -227,7 +227,7 @@ def test_duration_percentiles_per_node(fixture_jobs, window):
 
 
 def test_filtering_by_provider_narrows_every_panel(fixture_jobs):
-    window = charts.Window("custom", BASE_TS, BASE_TS + timedelta(hours=3), "hour", "openai")
+    window = timerange.Window("custom", BASE_TS, BASE_TS + timedelta(hours=3), "hour", "openai")
     figure = charts.step_results(window)
     assert sum(sum(t["y"]) for t in figure["data"]) == 4  # j1's three steps and j2's one
     assert all("provider=openai" in row[0] for t in figure["data"] for row in t["customdata"])
@@ -244,7 +244,7 @@ def test_open_escalations_by_kind_and_age(fixture_jobs):
 
 
 def test_headlines_compare_with_the_previous_period(fixture_jobs, window):
-    numbers = {h.label: h for h in charts.headlines(window, BASE_TS + timedelta(hours=3))}
+    numbers = {h.label: h for h in headlines.headlines(window, BASE_TS + timedelta(hours=3))}
     assert (numbers["Jobs"].value, numbers["Jobs"].previous) == (6, 1)
     assert (numbers["Failed jobs"].value, numbers["Failed jobs"].previous) == (3, 0)
     assert numbers["Failure rate"].value == pytest.approx(0.5)
@@ -262,7 +262,7 @@ def test_empty_range_says_what_to_send(db, window):
 
 def test_parse_window_defaults_to_the_last_24_hours():
     now = BASE_TS
-    window, errors = charts.parse_window({}, now)
+    window, errors = timerange.parse_window({}, now)
     assert (window.key, window.start, window.end, window.bucket) == (
         "24h",
         now - timedelta(hours=24),
@@ -273,7 +273,7 @@ def test_parse_window_defaults_to_the_last_24_hours():
 
 
 def test_parse_window_reads_a_custom_range():
-    window, errors = charts.parse_window(
+    window, errors = timerange.parse_window(
         {"range": "custom", "since": "2026-03-02T09:00:00Z", "until": "2026-03-02T10:00:00Z"},
         BASE_TS,
     )
@@ -286,7 +286,7 @@ def test_parse_window_reads_a_custom_range():
 
 
 def test_parse_window_reports_a_bad_custom_range():
-    window, errors = charts.parse_window({"range": "custom", "since": "yesterday"}, BASE_TS)
+    window, errors = timerange.parse_window({"range": "custom", "since": "yesterday"}, BASE_TS)
     assert window.key == "24h"
     assert errors
 

@@ -6,7 +6,7 @@ from datetime import timedelta
 
 import pytest
 
-from jobs import charts, rollup, tasks
+from jobs import charts, headlines, rollup, tasks, timerange
 from jobs.models import DashboardDirtyHour, DashboardRollup, Job
 from jobs.retention import apply_retention
 from tests.factories import BASE_TS, event, finished, store
@@ -58,7 +58,7 @@ def jobs_over_hours(db):
 
 
 def window(start_hours=0.0, end_hours=4.0, bucket="hour", **filters):
-    return charts.Window(
+    return timerange.Window(
         "custom",
         BASE_TS + timedelta(hours=start_hours),
         BASE_TS + timedelta(hours=end_hours),
@@ -67,12 +67,12 @@ def window(start_hours=0.0, end_hours=4.0, bucket="hour", **filters):
     )
 
 
-def raw_plan(w: charts.Window) -> rollup.Plan:
+def raw_plan(w: timerange.Window) -> rollup.Plan:
     """Everything aggregated from Step rows: the reference."""
     return rollup.Plan((), ((w.start, w.end),))
 
 
-def assert_same_as_raw(w: charts.Window, plan: rollup.Plan | None = None):
+def assert_same_as_raw(w: timerange.Window, plan: rollup.Plan | None = None):
     for panel in STEP_PANELS:
         assert panel(w, plan or w.plan()) == panel(w, raw_plan(w)), panel.__name__
     from_rollup = charts.duration_percentiles(w, plan or w.plan())
@@ -192,7 +192,7 @@ def test_retention_marks_the_hours_of_deleted_jobs(jobs_over_hours):
     assert rollup.dirty_hours() == [BASE_TS]
     w = window()
     assert_same_as_raw(w)
-    numbers = {h.label: h.value for h in charts.headlines(w, BASE_TS + timedelta(hours=4))}
+    numbers = {h.label: h.value for h in headlines.headlines(w, BASE_TS + timedelta(hours=4))}
     jobs_in_figure = sum(row[1] for row in trace(charts.step_results(w), "ok")["customdata"])
     assert numbers["Jobs"] == jobs_in_figure == 22
 
