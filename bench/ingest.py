@@ -12,7 +12,6 @@ import argparse
 import json
 import os
 import random
-import signal
 import subprocess
 import sys
 import threading
@@ -21,6 +20,7 @@ import urllib.request
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
+from load import start_gunicorn, stop_process
 from pgstats import analyze_periodically
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -189,31 +189,8 @@ def main() -> None:
     if url is None:
         manage("migrate", "--noinput")
         token = manage("create_ingest_token", f"bench-{args.seed}").strip().splitlines()[-1]
-        port = 8765
-        server = subprocess.Popen(
-            [
-                sys.executable,
-                "-m",
-                "gunicorn",
-                "traceviz.wsgi",
-                "-b",
-                f"127.0.0.1:{port}",
-                "-w",
-                str(args.workers),
-                "--timeout",
-                "300",
-                "--log-level",
-                "warning",
-            ],
-            cwd=ROOT,
-        )
-        url = f"http://127.0.0.1:{port}"
-        for _ in range(100):
-            try:
-                urllib.request.urlopen(url + "/healthz", timeout=2)
-                break
-            except OSError:
-                time.sleep(0.1)
+        database_url = os.environ.get("DATABASE_URL") or f"sqlite:///{ROOT / 'db.sqlite3'}"
+        server, url = start_gunicorn(database_url, 8765, args.workers)
     bodies = build_bodies(args.events, args.jobs, args.batch, args.seed)
     print(
         f"sending {args.events} events ({args.jobs} jobs, batches of {args.batch}, "
@@ -262,8 +239,7 @@ def main() -> None:
     )
     if server:
         print(f"server peak RSS (master + {args.workers} workers): {peak / 1024:,.0f} MiB")
-        server.send_signal(signal.SIGTERM)
-        server.wait(timeout=30)
+        stop_process(server)
 
 
 if __name__ == "__main__":

@@ -17,7 +17,7 @@ from django.utils import timezone
 
 from jobs import bulk, escalations, metrics, replay, rollup
 from jobs.events import Event, ParsedBatch
-from jobs.failures import ResultType, RunStatus
+from jobs.failures import RunStatus
 from jobs.models import Escalation, IngestToken, Job, Step
 from jobs.models import Event as EventRow
 from jobs.redaction import redact_payload
@@ -273,55 +273,4 @@ def _apply_escalations(
         if state.status == RunStatus.COMPLETED and was and was != RunStatus.COMPLETED:
             escalations.note_recovery(job)
         if state.status == RunStatus.FAILED_LOGIC:
-            _check_repair_budget(job, current)
-
-
-def _retry_chain(job: Job) -> list[Job]:
-    """Every run linked to ``job`` through retry_of, in either direction."""
-    seen = {job.job_id: job}
-    frontier = [job]
-    while frontier:
-        ids = {j.retry_of for j in frontier if j.retry_of} | {j.job_id for j in frontier}
-        linked = Job.objects.filter(job_id__in=ids) | Job.objects.filter(retry_of__in=ids)
-        frontier = [j for j in linked if j.job_id not in seen]
-        seen.update((j.job_id, j) for j in frontier)
-    return list(seen.values())
-
-
-def _check_repair_budget(job: Job, current: dict) -> None:
-    runs = [
-        escalations.ChainRun(run.job_id, run.failed_at, _failing_event_id(run))
-        for run in _retry_chain(job)
-        if run.status == RunStatus.FAILED_LOGIC and run.failed_at
-    ]
-    overrun = escalations.repair_budget_overrun(runs, settings.TRACEVIZ_REPAIR_BUDGET)
-    if overrun is None:
-        return
-    over_job = Job.objects.get(job_id=overrun.job_id)
-    trigger = replay.EscalationTrigger(
-        "repair_budget_exhausted",
-        "",
-        "medium",
-        f"{len(runs)} runs failed with logic errors in this retry chain (budget "
-        f"{settings.TRACEVIZ_REPAIR_BUDGET}): auto-fix stops here",
-        overrun.trigger_event_id,
-        overrun.failed_at,
-    )
-    key = (over_job.pk, trigger.kind, "")
-    current[key] = escalations.apply_trigger(
-        trigger, job=over_job, existing=current.get(key) or _existing(over_job, trigger.kind)
-    )
-
-
-def _existing(job: Job, kind: str) -> Escalation | None:
-    return Escalation.objects.filter(job=job, kind=kind, node_id="").first()
-
-
-def _failing_event_id(job: Job) -> str:
-    step = (
-        job.steps.exclude(result_type__in=["", ResultType.SUCCESS])
-        .order_by("-finished_at", "-position")
-        .only("finished_event_id")
-        .first()
-    )
-    return step.finished_event_id if step else f"{job.job_id}:failed"
+            escalations.check_repair_budget(job, current)
