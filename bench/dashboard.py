@@ -34,7 +34,8 @@ from django.core.management import call_command  # noqa: E402
 from django.db import connection  # noqa: E402
 from django.utils import timezone  # noqa: E402
 
-from jobs import charts, headlines, rollup, timerange  # noqa: E402
+from jobs.dashboard import charts, headlines, rollup  # noqa: E402
+from jobs.dashboard import window as timerange  # noqa: E402
 from jobs.models import Job  # noqa: E402
 
 JOBS = 100_000

@@ -140,9 +140,9 @@ def lint_overhead(events: int, jobs: int, batch: int, seed: int, rounds: int = 3
     import django
 
     django.setup()
-    from jobs import events as contract
-    from jobs import replay
-    from jobs.ingest import store_batch
+    from jobs.contract import events as contract
+    from jobs.ingest.store import store_batch
+    from jobs.replay import walk as replay
 
     real = replay.lint.Linter
     rates: dict[str, list[float]] = {"with lint": [], "without lint": []}

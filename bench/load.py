@@ -175,7 +175,7 @@ def job_events(job_id: str, start: datetime, rng: random.Random) -> list[dict]:
 
 
 def event_key(item: dict) -> tuple[str, str]:
-    from jobs.events import default_event_id
+    from jobs.contract.events import default_event_id
 
     return item["job_id"], item.get("event_id") or default_event_id(item)
 
@@ -358,7 +358,7 @@ def verify(stats: Stats) -> Verdict:
     from django.db import connection
     from django.db.models import Count
 
-    from jobs import parity
+    from jobs.ingest import parity
     from jobs.models import Event, Job
 
     connection.close()  # the server may have been restarted under a kept connection

@@ -33,8 +33,8 @@ from django.core.management import call_command  # noqa: E402
 from django.db import connection  # noqa: E402
 from django.test import Client  # noqa: E402
 
-from jobs import events as contract  # noqa: E402
-from jobs.ingest import store_batch  # noqa: E402
+from jobs.contract import events as contract  # noqa: E402
+from jobs.ingest.store import store_batch  # noqa: E402
 from jobs.models import Job, Step  # noqa: E402
 
 PREFIX = "bench-list-"

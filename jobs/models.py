@@ -13,8 +13,8 @@ from django.db import models
 from django.db.models import Q
 from django.utils import timezone
 
-from jobs import failures
-from jobs.failures import RunStatus
+from jobs.replay import failures
+from jobs.replay.failures import RunStatus
 
 TOKEN_PREFIX_CHARS = 8
 

@@ -15,7 +15,9 @@ from django.conf import settings
 from django.db import transaction
 from django.utils import timezone
 
-from jobs import escalations, notify, retention
+from jobs.escalations import actions as escalations
+from jobs.escalations import outbox as notify
+from jobs.ingest import retention
 
 logger = logging.getLogger(__name__)
 SWEEP_BATCH = 500
@@ -76,7 +78,7 @@ def apply_retention() -> dict:
 @shared_task(ignore_result=True)
 def evaluate_alerts() -> dict:
     """Periodic: evaluate alert rules (fire new episodes, resolve stopped ones)."""
-    from jobs import alerts
+    from jobs.escalations import alerts
 
     outcome = alerts.evaluate()
     return {"fired": len(outcome.fired), "resolved": len(outcome.resolved)}
@@ -87,6 +89,6 @@ def refresh_dashboard_rollup() -> int:
     """Periodic: recompute the dashboard rollup's dirty hours, newest first, in bounded batches
     of one transaction each (the dashboard itself refreshes only a few per request). Returns how
     many hours."""
-    from jobs import rollup
+    from jobs.dashboard import rollup
 
     return rollup.refresh_pending()

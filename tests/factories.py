@@ -4,8 +4,8 @@ from datetime import UTC, datetime, timedelta
 
 from django.contrib.auth.models import Group, User
 
-from jobs import events
-from jobs.ingest import store_batch
+from jobs.contract import events
+from jobs.ingest.store import store_batch
 
 BASE_TS = datetime(2026, 3, 2, 9, 0, 0, tzinfo=UTC)
 

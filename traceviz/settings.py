@@ -100,7 +100,7 @@ TEMPLATES = [
                 "django.template.context_processors.request",
                 "django.contrib.auth.context_processors.auth",
                 "django.contrib.messages.context_processors.messages",
-                "jobs.context_processors.firing_alerts",
+                "jobs.web.context_processors.firing_alerts",
             ],
         },
     },

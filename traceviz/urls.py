@@ -3,9 +3,9 @@ from django.http import JsonResponse
 from django.urls import include, path
 from django.views import defaults
 
-from jobs.views import api, auth, otlp
-from jobs.views import dashboard as dashboard_views
-from jobs.views import metrics as metrics_views
+from jobs.web import api, auth, otlp
+from jobs.web import dashboard as dashboard_views
+from jobs.web import metrics as metrics_views
 
 urlpatterns = [
     path("api/v1/events", api.ingest_events, name="api-events"),
@@ -16,11 +16,11 @@ urlpatterns = [
     path("healthz", api.healthz, name="healthz"),
     path("metrics", metrics_views.prometheus_metrics, name="metrics"),
     path("dashboard/", dashboard_views.dashboard, name="dashboard"),
-    path("escalations/", include("jobs.urls_escalations")),
+    path("escalations/", include("jobs.web.urls_escalations")),
     path("accounts/login/", auth.login, name="login"),
     path("accounts/", include("django.contrib.auth.urls")),
     path("admin/", admin.site.urls),
-    path("", include("jobs.urls")),
+    path("", include("jobs.web.urls")),
 ]
 
 

@@ -2,7 +2,7 @@
 
 import django.db.models.deletion
 import django.utils.timezone
-import jobs.failures
+import jobs.replay.failures
 from django.conf import settings
 from django.db import migrations, models
 
@@ -68,7 +68,7 @@ class Migration(migrations.Migration):
             fields=[
                 ('id', models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name='ID')),
                 ('job_id', models.CharField(max_length=200, unique=True)),
-                ('status', models.CharField(choices=[('running', 'running'), ('cancelling', 'cancelling'), ('completed', 'completed'), ('failed', 'failed'), ('cancelled', 'cancelled'), ('paused:transient', 'paused:transient'), ('paused:approval', 'paused:approval'), ('paused:reconciliation', 'paused:reconciliation'), ('failed:logic', 'failed:logic'), ('failed:internal', 'failed:internal')], default=jobs.failures.RunStatus['RUNNING'], max_length=32)),
+                ('status', models.CharField(choices=[('running', 'running'), ('cancelling', 'cancelling'), ('completed', 'completed'), ('failed', 'failed'), ('cancelled', 'cancelled'), ('paused:transient', 'paused:transient'), ('paused:approval', 'paused:approval'), ('paused:reconciliation', 'paused:reconciliation'), ('failed:logic', 'failed:logic'), ('failed:internal', 'failed:internal')], default=jobs.replay.failures.RunStatus['RUNNING'], max_length=32)),
                 ('name', models.CharField(blank=True, max_length=200)),
                 ('workflow', models.CharField(blank=True, max_length=200)),
                 ('correlation_id', models.CharField(blank=True, max_length=200)),

@@ -7,7 +7,8 @@ from io import StringIO
 import pytest
 from django.core.management import call_command
 
-from jobs import alerts, escalations
+from jobs.escalations import actions as escalations
+from jobs.escalations import alerts
 from jobs.models import AlertEpisode, AlertRule, Escalation, Notification
 from tests.factories import BASE_TS, event, finished, store, user
 
@@ -207,7 +208,7 @@ def test_header_indicator_costs_one_query(client, degraded_rule, django_assert_n
     from django.template import Context, Template
     from django.test import RequestFactory
 
-    from jobs.context_processors import firing_alerts
+    from jobs.web.context_processors import firing_alerts
 
     request = RequestFactory().get("/")
     request.user = user("olga", "operator")

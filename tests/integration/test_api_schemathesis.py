@@ -9,7 +9,7 @@ import schemathesis
 from hypothesis import HealthCheck, settings
 
 from jobs.models import IngestToken
-from jobs.openapi import OPENAPI_DOCUMENT
+from jobs.web.openapi import OPENAPI_DOCUMENT
 from tests.factories import event, finished, started, store
 
 # Invalid data is refused with these; 413 is the documented answer to a batch over the limit.

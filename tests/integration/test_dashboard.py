@@ -7,9 +7,10 @@ from urllib.parse import parse_qs, urlsplit
 import pytest
 from django.http import QueryDict
 
-from jobs import charts, headlines, timerange
-from jobs.filters import JobFilterForm, filter_jobs
+from jobs.dashboard import charts, headlines
+from jobs.dashboard import window as timerange
 from jobs.models import AlertRule
+from jobs.web.filters import JobFilterForm, filter_jobs
 from tests.factories import BASE_TS, event, finished, store, user
 
 HOUR = 3600

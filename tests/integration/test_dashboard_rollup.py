@@ -6,9 +6,11 @@ from datetime import timedelta
 
 import pytest
 
-from jobs import charts, headlines, rollup, tasks, timerange
+from jobs import tasks
+from jobs.dashboard import charts, headlines, rollup
+from jobs.dashboard import window as timerange
+from jobs.ingest.retention import apply_retention
 from jobs.models import DashboardDirtyHour, DashboardRollup, Job
-from jobs.retention import apply_retention
 from tests.factories import BASE_TS, event, finished, store
 from tests.integration.test_dashboard import (
     ANTHROPIC,

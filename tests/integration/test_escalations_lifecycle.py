@@ -5,8 +5,10 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
-from jobs import escalations, events, retention
-from jobs.ingest import store_batch
+from jobs.contract import events
+from jobs.escalations import actions as escalations
+from jobs.ingest import retention
+from jobs.ingest.store import store_batch
 from jobs.models import Escalation, Event, Job, Notification, Step
 from tests import factories
 from tests.factories import event, finished, started
@@ -198,7 +200,7 @@ def test_stall_check_works_through_more_jobs_than_one_batch(settings):
 
 
 def test_backoff_window_table():
-    from jobs.backoff import retry_window
+    from jobs.replay.backoff import retry_window
 
     earliest, latest = retry_window(T0, 1)
     assert (earliest - T0, latest - T0) == (timedelta(seconds=1), timedelta(seconds=1.3))

@@ -6,7 +6,7 @@ from datetime import timedelta
 import pytest
 from django.utils import timezone
 
-from jobs import escalations
+from jobs.escalations import actions as escalations
 from jobs.models import Escalation, EscalationEntry, Notification
 from tests import factories
 from tests.factories import event, finished, started

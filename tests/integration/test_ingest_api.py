@@ -12,7 +12,7 @@ from openapi_schema_validator import OAS30Validator
 from openapi_spec_validator import validate as validate_spec
 
 from jobs.models import Escalation, EscalationEntry, Event, IngestToken, Job, Notification, Step
-from jobs.openapi import OPENAPI_DOCUMENT
+from jobs.web.openapi import OPENAPI_DOCUMENT
 from tests.factories import event, finished, started, store, user
 
 pytestmark = pytest.mark.django_db
@@ -303,7 +303,7 @@ def test_secrets_in_a_payload_are_stored_in_no_row(send):
 
 
 def test_database_error_on_ingest_is_a_503_with_retry_after(send):
-    with mock.patch("jobs.ingest.store_batch", side_effect=OperationalError("db down")):
+    with mock.patch("jobs.ingest.store.store_batch", side_effect=OperationalError("db down")):
         response = send(GOOD)
     assert response.status_code == 503
     assert response["Retry-After"] == "5"
@@ -316,7 +316,7 @@ def test_healthz_is_ok_with_a_database(client):
 
 
 def test_healthz_is_a_503_with_retry_after_when_the_database_is_down(client):
-    with mock.patch("jobs.views.api.connection.cursor", side_effect=OperationalError("down")):
+    with mock.patch("jobs.web.api.connection.cursor", side_effect=OperationalError("down")):
         response = client.get("/healthz")
     assert response.status_code == 503
     assert response["Retry-After"] == "5"

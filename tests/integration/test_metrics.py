@@ -10,7 +10,7 @@ from django.db import connection
 from django.test.utils import CaptureQueriesContext
 from prometheus_client.parser import text_string_to_metric_families
 
-from jobs import metrics
+from jobs.ingest import counters as metrics
 from jobs.models import Counter, Event
 from tests.factories import event, finished, started, store, user
 
@@ -183,7 +183,7 @@ def test_staff_session_opens_metrics_and_others_do_not(client, db):
 
 INCREMENTS = 150
 INCREMENT_CODE = f"""
-from jobs import metrics
+from jobs.ingest import counters as metrics
 key = ("pdca_next_step_degraded_total", metrics.labels_key(provider="p", model="m"))
 for _ in range({INCREMENTS}):
     metrics.increment({{key: 1}})

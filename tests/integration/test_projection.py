@@ -10,8 +10,11 @@ from django.db import connection
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from jobs import escalations, events, ingest, replay
+from jobs.contract import events
+from jobs.escalations import actions as escalations
+from jobs.ingest import store as ingest
 from jobs.models import Escalation, EscalationEntry, Event, Job, Notification, Step
+from jobs.replay import walk as replay
 from tests.conftest import require_postgres
 from tests.factories import event, finished, started, store, user
 from tests.strategies import job_events

@@ -4,8 +4,8 @@ from datetime import UTC, datetime
 
 import pytest
 
-from jobs import ratelimit
 from jobs.models import IngestToken
+from jobs.web import ratelimit
 from tests.factories import event
 
 

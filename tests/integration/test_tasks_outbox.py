@@ -8,9 +8,11 @@ from datetime import UTC, datetime, timedelta
 import pytest
 from django.core import mail
 
-from jobs import escalations, notify, tasks
-from jobs.backoff import backoff_seconds
+from jobs import tasks
+from jobs.escalations import actions as escalations
+from jobs.escalations import outbox as notify
 from jobs.models import Escalation, Notification
+from jobs.replay.backoff import backoff_seconds
 from tests import factories
 from tests.factories import event, finished, started
 

@@ -3,7 +3,7 @@ and the event after which the rule started to hold."""
 
 import pytest
 
-from jobs.replay import ReplayConfig, build
+from jobs.replay.walk import ReplayConfig, build
 from tests.factories import event, finished, parsed, started
 
 DEFAULT_CONFIG = ReplayConfig()
@@ -67,7 +67,7 @@ def test_max_retries_comes_from_the_replay_config():
 
 
 def test_ingest_replay_config_reads_traceviz_max_retries(settings):
-    from jobs.ingest import replay_config
+    from jobs.ingest.store import replay_config
 
     settings.TRACEVIZ_MAX_RETRIES = 7
     assert replay_config() == ReplayConfig(max_retries=7)

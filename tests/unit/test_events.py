@@ -6,8 +6,8 @@ import zlib
 
 import pytest
 
-from jobs import events
-from jobs.events import BodyError
+from jobs.contract import events
+from jobs.contract.events import BodyError
 
 NDJSON = "application/x-ndjson"
 JSON = "application/json"

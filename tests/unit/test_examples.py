@@ -5,7 +5,7 @@ from pathlib import Path
 
 import pytest
 
-from jobs.replay import build
+from jobs.replay.walk import build
 from tests.factories import parsed
 
 EXAMPLES = Path(__file__).resolve().parents[3] / "shared" / "examples"

@@ -2,8 +2,8 @@
 
 import pytest
 
-from jobs import failures
-from jobs.failures import FailureCode, RetryOwner, RunStatus, Segment
+from jobs.replay import failures
+from jobs.replay.failures import FailureCode, RetryOwner, RunStatus, Segment
 
 SEGMENTS = [
     ("success", "ok"),

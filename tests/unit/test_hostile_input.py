@@ -12,8 +12,8 @@ from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTrace
 from opentelemetry.proto.common.v1.common_pb2 import AnyValue, ArrayValue, KeyValue, KeyValueList
 from opentelemetry.proto.trace.v1.trace_pb2 import ResourceSpans, ScopeSpans, Span, Status
 
-from jobs import events, otlp
-from jobs.events import BodyError, ParsedBatch
+from jobs.contract import events, otlp
+from jobs.contract.events import BodyError, ParsedBatch
 
 FUZZ = settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 CONTENT_TYPES = (

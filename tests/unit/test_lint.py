@@ -5,7 +5,7 @@ import random
 
 import pytest
 
-from jobs.replay import build
+from jobs.replay.walk import build
 from tests.factories import event, finished, parsed, started
 
 

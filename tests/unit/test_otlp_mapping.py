@@ -9,8 +9,9 @@ from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTrace
 from opentelemetry.proto.common.v1.common_pb2 import AnyValue, KeyValue, KeyValueList
 from opentelemetry.proto.trace.v1.trace_pb2 import Span, SpanFlags, Status
 
-from jobs import otlp, replay
-from jobs.events import BodyError
+from jobs.contract import otlp
+from jobs.contract.events import BodyError
+from jobs.replay import walk as replay
 
 TRACE_ID = bytes.fromhex("5b8efff798038103d269b633813fc60c")
 ROOT_ID = bytes.fromhex("eee19b7ec3c1b174")

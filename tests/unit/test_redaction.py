@@ -2,7 +2,7 @@
 
 import pytest
 
-from jobs.redaction import MASK, redact, redact_payload, redact_text
+from jobs.contract.redaction import MASK, redact, redact_payload, redact_text
 
 JWT = (
     "eyJhbGciOiJIUzI1NiIsInR5cCI6IkpXVCJ9.eyJzdWIiOiIxMjM0NTY3ODkwIiwibmFtZSI6IkpvaG4ifQ"

@@ -4,7 +4,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from jobs.replay import build
+from jobs.replay.walk import build
 from tests.factories import event, finished, parsed, started
 from tests.strategies import job_events
 

@@ -1,6 +1,6 @@
 from django.core.management.base import BaseCommand
 
-from jobs import alerts
+from jobs.escalations import alerts
 
 
 class Command(BaseCommand):

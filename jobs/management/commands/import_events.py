@@ -4,8 +4,8 @@ from pathlib import Path
 from django.conf import settings
 from django.core.management.base import BaseCommand, CommandError
 
-from jobs import events
-from jobs.ingest import store_batch
+from jobs.contract import events
+from jobs.ingest.store import store_batch
 from jobs.management.progress import Progress
 
 NDJSON_SUFFIXES = {".ndjson", ".jsonl"}

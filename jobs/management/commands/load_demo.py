@@ -3,12 +3,12 @@ from django.contrib.auth.models import Group, User
 from django.core.management.base import BaseCommand
 from django.utils import timezone
 
-from jobs import events
-from jobs.access import ROLES
-from jobs.demo import demo_streams
-from jobs.ingest import store_batch
+from jobs.contract import events
+from jobs.ingest.store import store_batch
+from jobs.management.demo import demo_streams
 from jobs.management.progress import Progress
 from jobs.models import IngestToken
+from jobs.web.access import ROLES
 
 DEMO_PASSWORD = "traceviz-demo"
 DEMO_TOKEN_NAME = "demo"

@@ -1,6 +1,6 @@
 from django.core.management.base import BaseCommand, CommandError
 
-from jobs.purge import PURGED, purge_text
+from jobs.ingest.purge import PURGED, purge_text
 
 
 class Command(BaseCommand):

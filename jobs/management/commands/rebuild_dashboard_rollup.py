@@ -2,7 +2,7 @@ import time
 
 from django.core.management.base import BaseCommand
 
-from jobs import rollup
+from jobs.dashboard import rollup
 
 
 class Command(BaseCommand):

@@ -1,7 +1,7 @@
 from django.core.management.base import BaseCommand
 from django.db import transaction
 
-from jobs.ingest import project_jobs
+from jobs.ingest.store import project_jobs
 from jobs.management.progress import Progress
 from jobs.models import Event
 

@@ -1,0 +1,242 @@
+"""Alert rules (source 001 phase 2: an alert threshold for repeated planner degradation).
+
+``evaluate(now)`` measures every enabled rule over its window, one SQL aggregate per rule, and
+moves each subject (a provider/model, or a failure code) through episodes: a rule that holds
+opens an episode (firing since ``now``) and a ``raised`` escalation tied to the rule; the episode
+resolves when the rule stops holding. At most one unresolved episode per (rule, subject) exists
+(a database constraint), so a rule never fires twice for the same episode; a later episode is a
+new trigger, which reopens a resolved escalation and notifies again.
+"""
+
+import logging
+from collections.abc import Iterable
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+
+from django.db import IntegrityError, transaction
+from django.db.models import Count, Exists, OuterRef, Q
+from django.db.models.fields.json import KT
+from django.db.models.functions import Trunc
+from django.utils import timezone
+
+from jobs.escalations import actions as escalations
+from jobs.models import AlertEpisode, AlertRule, Escalation, EscalationEntry, Event, Job, Step
+from jobs.replay.walk import EscalationTrigger
+
+logger = logging.getLogger(__name__)
+
+Kind = AlertRule.Kind
+PARSE_INVALID = "graph.next_step.parse_invalid"
+DEGRADED = "graph.next_step.degraded"
+PLANNER_EVENT_TYPES = ("job_started", PARSE_INVALID, DEGRADED)
+RATE_KINDS = frozenset({Kind.PLANNER_DEGRADED_RATE, Kind.FAILURE_CODE_RATE})
+
+
+@dataclass(frozen=True, slots=True)
+class Measurement:
+    """One subject's value over a rule's window: ``count`` of what the rule counts, ``jobs``
+    the denominator (and the min_jobs gate)."""
+
+    subject: str
+    provider: str
+    model: str
+    count: int
+    jobs: int
+    value: float
+
+
+@dataclass(slots=True)
+class Outcome:
+    fired: list[AlertEpisode]
+    resolved: list[AlertEpisode]
+
+
+def planner_activity(
+    start: datetime,
+    end: datetime,
+    *,
+    provider: str = "",
+    model: str = "",
+    bucket: str | None = None,
+):
+    """Planner counts per provider/model (and per ``bucket``, a Trunc kind, when given) from
+    events with ts in [start, end): rows of provider, model, [bucket,] jobs, parse_invalid,
+    degraded. ``jobs`` are the jobs that carry that provider/model on job_started or on a planner
+    event in the window (DESIGN.md section 4). Served by the event (type, ts) index."""
+    rows = Event.objects.filter(type__in=PLANNER_EVENT_TYPES, ts__gte=start, ts__lt=end).annotate(
+        provider=KT("payload__provider"), model=KT("payload__model")
+    )
+    rows = rows.filter(provider__isnull=False, model__isnull=False)
+    if provider:
+        rows = rows.filter(provider=provider)
+    if model:
+        rows = rows.filter(model=model)
+    group = ["provider", "model"]
+    if bucket:
+        rows = rows.annotate(bucket=Trunc("ts", bucket, tzinfo=UTC))
+        group.append("bucket")
+    return (
+        rows.values(*group)
+        .annotate(
+            jobs=Count("job_id", distinct=True),
+            parse_invalid=Count("id", filter=Q(type=PARSE_INVALID)),
+            degraded=Count("id", filter=Q(type=DEGRADED)),
+        )
+        .order_by(*group)
+    )
+
+
+def measure(rule: AlertRule, now: datetime) -> list[Measurement]:
+    """The rule's value for each subject over [now - window, now)."""
+    start = now - timedelta(minutes=rule.window_minutes)
+    if rule.kind == Kind.FAILURE_CODE_RATE:
+        return _failure_code_rate(rule, start, now)
+    measurements = []
+    for row in planner_activity(start, now, provider=rule.provider, model=rule.model):
+        count = row["degraded"] if rule.kind == Kind.PLANNER_DEGRADED_RATE else row["parse_invalid"]
+        jobs = row["jobs"]
+        value = (count / jobs if jobs else 0.0) if rule.kind in RATE_KINDS else float(count)
+        subject = f"{row['provider']}/{row['model']}"
+        measurements.append(Measurement(subject, row["provider"], row["model"], count, jobs, value))
+    return measurements
+
+
+def _failure_code_rate(rule: AlertRule, start: datetime, end: datetime) -> list[Measurement]:
+    """Jobs started in the window with a step carrying the code / jobs started in the window."""
+    jobs = Job.objects.filter(started_at__gte=start, started_at__lt=end)
+    if rule.provider:
+        jobs = jobs.filter(provider=rule.provider)
+    if rule.model:
+        jobs = jobs.filter(model=rule.model)
+    with_code = Step.objects.filter(job=OuterRef("pk"), failure_code=rule.failure_code)
+    totals = jobs.aggregate(jobs=Count("id"), count=Count("id", filter=Q(Exists(with_code))))
+    value = totals["count"] / totals["jobs"] if totals["jobs"] else 0.0
+    return [
+        Measurement(
+            rule.failure_code, rule.provider, rule.model, totals["count"], totals["jobs"], value
+        )
+    ]
+
+
+def holds(rule: AlertRule, measurement: Measurement) -> bool:
+    return measurement.jobs >= rule.min_jobs and measurement.value > rule.threshold
+
+
+def describe(rule: AlertRule, measurement: Measurement) -> str:
+    """The escalation message: what is above which threshold, over which window."""
+    window = f"over {rule.window_minutes} min"
+    if rule.kind == Kind.PLANNER_PARSE_INVALID:
+        return (
+            f"Planner parse_invalid for {measurement.subject}: {measurement.count} events in "
+            f"{measurement.jobs} jobs {window}, above {rule.threshold:g}"
+        )
+    what = (
+        f"Planner degraded rate for {measurement.subject}"
+        if rule.kind == Kind.PLANNER_DEGRADED_RATE
+        else f"Failure rate of {measurement.subject}"
+    )
+    return (
+        f"{what}: {measurement.value:.0%} ({measurement.count} of {measurement.jobs} jobs) "
+        f"{window}, above {rule.threshold:.0%}"
+    )
+
+
+def evaluate(now: datetime | None = None) -> Outcome:
+    """Evaluate every rule at ``now`` (default: the current time); returns what changed."""
+    now = now or timezone.now()
+    outcome = Outcome(fired=[], resolved=[])
+    firing = {(e.rule_id, e.subject): e for e in AlertEpisode.objects.filter(resolved_at=None)}
+    for rule in AlertRule.objects.all():
+        held: set[str] = set()
+        if rule.enabled:
+            for measurement in measure(rule, now):
+                if not holds(rule, measurement):
+                    continue
+                held.add(measurement.subject)
+                episode = firing.get((rule.pk, measurement.subject))
+                if episode is None:
+                    episode = _fire(rule, measurement, now)
+                    if episode is not None:
+                        outcome.fired.append(episode)
+                else:
+                    AlertEpisode.objects.filter(pk=episode.pk).update(
+                        value=measurement.value, jobs=measurement.jobs, last_evaluated_at=now
+                    )
+        stopped = [e for (rule_pk, s), e in firing.items() if rule_pk == rule.pk and s not in held]
+        outcome.resolved.extend(_resolve(stopped, now))
+    return outcome
+
+
+def _fire(rule: AlertRule, measurement: Measurement, now: datetime) -> AlertEpisode | None:
+    """Open an episode and its escalation together; None when another evaluation got there
+    first (the one-firing-episode constraint refused this one)."""
+    message = describe(rule, measurement)
+    try:
+        with transaction.atomic():
+            episode = AlertEpisode.objects.create(
+                rule=rule,
+                subject=measurement.subject,
+                provider=measurement.provider,
+                model=measurement.model,
+                firing_since=now,
+                value=measurement.value,
+                jobs=measurement.jobs,
+                last_evaluated_at=now,
+            )
+            trigger = EscalationTrigger(
+                "raised",
+                measurement.subject,
+                rule.severity,
+                message,
+                f"alert:{rule.pk}:{measurement.subject}:{now.isoformat()}",
+                now,
+            )
+            existing = Escalation.objects.filter(
+                alert_rule=rule, kind="raised", node_id=measurement.subject
+            ).first()
+            escalation = escalations.apply_trigger(
+                trigger, job=None, existing=existing, source=f"alert: {rule.name}"
+            )
+            if escalation.alert_rule_id is None:
+                escalation.alert_rule = rule
+                escalation.save(update_fields=["alert_rule"])
+            episode.escalation = escalation
+            episode.save(update_fields=["escalation"])
+    except IntegrityError:
+        logger.info("alert %s for %s is already firing", rule.pk, measurement.subject)
+        return None
+    return episode
+
+
+def _resolve(episodes: Iterable[AlertEpisode], now: datetime) -> list[AlertEpisode]:
+    resolved = []
+    for episode in episodes:
+        with transaction.atomic():
+            claimed = AlertEpisode.objects.filter(pk=episode.pk, resolved_at=None).update(
+                resolved_at=now, last_evaluated_at=now
+            )
+            if not claimed:
+                continue
+            episode.resolved_at = now
+            if episode.escalation_id:
+                escalation = Escalation.objects.get(pk=episode.escalation_id)
+                # Support decides whether to resolve the escalation; the trail says why.
+                EscalationEntry.objects.create(
+                    escalation=escalation,
+                    actor_name=escalations.SYSTEM_ACTOR,
+                    action="alert resolved",
+                    from_status=escalation.status,
+                    to_status=escalation.status,
+                    note=f"The alert stopped firing at {now.isoformat()}",
+                )
+        resolved.append(episode)
+    return resolved
+
+
+def firing_episodes():
+    """Firing alerts, newest first, with their rules (one query)."""
+    return (
+        AlertEpisode.objects.filter(resolved_at=None)
+        .select_related("rule")
+        .order_by("-firing_since", "-pk")
+    )

@@ -1,0 +1,241 @@
+"""Delivering the escalation outbox: email and an optional JSON webhook, one Notification row
+per destination.
+
+A delivery first claims its row with a conditional update (pending and due, or sending with a
+lapsed lease -> sending with a fresh lease, attempts + 1) and goes on only when that update
+changed exactly one row, so two workers never send the same notification at once. The claimed
+attempt number fences the outcome: a worker whose lease lapsed while it was stuck cannot record
+over the worker that took the row after it. Failures are retried on the source 003 backoff up
+to TRACEVIZ_NOTIFY_MAX_ATTEMPTS, then the row is marked failed; every error is kept on the row.
+"""
+
+import json
+import random
+import urllib.error
+import urllib.request
+from collections.abc import Callable
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+
+from django.conf import settings
+from django.core.mail import send_mail
+from django.db.models import F, Q
+from django.utils import timezone
+
+from jobs.models import Notification
+from jobs.replay.backoff import backoff_seconds
+
+Status = Notification.Status
+Channel = Notification.Channel
+# A retry scheduled for exactly next_attempt_at may reach a worker whose clock is a little
+# behind the one that scheduled it; it still counts as due.
+CLAIM_SLACK = timedelta(seconds=2)
+ERROR_CHARS = 2000
+
+
+class DeliveryError(Exception):
+    """The destination answered but did not accept the notification."""
+
+
+@dataclass(frozen=True, slots=True)
+class Outcome:
+    """What one ``deliver`` call did. ``retry_at`` is set when the row went back to pending."""
+
+    claimed: bool
+    status: str = ""
+    retry_at: datetime | None = None
+
+
+def configured_channels() -> list[str]:
+    """The destinations an escalation notifies, from settings, in a fixed order."""
+    channels = []
+    if settings.TRACEVIZ_ESCALATION_EMAILS:
+        channels.append(Channel.EMAIL)
+    if settings.TRACEVIZ_ESCALATION_WEBHOOK_URL:
+        channels.append(Channel.WEBHOOK)
+    return channels
+
+
+def claimable(now: datetime) -> Q:
+    """Rows a worker may take now: pending and due, or sending with a lapsed lease (the worker
+    died or lost its connection), in both cases with attempts left."""
+    due = Q(status=Status.PENDING, next_attempt_at__lte=now + CLAIM_SLACK)
+    orphaned = Q(status=Status.SENDING, lease_until__lt=now)
+    return (due | orphaned) & Q(attempts__lt=settings.TRACEVIZ_NOTIFY_MAX_ATTEMPTS)
+
+
+def claim(notification_id: int, now: datetime) -> int | None:
+    """Take the row for one delivery attempt. Returns the attempt number (1-based), or None
+    when the row is gone, delivered, failed, not due, or held by another worker."""
+    claimed = Notification.objects.filter(claimable(now), pk=notification_id).update(
+        status=Status.SENDING,
+        lease_until=now + settings.TRACEVIZ_NOTIFY_LEASE,
+        attempts=F("attempts") + 1,
+    )
+    if claimed != 1:
+        return None
+    return Notification.objects.values_list("attempts", flat=True).get(pk=notification_id)
+
+
+def deliver(
+    notification_id: int,
+    now: datetime | None = None,
+    *,
+    rand: Callable[[], float] = random.random,
+) -> Outcome:
+    """Claim and send one notification, and record the result on its row. Never raises for a
+    destination's failure (that is recorded and retried); returns quietly for a row that is
+    gone or not claimable."""
+    now = now or timezone.now()
+    attempt = claim(notification_id, now)
+    if attempt is None:
+        return Outcome(claimed=False)
+    notification = (
+        Notification.objects.select_related("escalation__job").filter(pk=notification_id).first()
+    )
+    if notification is None:  # deleted (retention, a deleted job) since the claim
+        return Outcome(claimed=True)
+    try:
+        send(notification)
+    except (OSError, ValueError, DeliveryError) as error:
+        return _record_failure(notification_id, attempt, describe(error), now, rand)
+    Notification.objects.filter(pk=notification_id, status=Status.SENDING, attempts=attempt).update(
+        status=Status.SENT, sent_at=now, lease_until=None
+    )
+    return Outcome(claimed=True, status=Status.SENT)
+
+
+def _record_failure(
+    notification_id: int, attempt: int, error: str, now: datetime, rand: Callable[[], float]
+) -> Outcome:
+    if attempt >= settings.TRACEVIZ_NOTIFY_MAX_ATTEMPTS:
+        status, retry_at = Status.FAILED, None
+        error = f"attempt {attempt} of {attempt}, giving up: {error}"
+    else:
+        status = Status.PENDING
+        retry_at = now + timedelta(seconds=backoff_seconds(attempt - 1, rand=rand))
+        error = f"attempt {attempt}: {error}"
+    recorded = Notification.objects.filter(
+        pk=notification_id, status=Status.SENDING, attempts=attempt
+    ).update(
+        status=status,
+        last_error=error[:ERROR_CHARS],
+        lease_until=None,
+        next_attempt_at=retry_at or now,
+    )
+    if not recorded:  # our lease lapsed and another worker owns the row now
+        return Outcome(claimed=True)
+    return Outcome(claimed=True, status=status, retry_at=retry_at)
+
+
+def fail_abandoned(now: datetime) -> int:
+    """Mark failed the rows whose last allowed attempt was claimed by a worker that never came
+    back (lease lapsed with no attempts left). Returns how many."""
+    return Notification.objects.filter(
+        status=Status.SENDING,
+        lease_until__lt=now,
+        attempts__gte=settings.TRACEVIZ_NOTIFY_MAX_ATTEMPTS,
+    ).update(
+        status=Status.FAILED,
+        lease_until=None,
+        last_error="the worker sending the last attempt stopped before recording a result",
+    )
+
+
+def due_ids(now: datetime, limit: int) -> list[int]:
+    """Ids of notifications a sweep should (re-)enqueue, longest overdue first."""
+    rows = Notification.objects.filter(claimable(now)).order_by("next_attempt_at", "pk")
+    return list(rows.values_list("pk", flat=True)[:limit])
+
+
+# -- destinations ------------------------------------------------------------------------------
+
+
+def send(notification: Notification) -> None:
+    """Send to the row's destination; raises OSError, ValueError or DeliveryError on failure."""
+    if notification.channel == Channel.EMAIL:
+        recipients = settings.TRACEVIZ_ESCALATION_EMAILS
+        if not recipients:
+            raise DeliveryError("no TRACEVIZ_ESCALATION_EMAILS configured any more")
+        subject, body = email_message(notification)
+        send_mail(subject, body, settings.DEFAULT_FROM_EMAIL, recipients, fail_silently=False)
+    elif notification.channel == Channel.WEBHOOK:
+        url = settings.TRACEVIZ_ESCALATION_WEBHOOK_URL
+        if not url:
+            raise DeliveryError("no TRACEVIZ_ESCALATION_WEBHOOK_URL configured any more")
+        post_json(url, webhook_body(notification), settings.TRACEVIZ_WEBHOOK_TIMEOUT)
+    else:
+        raise DeliveryError(f"unknown channel {notification.channel!r}")
+
+
+def webhook_body(notification: Notification) -> dict:
+    escalation = notification.escalation
+    return {
+        "event": f"escalation.{notification.reason}",
+        "notification_id": notification.pk,
+        "escalation": {
+            "id": escalation.pk,
+            "url": f"/escalations/{escalation.pk}/",
+            "kind": escalation.kind,
+            "severity": escalation.severity,
+            "status": escalation.status,
+            "message": escalation.message,
+            "source": escalation.source,
+            "job_id": escalation.job.job_id if escalation.job else None,
+            "node_id": escalation.node_id,
+            "opened_at": escalation.opened_at.isoformat(),
+        },
+    }
+
+
+def email_message(notification: Notification) -> tuple[str, str]:
+    """Subject and plain-text body. Producer text (job ids, messages) stays out of the subject
+    line apart from the job id, with line breaks removed (header injection)."""
+    escalation = notification.escalation
+    job_id = escalation.job.job_id if escalation.job else ""
+    subject = (
+        f"[traceviz] {escalation.severity} escalation {notification.reason}: {escalation.kind}"
+    )
+    if job_id:
+        subject += f" on {job_id}"
+    subject = " ".join(subject.split())[:200]
+    body = "\n".join(
+        [
+            f"Escalation {escalation.pk} was {notification.reason}.",
+            "",
+            f"Kind: {escalation.kind}",
+            f"Severity: {escalation.severity}",
+            f"Job: {job_id or '-'}",
+            f"Node: {escalation.node_id or '-'}",
+            f"Source: {escalation.source or '-'}",
+            "",
+            escalation.message,
+            "",
+            f"Queue page: /escalations/{escalation.pk}/",
+        ]
+    )
+    return subject, body
+
+
+def post_json(url: str, body: dict, timeout: float) -> None:
+    """POST ``body`` as JSON; any answer other than 2xx raises."""
+    request = urllib.request.Request(
+        url,
+        data=json.dumps(body).encode("utf-8"),
+        headers={"Content-Type": "application/json", "User-Agent": "traceviz-webhook/1"},
+        method="POST",
+    )
+    with urllib.request.urlopen(request, timeout=timeout) as response:
+        if not 200 <= response.status < 300:
+            raise DeliveryError(f"HTTP {response.status}")
+
+
+def describe(error: Exception) -> str:
+    """A short, deterministic description of a delivery failure for the row and the page."""
+    if isinstance(error, urllib.error.HTTPError):
+        return f"HTTP {error.code} {error.reason}"
+    if isinstance(error, urllib.error.URLError):
+        return f"connection failed: {error.reason}"
+    if isinstance(error, DeliveryError):
+        return str(error)
+    return f"{type(error).__name__}: {error}"

@@ -1,0 +1,110 @@
+"""Replay parity (DESIGN.md section 2): a job's stored Job, Step and Escalation rows against
+``replay.build`` over its stored events.
+
+Used by the load and fault benchmarks after a run and by tests. The expected rows come from the
+same row builders the projection writes with, so a difference means the rows are stale or were
+written from a different set of events (a lost update, a race between batches), not that two
+copies of the column mapping drifted apart.
+"""
+
+import json
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+from django.core.serializers.json import DjangoJSONEncoder
+
+from jobs.escalations import actions as escalations
+from jobs.ingest import store as ingest
+from jobs.models import Job
+from jobs.replay import walk as replay
+
+# Not a function of the events: when the latest batch arrived (the stall clock).
+JOB_FIELDS_NOT_REPLAYED = frozenset({"last_received_at"})
+
+
+@dataclass(frozen=True, slots=True)
+class Difference:
+    """One value that differs: ``where`` is "job", "step <node>:<attempt>" or "escalations"."""
+
+    job_id: str
+    where: str
+    field: str
+    stored: object
+    replayed: object
+
+    def __str__(self) -> str:
+        return (
+            f"{self.job_id} {self.where} {self.field}: stored {self.stored!r}, "
+            f"replayed {self.replayed!r}"
+        )
+
+
+def _same(stored: object, replayed: object) -> bool:
+    if isinstance(stored, dict | list) or isinstance(replayed, dict | list):
+        # JSON columns come back through a JSON round trip (tuples become lists and so on).
+        encode = json.dumps
+        return encode(stored, cls=DjangoJSONEncoder, sort_keys=True) == encode(
+            replayed, cls=DjangoJSONEncoder, sort_keys=True
+        )
+    return stored == replayed
+
+
+def differences(job_id: str) -> list[Difference]:
+    """Every difference between ``job_id``'s rows and a replay of its stored events; empty when
+    they agree. A job with events but no Job row (or a row but no events) is one difference."""
+    events = ingest.load_events([job_id])[job_id]
+    job = Job.objects.filter(job_id=job_id).first()
+    if job is None or not events:
+        return [Difference(job_id, "job", "(row)", job is not None, bool(events))]
+    state = replay.build(events, ingest.replay_config())
+    found = []
+    expected_job = ingest._job_row(state, job, None)
+    for name, value in expected_job.items():
+        if name in JOB_FIELDS_NOT_REPLAYED:
+            continue
+        stored = getattr(job, name)
+        if not _same(stored, value):
+            found.append(Difference(job_id, "job", name, stored, value))
+    stored_steps = {(s.node_id, s.attempt): s for s in job.steps.all()}
+    replayed_steps = {(s.node_id, s.attempt): s for s in state.steps}
+    for key in sorted(stored_steps.keys() | replayed_steps.keys()):
+        where = f"step {key[0]}:{key[1]}"
+        if key not in stored_steps or key not in replayed_steps:
+            found.append(
+                Difference(job_id, where, "(row)", key in stored_steps, key in replayed_steps)
+            )
+            continue
+        row = stored_steps[key]
+        for name, value in ingest._step_row(replayed_steps[key], job.pk).items():
+            if name != "job_id" and not _same(getattr(row, name), value):
+                found.append(Difference(job_id, where, name, getattr(row, name), value))
+    found.extend(_escalation_differences(job, state))
+    return found
+
+
+def _escalation_differences(job: Job, state: replay.JobState) -> list[Difference]:
+    """Every (kind, node) replay triggers has a row, and no untouched open state-kind row is left
+    that replay no longer triggers (rows people acted on stay by design)."""
+    rows = list(job.escalations.prefetch_related("entries"))
+    stored = {(esc.kind, esc.node_id) for esc in rows}
+    triggered = {(t.kind, t.node_id) for t in state.escalation_triggers}
+    leftover = {
+        (esc.kind, esc.node_id)
+        for esc in rows
+        if esc.kind in escalations.STATE_KINDS
+        and esc.status == esc.Status.OPEN
+        and (esc.kind, esc.node_id) not in triggered
+        and not any(entry.actor_id for entry in esc.entries.all())
+    }
+    missing = triggered - stored
+    if not missing and not leftover:
+        return []
+    return [
+        Difference(job.job_id, "escalations", "(kind, node)", sorted(leftover), sorted(missing))
+    ]
+
+
+def mismatched_jobs(job_ids: Iterable[str]) -> dict[str, list[Difference]]:
+    """``differences`` for each job, keeping only the jobs that have some."""
+    found = {job_id: differences(job_id) for job_id in job_ids}
+    return {job_id: diffs for job_id, diffs in found.items() if diffs}

@@ -1,0 +1,97 @@
+"""Remove a string that got stored anyway (a secret redaction missed) from everything derived
+from it: the event log, the projections rebuilt from it, and escalation texts."""
+
+import json
+from dataclasses import dataclass, field
+from typing import Any
+
+from django.db import models, transaction
+from django.db.models import Q
+from django.db.models.functions import Cast
+
+from jobs.ingest.store import project_jobs
+from jobs.models import Escalation, EscalationEntry, Event, Job, Notification, Step
+
+PURGED = "[PURGED]"
+
+
+def _scrub(value: Any, needle: str) -> Any:
+    if isinstance(value, str):
+        return value.replace(needle, PURGED)
+    if isinstance(value, dict):
+        return {_scrub(key, needle): _scrub(item, needle) for key, item in value.items()}
+    if isinstance(value, list):
+        return [_scrub(item, needle) for item in value]
+    return value
+
+
+def _contains(field_name: str, needle: str) -> Q:
+    """Rows whose field holds ``needle``, whether stored as plain text or inside JSON text
+    (escaped, with or without non-ASCII escapes)."""
+    forms = {needle, json.dumps(needle)[1:-1], json.dumps(needle, ensure_ascii=False)[1:-1]}
+    query = Q()
+    for form in forms:
+        query |= Q(**{f"{field_name}__contains": form})
+    return query
+
+
+TEXT_FIELDS = {
+    Event: ["payload"],
+    Job: [
+        "failing_reason",
+        "finish_reason",
+        "cancel_reason",
+        "payload_results",
+        "metadata",
+        "findings",
+        "last_validation_error",
+    ],
+    Step: ["reason", "compensation_reason", "payload_results", "context", "audit_trail", "extra"],
+    Escalation: ["message"],
+    EscalationEntry: ["note"],
+    Notification: ["last_error"],
+}
+
+
+@dataclass
+class PurgeReport:
+    rows: dict[str, int] = field(default_factory=dict)
+    jobs_rebuilt: int = 0
+
+
+def _matching(model, needle: str):
+    """Rows of ``model`` holding ``needle`` in any of its text or JSON fields (JSON is searched
+    as its text, so a secret inside a nested value is found)."""
+    rows, query = model.objects.all(), Q()
+    for name in TEXT_FIELDS[model]:
+        if isinstance(model._meta.get_field(name), models.JSONField):
+            rows = rows.annotate(**{f"{name}_text": Cast(name, output_field=models.TextField())})
+            name = f"{name}_text"
+        query |= _contains(name, needle)
+    return rows.filter(query)
+
+
+def purge_text(needle: str, *, dry_run: bool) -> PurgeReport:
+    """Count (dry run) or scrub every row holding ``needle``; rebuilds the affected jobs."""
+    if len(needle) < 4:
+        raise ValueError("refusing to purge a string shorter than 4 characters")
+    report = PurgeReport(
+        rows={model.__name__: _matching(model, needle).count() for model in TEXT_FIELDS}
+    )
+    if dry_run:
+        return report
+    with transaction.atomic():
+        job_ids = set()
+        for event in _matching(Event, needle).iterator():
+            job_ids.add(event.job_id)
+            Event.objects.filter(pk=event.pk).update(payload=_scrub(event.payload, needle))
+        job_ids.update(_matching(Job, needle).values_list("job_id", flat=True))
+        job_ids.update(_matching(Step, needle).values_list("job__job_id", flat=True))
+        project_jobs(sorted(job_ids))
+        report.jobs_rebuilt = len(job_ids)
+        for model in (Escalation, EscalationEntry, Notification):
+            for row in _matching(model, needle).iterator():
+                for name in TEXT_FIELDS[model]:
+                    setattr(row, name, _scrub(getattr(row, name), needle))
+                row.save(update_fields=TEXT_FIELDS[model])
+    return report

@@ -1,0 +1,215 @@
+"""The JSON API: ingest for producers, read endpoints for tools, health for monitoring."""
+
+import base64
+import binascii
+from datetime import datetime
+
+from django.conf import settings
+from django.db import connection
+from django.http import Http404, JsonResponse
+from django.shortcuts import get_object_or_404
+from django.views.decorators.cache import never_cache
+from django.views.decorators.csrf import csrf_exempt
+from django.views.decorators.http import require_GET, require_POST
+
+from jobs.contract import events
+from jobs.ingest import counters as metrics
+from jobs.ingest import store as ingest
+from jobs.models import Job
+from jobs.replay.failures import RunStatus
+from jobs.web.decorators import (
+    RETRY_AFTER_SECONDS,
+    database_unavailable_is_503,
+    ingest_token_required,
+    json_error,
+    token_or_login_required,
+    token_rate_limited,
+)
+from jobs.web.openapi import OPENAPI_DOCUMENT
+
+MAX_PAGE_SIZE = 500
+
+
+def read_body(request, limit: int) -> bytes:
+    """The request body, refused (413) past ``limit`` bytes: from Content-Length before reading
+    anything, and while reading for bodies that do not declare a length."""
+    try:
+        declared = int(request.META.get("CONTENT_LENGTH") or 0)
+    except ValueError:
+        raise events.BodyError(400, "Content-Length must be an integer") from None
+    if declared > limit:
+        raise events.BodyError(413, f"body of {declared} bytes is over the limit of {limit} bytes")
+    body = request.read(limit + 1)
+    if len(body) > limit:
+        raise events.BodyError(413, f"body is over the limit of {limit} bytes")
+    return body
+
+
+@csrf_exempt
+@require_POST
+@metrics.measure_ingest
+@database_unavailable_is_503
+@ingest_token_required
+@token_rate_limited
+def ingest_events(request):
+    """POST /api/v1/events: one JSON object, a JSON array, or NDJSON lines."""
+    limit = settings.TRACEVIZ_MAX_BODY_BYTES
+    try:
+        body = events.decompress(
+            read_body(request, limit), request.headers.get("Content-Encoding"), limit
+        )
+        batch = events.parse_body(body, request.content_type, settings.TRACEVIZ_MAX_BATCH_EVENTS)
+    except events.BodyError as error:
+        return json_error(error.status, error.message)
+    result = ingest.store_batch(batch, token=request.ingest_token)
+    return JsonResponse(result.as_dict(), status=result.http_status)
+
+
+def step_json(step) -> dict:
+    return {
+        "node_id": step.node_id,
+        "attempt": step.attempt,
+        "result_type": step.result_type or None,
+        "segment": step.segment,
+        "reason": step.reason,
+        "ignored_stale": step.ignored_stale,
+        "compensated": step.compensated,
+        "failure_code": step.failure_code,
+        "error_type": step.error_type,
+        "state": step.state,
+        "step_index": step.step_index,
+        "duration_ms": step.duration_ms,
+        "started_at": step.started_at,
+        "finished_at": step.finished_at,
+        "trace_span_id": step.trace_span_id,
+        "parent_span_id": step.parent_span_id,
+        "payload_results": step.payload_results,
+    }
+
+
+def job_summary_json(job: Job) -> dict:
+    return {
+        "job_id": job.job_id,
+        "status": job.status,
+        "stalled": job.is_stalled,
+        "name": job.name,
+        "workflow": job.workflow,
+        "provider": job.provider,
+        "model": job.model,
+        "correlation_id": job.correlation_id,
+        "session_id": job.session_id,
+        "retry_of": job.retry_of or None,
+        "started_at": job.started_at,
+        "finished_at": job.finished_at,
+        "failing_node_id": job.failing_node_id or None,
+        "failing_reason": job.failing_reason or None,
+        "failure_code": job.failure_code or None,
+        "error_type": job.error_type or None,
+    }
+
+
+def job_json(job: Job) -> dict:
+    return {
+        **job_summary_json(job),
+        "completed_node_ids": job.completed_node_ids,
+        "cursor_node": job.cursor_node or None,
+        "payload_results": job.payload_results,
+        "last_validation_error": job.last_validation_error,
+        "findings": job.findings,
+        "steps": [step_json(step) for step in job.steps.order_by("position")],
+        "escalations": [
+            {
+                "id": esc.pk,
+                "kind": esc.kind,
+                "status": esc.status,
+                "severity": esc.severity,
+                "node_id": esc.node_id,
+                "message": esc.message,
+            }
+            for esc in job.escalations.order_by("created_at", "pk")
+        ],
+    }
+
+
+def _encode_cursor(job: Job) -> str:
+    raw = f"{job.started_at.isoformat()}|{job.pk}"
+    return base64.urlsafe_b64encode(raw.encode()).decode().rstrip("=")
+
+
+def _decode_cursor(cursor: str) -> tuple[datetime, int]:
+    try:
+        raw = base64.urlsafe_b64decode(cursor + "=" * (-len(cursor) % 4)).decode()
+        started, pk = raw.split("|")
+        return datetime.fromisoformat(started), int(pk)
+    except (ValueError, binascii.Error, UnicodeDecodeError):
+        raise ValueError("cursor is not one this API returned") from None
+
+
+@csrf_exempt  # bearer-token API: GET only; other methods get 405, not a CSRF 403
+@require_GET
+@database_unavailable_is_503
+@token_or_login_required
+def jobs_list(request):
+    """GET /api/v1/jobs?status=failed,paused:transient&limit=50&cursor=...: newest first."""
+    jobs = Job.objects.order_by("-started_at", "-id")
+    statuses = [s for s in request.GET.get("status", "").split(",") if s]
+    unknown = sorted(set(statuses) - {s.value for s in RunStatus})
+    if unknown:
+        return json_error(400, f"unknown status {', '.join(unknown)}")
+    if statuses:
+        jobs = jobs.filter(status__in=statuses)
+    try:
+        limit = int(request.GET.get("limit", 50))
+    except ValueError:
+        return json_error(400, "limit must be an integer")
+    if not 1 <= limit <= MAX_PAGE_SIZE:
+        return json_error(400, f"limit must be from 1 to {MAX_PAGE_SIZE}")
+    if cursor := request.GET.get("cursor"):
+        try:
+            started, pk = _decode_cursor(cursor)
+        except ValueError as error:
+            return json_error(400, str(error))
+        jobs = jobs.filter(started_at__lte=started).exclude(started_at=started, id__gte=pk)
+    page = list(jobs[: limit + 1])
+    more = len(page) > limit
+    page = page[:limit]
+    return JsonResponse(
+        {
+            "jobs": [job_summary_json(job) for job in page],
+            "next_cursor": _encode_cursor(page[-1]) if more else None,
+        }
+    )
+
+
+@csrf_exempt  # bearer-token API: GET only; other methods get 405, not a CSRF 403
+@require_GET
+@database_unavailable_is_503
+@token_or_login_required
+def job_detail(request, job_id: str):
+    """GET /api/v1/jobs/<job_id>: replayed state, steps in event order, escalations."""
+    try:
+        job = get_object_or_404(Job, job_id=job_id)
+    except Http404:
+        return json_error(404, f"no job {job_id!r}")
+    return JsonResponse(job_json(job))
+
+
+@csrf_exempt
+@require_GET
+def openapi(request):
+    return JsonResponse(OPENAPI_DOCUMENT)
+
+
+@csrf_exempt
+@never_cache
+@require_GET
+def healthz(request):
+    """Liveness plus a database round trip; 503 when the database cannot be reached."""
+    try:
+        with connection.cursor() as cursor:
+            cursor.execute("SELECT 1")
+    except Exception:
+        response = JsonResponse({"status": "unavailable", "database": "unreachable"}, status=503)
+        response["Retry-After"] = RETRY_AFTER_SECONDS
+        return response
+    return JsonResponse({"status": "ok", "database": "ok"})

@@ -1,0 +1,94 @@
+"""View decorators for the JSON API: bearer tokens, sessions, and database outages."""
+
+from functools import wraps
+
+from django.conf import settings
+from django.db import InterfaceError, OperationalError
+from django.http import JsonResponse
+
+from jobs.models import IngestToken
+from jobs.web import ratelimit
+
+RETRY_AFTER_SECONDS = "5"
+
+
+def json_error(status: int, message: str, **extra) -> JsonResponse:
+    return JsonResponse({"error": message, **extra}, status=status)
+
+
+def bearer_token(request) -> str | None:
+    header = request.headers.get("Authorization", "")
+    scheme, _, value = header.partition(" ")
+    if scheme.lower() != "bearer" or not value.strip():
+        return None
+    return value.strip()
+
+
+def database_unavailable_is_503(view):
+    """A database that cannot be reached answers 503 with Retry-After, never 500: ingest is
+    idempotent, so the producer's retry is safe."""
+
+    @wraps(view)
+    def wrapper(request, *args, **kwargs):
+        try:
+            return view(request, *args, **kwargs)
+        except (OperationalError, InterfaceError):
+            response = json_error(503, "database unavailable, retry later")
+            response["Retry-After"] = RETRY_AFTER_SECONDS
+            return response
+
+    return wrapper
+
+
+def ingest_token_required(view):
+    """Requires ``Authorization: Bearer <ingest token>``; the token is passed on as
+    ``request.ingest_token``."""
+
+    @wraps(view)
+    def wrapper(request, *args, **kwargs):
+        raw = bearer_token(request)
+        if raw is None:
+            return _unauthorized("missing bearer token: send Authorization: Bearer <token>")
+        token = IngestToken.authenticate(raw)
+        if token is None:
+            return _unauthorized("invalid or revoked token")
+        request.ingest_token = token
+        return view(request, *args, **kwargs)
+
+    return wrapper
+
+
+def token_or_login_required(view):
+    """For the read API: a logged-in user or a valid bearer token."""
+
+    @wraps(view)
+    def wrapper(request, *args, **kwargs):
+        if request.user.is_authenticated and bearer_token(request) is None:
+            return view(request, *args, **kwargs)
+        return ingest_token_required(view)(request, *args, **kwargs)
+
+    return wrapper
+
+
+def _unauthorized(message: str) -> JsonResponse:
+    response = json_error(401, message)
+    response["WWW-Authenticate"] = 'Bearer realm="traceviz"'
+    return response
+
+
+def token_rate_limited(view):
+    """Per-token request limit (TRACEVIZ_INGEST_RATE_LIMIT per minute, or the token's own):
+    past it, 429 with Retry-After. Goes inside ``ingest_token_required``."""
+
+    @wraps(view)
+    def wrapper(request, *args, **kwargs):
+        token = request.ingest_token
+        limit = token.rate_limit_per_minute or settings.TRACEVIZ_INGEST_RATE_LIMIT
+        retry_after = ratelimit.hit(f"token:{token.pk}", limit, 60)
+        if retry_after is not None:
+            response = json_error(429, f"rate limit of {limit} requests per minute exceeded")
+            response["Retry-After"] = str(retry_after)
+            return response
+        return view(request, *args, **kwargs)
+
+    return wrapper

@@ -1,0 +1,500 @@
+"""Escalation pages (DESIGN.md sections 5, 6 and 8): the support queue, one escalation with its
+audit trail and notifications, and the actions.
+
+Every role reads; only support (and staff) act, checked here on the server for every POST (403
+otherwise), whatever the templates show. Each action calls one action function in
+``jobs.escalations``, which writes the change and its audit entry together. The list and the
+detail page render whole on a normal request and as a template partial on an HTMX request; an
+action answers with the partial it was posted from (the queue row or the detail section).
+"""
+
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+
+from django import forms
+from django.conf import settings
+from django.contrib.auth import get_user_model
+from django.core.exceptions import PermissionDenied
+from django.core.paginator import Paginator
+from django.db import transaction
+from django.db.models import Case, Count, IntegerField, OuterRef, Q, Subquery, Value, When
+from django.http import Http404, HttpResponseRedirect, QueryDict
+from django.shortcuts import get_object_or_404, render
+from django.urls import reverse
+from django.utils import timezone
+from django.utils.http import url_has_allowed_host_and_scheme
+from django.views.decorators.http import require_GET, require_POST
+from django.views.decorators.vary import vary_on_headers
+
+from jobs.escalations import actions as escalations
+from jobs.models import Escalation, Job, Step
+from jobs.replay import backoff
+from jobs.replay.failures import RunStatus
+from jobs.web import access
+from jobs.web.job_page import in_display_time_zone, step_query
+
+Status = Escalation.Status
+PAGE_SIZE = 50
+BULK_MAX = 200
+BULK_ACTIONS = {"acknowledge": "Acknowledge", "resolve": "Resolve"}
+STATUS_FILTERS = [
+    ("active", "Unresolved"),
+    ("open", "Open"),
+    ("acknowledged", "Acknowledged"),
+    ("resolved", "Resolved"),
+    ("all", "All"),
+]
+STATUS_FILTER_VALUES = {
+    "active": (Status.OPEN, Status.ACKNOWLEDGED),
+    "open": (Status.OPEN,),
+    "acknowledged": (Status.ACKNOWLEDGED,),
+    "resolved": (Status.RESOLVED,),
+}
+SINCE_FILTERS = {
+    "1h": timedelta(hours=1),
+    "24h": timedelta(hours=24),
+    "7d": timedelta(days=7),
+    "30d": timedelta(days=30),
+}
+SINCE_LABELS = [
+    ("", "any time"),
+    ("1h", "last hour"),
+    ("24h", "last 24 hours"),
+    ("7d", "last 7 days"),
+    ("30d", "last 30 days"),
+]
+# Job columns the queue never shows: left in the database.
+JOB_DEFERRED = (
+    "job__metadata",
+    "job__completed_node_ids",
+    "job__payload_results",
+    "job__last_validation_error",
+    "job__findings",
+    "job__segment_strip",
+    "job__finish_reason",
+    "job__cancel_reason",
+    "job__failing_reason",
+)
+
+
+class EscalationFilterForm(forms.Form):
+    status = forms.ChoiceField(choices=STATUS_FILTERS, required=False)
+    kind = forms.CharField(required=False, max_length=64)
+    severity = forms.ChoiceField(
+        choices=[("", "any"), *Escalation.Severity.choices], required=False
+    )
+    assignee = forms.CharField(
+        required=False, max_length=150, help_text='"mine", "unassigned" or a username'
+    )
+    job = forms.CharField(required=False, max_length=200, label="Job id")
+    since = forms.ChoiceField(choices=SINCE_LABELS, required=False, label="Opened")
+
+
+def _wants_fragment(request) -> bool:
+    return bool(request.htmx) and not request.htmx.history_restore_request
+
+
+def _get_escalation_for_user(request, escalation_id: int, *, for_action: bool = False):
+    """The escalation or 404. Reading needs a role; ``for_action`` needs support (or staff),
+    else PermissionDenied, and locks the row for the rest of the transaction."""
+    if not access.can_view(request.user):
+        raise PermissionDenied
+    escalations_qs = Escalation.objects.select_related("job", "assignee")
+    if for_action:
+        if not access.can_act_on_escalations(request.user):
+            raise PermissionDenied
+        escalations_qs = escalations_qs.select_for_update(of=("self",))
+    return get_object_or_404(escalations_qs, pk=escalation_id)
+
+
+def _support_users():
+    """Who an escalation can be assigned to: the people who can act on it."""
+    return (
+        get_user_model()
+        .objects.filter(Q(is_staff=True) | Q(is_superuser=True) | Q(groups__name=access.SUPPORT))
+        .filter(is_active=True)
+        .distinct()
+        .order_by("username")
+    )
+
+
+# -- queue rows ------------------------------------------------------------------------------
+
+
+@dataclass(slots=True)
+class EscalationRow:
+    escalation: Escalation
+    job_url: str
+    step_url: str
+    attempts: int | None
+    age: str
+    overdue: bool
+    can_acknowledge: bool
+    can_resolve: bool
+    can_reopen: bool
+    can_take: bool
+
+
+def _latest_attempt():
+    """The failing node's latest attempt number, from its Step rows."""
+    latest = Step.objects.filter(job=OuterRef("job"), node_id=OuterRef("node_id"))
+    return Subquery(latest.order_by("-attempt").values("attempt")[:1], output_field=IntegerField())
+
+
+def _with_row_data(escalations_qs):
+    return (
+        escalations_qs.select_related("job", "assignee")
+        .defer(*JOB_DEFERRED)
+        .annotate(latest_attempt=_latest_attempt())
+    )
+
+
+def job_links(job: Job | None, node_id: str, attempt: int | None) -> tuple[str, str]:
+    """The job page URL and the deep link to the node's step panel ("" when there is none)."""
+    if job is None:
+        return "", ""
+    job_url = reverse("job", args=[job.job_id])
+    step_url = f"{job_url}?{step_query(node_id, attempt)}" if node_id and attempt else ""
+    return job_url, step_url
+
+
+def _row(escalation: Escalation, user, can_act: bool, now: datetime) -> EscalationRow:
+    attempt = getattr(escalation, "latest_attempt", None)
+    job_url, step_url = job_links(escalation.job, escalation.node_id, attempt)
+    unresolved = escalation.status != Status.RESOLVED
+    open_for = now - escalation.opened_at
+    if not escalation.node_id and escalation.job is not None:
+        attempt = escalation.job.max_attempt or None  # job-level: the job's most attempts
+    return EscalationRow(
+        escalation=escalation,
+        job_url=job_url,
+        step_url=step_url,
+        attempts=attempt,
+        age=escalations.duration_label(open_for) if unresolved else "",
+        overdue=unresolved and open_for > settings.TRACEVIZ_ESCALATION_AGE_TARGET,
+        can_acknowledge=can_act and escalations.can_apply("acknowledge", escalation),
+        can_resolve=can_act and escalations.can_apply("resolve", escalation),
+        can_reopen=can_act and escalations.can_apply("reopen", escalation),
+        can_take=can_act and unresolved and escalation.assignee_id != user.pk,
+    )
+
+
+def filter_escalations(filters: dict, user, now: datetime):
+    """The queue's queryset for the parsed filters, without the kind filter (the counts per
+    kind are taken over it), ordered open first, then acknowledged, then resolved, and within
+    each the longest open first."""
+    escalations_qs = Escalation.objects.all()
+    statuses = STATUS_FILTER_VALUES.get(filters.get("status") or "active")
+    if statuses:
+        escalations_qs = escalations_qs.filter(status__in=statuses)
+    if filters.get("severity"):
+        escalations_qs = escalations_qs.filter(severity=filters["severity"])
+    assignee = (filters.get("assignee") or "").strip()
+    if assignee == "mine":
+        escalations_qs = escalations_qs.filter(assignee=user)
+    elif assignee == "unassigned":
+        escalations_qs = escalations_qs.filter(assignee__isnull=True)
+    elif assignee:
+        escalations_qs = escalations_qs.filter(assignee__username=assignee)
+    if filters.get("job"):
+        escalations_qs = escalations_qs.filter(job__job_id=filters["job"].strip())
+    if filters.get("since") in SINCE_FILTERS:
+        escalations_qs = escalations_qs.filter(opened_at__gte=now - SINCE_FILTERS[filters["since"]])
+    status_rank = Case(
+        When(status=Status.OPEN, then=Value(0)),
+        When(status=Status.ACKNOWLEDGED, then=Value(1)),
+        default=Value(2),
+        output_field=IntegerField(),
+    )
+    return escalations_qs.annotate(status_rank=status_rank).order_by(
+        "status_rank", "opened_at", "pk"
+    )
+
+
+def _queue_context(request, query: QueryDict, now: datetime) -> dict:
+    form = EscalationFilterForm(query)
+    form.is_valid()  # an invalid field is shown with its error and left out of the filter
+    filters = form.cleaned_data
+    without_kind = filter_escalations(filters, request.user, now)
+    kind = (filters.get("kind") or "").strip()
+    selected = without_kind.filter(kind=kind) if kind else without_kind
+    kind_counts = list(
+        without_kind.order_by().values_list("kind").annotate(n=Count("pk")).order_by("kind")
+    )
+    paginator = Paginator(_with_row_data(selected), PAGE_SIZE)
+    page = paginator.get_page(query.get("page"))
+    can_act = access.can_act_on_escalations(request.user)
+    rows = [_row(escalation, request.user, can_act, now) for escalation in page.object_list]
+    support_names = list(_support_users().values_list("username", flat=True))
+    base = query.copy()
+    for name in ("page", "kind"):
+        base.pop(name, None)
+    page_query = query.copy()
+    page_query.pop("page", None)
+    return {
+        "nav": "escalations",
+        "form": form,
+        "rows": rows,
+        "page": page,
+        "page_query": page_query.urlencode(),
+        "kind": kind,
+        "kind_counts": kind_counts,
+        "kind_total": sum(n for _kind, n in kind_counts),
+        "kind_missing": bool(kind) and kind not in dict(kind_counts),
+        "kind_base_query": base.urlencode(),
+        "query": query.urlencode(),
+        "return_url": reverse("escalations") + ("?" + query.urlencode() if query else ""),
+        "selected": {
+            "status": filters.get("status") or "active",
+            "kind": kind,
+            "severity": filters.get("severity") or "",
+            "assignee": (filters.get("assignee") or "").strip(),
+            "job": (filters.get("job") or "").strip(),
+            "since": filters.get("since") or "",
+        },
+        "status_filters": STATUS_FILTERS,
+        "severities": Escalation.Severity.values,
+        "since_filters": SINCE_LABELS,
+        "assignee_names": support_names,
+        "can_act": can_act,
+        "bulk_actions": BULK_ACTIONS,
+        "age_target": escalations.duration_label(settings.TRACEVIZ_ESCALATION_AGE_TARGET),
+    }
+
+
+@require_GET
+@access.role_required(access.can_view)
+@vary_on_headers("HX-Request")
+@in_display_time_zone
+def escalation_list(request):
+    """GET /escalations/: the queue, filtered by the URL; open first, longest open first."""
+    context = _queue_context(request, request.GET, timezone.now())
+    template = "escalations/list.html"
+    if _wants_fragment(request):
+        template += "#escalation-queue"
+    return render(request, template, context)
+
+
+# -- one escalation --------------------------------------------------------------------------
+
+
+def _detail_context(request, escalation: Escalation, *, error: str = "", note: str = "") -> dict:
+    job = escalation.job
+    attempt = None
+    if job is not None and escalation.node_id:
+        attempt = (
+            Step.objects.filter(job=job, node_id=escalation.node_id)
+            .order_by("-attempt")
+            .values_list("attempt", flat=True)
+            .first()
+        )
+    job_url, step_url = job_links(job, escalation.node_id, attempt)
+    retry_due = None
+    if job is not None and job.status == RunStatus.PAUSED_TRANSIENT:
+        waiting = escalations.latest_retryable_step(job)
+        if waiting is not None:
+            earliest, latest = backoff.retry_window(waiting.finished_at, waiting.attempt)
+            retry_due = {"step": waiting, "earliest": earliest, "latest": latest}
+    can_act = access.can_act_on_escalations(request.user)
+    now = timezone.now()
+    unresolved = escalation.status != Status.RESOLVED
+    return {
+        "nav": "escalations",
+        "escalation": escalation,
+        "job": job,
+        "job_url": job_url,
+        "step_url": step_url,
+        "attempt": attempt,
+        "age": escalations.duration_label(now - escalation.opened_at) if unresolved else "",
+        "overdue": unresolved
+        and now - escalation.opened_at > settings.TRACEVIZ_ESCALATION_AGE_TARGET,
+        "entries": list(escalation.entries.all()),
+        "notifications": list(escalation.notifications.order_by("created_at", "pk")),
+        "retry_due": retry_due,
+        "can_act": can_act,
+        "can_acknowledge": can_act and escalations.can_apply("acknowledge", escalation),
+        "can_resolve": can_act and escalations.can_apply("resolve", escalation),
+        "can_reopen": can_act and escalations.can_apply("reopen", escalation),
+        "support_users": list(_support_users()) if can_act else [],
+        "error": error,
+        "note": note,
+    }
+
+
+@require_GET
+@access.role_required(access.can_view)
+@vary_on_headers("HX-Request")
+@in_display_time_zone
+def escalation_detail(request, escalation_id: int):
+    """GET /escalations/<id>/: the escalation, its audit trail and its notifications."""
+    escalation = _get_escalation_for_user(request, escalation_id)
+    template = "escalations/detail.html"
+    if _wants_fragment(request):
+        template += "#escalation-detail"
+    return render(request, template, _detail_context(request, escalation))
+
+
+# -- actions ---------------------------------------------------------------------------------
+
+
+def _action_response(request, escalation: Escalation, *, error: str = "", note: str = ""):
+    """What an action answers: the queue row when posted from the queue, the detail section
+    when posted from the detail page, a redirect without HTMX.
+
+    An HTMX error still answers 200 (htmx does not swap 4xx answers), with the error in the
+    swapped fragment; without HTMX it is the whole page with a 400.
+    """
+    if request.htmx:
+        if request.htmx.target == f"escalation-{escalation.pk}":
+            escalation = _with_row_data(Escalation.objects.filter(pk=escalation.pk)).get()
+            row = _row(escalation, request.user, True, timezone.now())
+            context = {
+                "row": row,
+                "can_act": True,
+                "row_error": error,
+                "return_url": reverse("escalations"),
+                "age_target": escalations.duration_label(settings.TRACEVIZ_ESCALATION_AGE_TARGET),
+            }
+            return render(request, "escalations/list.html#escalation-row", context)
+        context = _detail_context(request, escalation, error=error, note=note)
+        return render(request, "escalations/detail.html#escalation-detail", context)
+    if error:
+        context = _detail_context(request, escalation, error=error, note=note)
+        return render(request, "escalations/detail.html", context, status=400)
+    next_url = request.POST.get("next", "")
+    if not url_has_allowed_host_and_scheme(next_url, {request.get_host()}, request.is_secure()):
+        next_url = reverse("escalation", args=[escalation.pk])
+    return HttpResponseRedirect(next_url, status=303)
+
+
+@require_POST
+@access.role_required(access.can_act_on_escalations)
+@vary_on_headers("HX-Request")
+@in_display_time_zone
+def escalation_transition(request, escalation_id: int, action: str):
+    """POST /escalations/<id>/acknowledge|resolve|reopen/ (note: required to resolve)."""
+    if action not in escalations.ACTION_FROM:
+        raise Http404("no such action")
+    note = request.POST.get("note", "")
+    with transaction.atomic():
+        escalation = _get_escalation_for_user(request, escalation_id, for_action=True)
+        try:
+            escalations.apply_action(action, escalation, request.user, note)
+        except escalations.ActionError as error:
+            return _action_response(request, escalation, error=str(error), note=note)
+    return _action_response(request, escalation)
+
+
+@require_POST
+@access.role_required(access.can_act_on_escalations)
+@vary_on_headers("HX-Request")
+@in_display_time_zone
+def escalation_assign(request, escalation_id: int):
+    """POST /escalations/<id>/assign/ with ``assignee``: "me", a user id, or "" to unassign."""
+    raw = request.POST.get("assignee", "").strip()
+    with transaction.atomic():
+        escalation = _get_escalation_for_user(request, escalation_id, for_action=True)
+        if raw == "me":
+            assignee = request.user
+        elif raw == "":
+            assignee = None
+        else:
+            assignee = _support_users().filter(pk=int(raw) if raw.isdigit() else None).first()
+            if assignee is None:
+                return _action_response(
+                    request, escalation, error="Assign to someone in the support group"
+                )
+        try:
+            escalations.assign(escalation, request.user, assignee)
+        except escalations.ActionError as error:
+            return _action_response(request, escalation, error=str(error))
+    return _action_response(request, escalation)
+
+
+# -- bulk ------------------------------------------------------------------------------------
+
+
+@dataclass(slots=True)
+class BulkItem:
+    escalation: Escalation
+    applies: bool
+    why_not: str
+
+
+def bulk_plan(action: str, selected: list[Escalation], note: str) -> tuple[list[BulkItem], str]:
+    """What a bulk action would do to each selected escalation, and an error that stops the
+    whole action ("" when it can go ahead)."""
+    if action not in BULK_ACTIONS:
+        return [], "Choose an action"
+    if not selected:
+        return [], "Select at least one escalation"
+    if action == "resolve" and not note.strip():
+        return [], "A resolution needs a note: say what was done or why nothing is needed"
+    items = [
+        BulkItem(
+            escalation,
+            escalations.can_apply(action, escalation),
+            "" if escalations.can_apply(action, escalation) else f"it is {escalation.status}",
+        )
+        for escalation in selected
+    ]
+    if not any(item.applies for item in items):
+        return items, "Nothing to change: none of the selected escalations can be " + (
+            "acknowledged" if action == "acknowledge" else "resolved"
+        )
+    return items, ""
+
+
+def _selected_ids(request) -> list[int]:
+    ids = sorted({int(raw) for raw in request.POST.getlist("ids") if raw.isdigit()})
+    return ids[:BULK_MAX]
+
+
+@require_POST
+@access.role_required(access.can_act_on_escalations)
+@vary_on_headers("HX-Request")
+@in_display_time_zone
+def escalation_bulk(request):
+    """POST /escalations/bulk/: ``ids``, ``action`` (acknowledge, resolve), ``note``. Without
+    ``confirm`` it previews what would change; with ``confirm`` it applies the action to those
+    it still applies to, each through its action function, in one transaction."""
+    action = request.POST.get("action", "")
+    note = request.POST.get("note", "").strip()
+    return_query = QueryDict(request.POST.get("return_query", ""))
+    ids = _selected_ids(request)
+    if not request.POST.get("confirm"):
+        selected = list(Escalation.objects.filter(pk__in=ids).select_related("job").order_by("pk"))
+        items, error = bulk_plan(action, selected, note)
+        preview = {
+            "action": action,
+            "action_label": BULK_ACTIONS.get(action, ""),
+            "to_status": escalations.ACTION_TO.get(action, ""),
+            "note": note,
+            "changes": [item for item in items if item.applies],
+            "unchanged": [item for item in items if not item.applies],
+            "error": error,
+            "query": return_query.urlencode(),
+        }
+        if _wants_fragment(request):
+            return render(request, "escalations/list.html#bulk-preview", {"preview": preview})
+        context = _queue_context(request, return_query, timezone.now())
+        context["preview"] = preview
+        return render(request, "escalations/list.html", context, status=400 if error else 200)
+    with transaction.atomic():
+        selected = list(Escalation.objects.filter(pk__in=ids).select_for_update().order_by("pk"))
+        items, error = bulk_plan(action, selected, note)
+        changed = [item.escalation for item in items if item.applies] if not error else []
+        for escalation in changed:
+            escalations.apply_action(action, escalation, request.user, note)
+    verb = "Acknowledged" if action == "acknowledge" else "Resolved"
+    message = error or f"{verb} {len(changed)} escalation{'s' if len(changed) != 1 else ''}"
+    if len(items) > len(changed) and not error:
+        message += f"; {len(items) - len(changed)} left unchanged"
+    if not request.htmx:
+        return HttpResponseRedirect(
+            reverse("escalations") + ("?" + return_query.urlencode() if return_query else ""),
+            status=303,
+        )
+    context = _queue_context(request, return_query, timezone.now())
+    context["bulk_message"] = message
+    return render(request, "escalations/list.html#escalation-queue", context)

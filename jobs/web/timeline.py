@@ -1,0 +1,249 @@
+"""Pure layout helpers for the job page: the waterfall, the resume preview and the arguments
+diff. Steps in, plain data out; no ORM, so they are tested without a database.
+
+A "step" here is anything with Step's attributes (a model row or ``replay.StepState``).
+"""
+
+import json
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+from typing import Any
+
+from jobs.replay.failures import ResultType
+from jobs.web.narrative import format_duration_ms
+
+MIN_BAR_PERCENT = 0.4
+
+
+@dataclass(slots=True)
+class Bar:
+    step: Any
+    left: float
+    width: float
+    label: str
+
+
+@dataclass(slots=True)
+class Gap:
+    """Time between one attempt's end and the next attempt's start (backoff)."""
+
+    left: float
+    width: float
+    label: str
+
+
+@dataclass(slots=True)
+class WaterfallRow:
+    node_id: str
+    depth: int
+    bars: list[Bar] = field(default_factory=list)
+    gaps: list[Gap] = field(default_factory=list)
+    parent_node_id: str = ""
+
+    @property
+    def indent_rem(self) -> float:
+        return min(self.depth, 8) * 0.9
+
+
+@dataclass(slots=True)
+class Waterfall:
+    rows: list[WaterfallRow]
+    start: datetime | None
+    end: datetime | None
+    node_count: int = 0
+
+    @property
+    def total_label(self) -> str:
+        if self.start is None or self.end is None:
+            return ""
+        return format_duration_ms((self.end - self.start).total_seconds() * 1000)
+
+
+def _extent(step, now: datetime | None) -> tuple[datetime | None, datetime | None]:
+    duration = timedelta(milliseconds=step.duration_ms) if step.duration_ms is not None else None
+    start = step.started_at
+    if start is None and step.finished_at is not None:
+        start = step.finished_at - duration if duration else step.finished_at
+    end = step.finished_at
+    if end is None and start is not None:
+        end = start + duration if duration else (now or start)
+    return start, end
+
+
+def waterfall(
+    steps: list, *, now: datetime | None = None, start: int = 0, stop: int | None = None
+) -> Waterfall:
+    """One row per node, children under the node whose span is their parent_span_id, each
+    attempt a bar positioned by time (percent of the job's span). Only rows ``start:stop`` get
+    their bars computed (the page shows a window); the time scale and the tree use every step."""
+    extents = {id(step): _extent(step, now) for step in steps}
+    starts = [s for s, _ in extents.values() if s is not None]
+    ends = [e for _, e in extents.values() if e is not None]
+    t0 = min(starts, default=None)
+    t1 = max(ends, default=None)
+    span_ms = max(((t1 - t0).total_seconds() * 1000) if t0 and t1 else 0, 1.0)
+
+    def percent(moment: datetime) -> float:
+        return round((moment - t0).total_seconds() * 1000 / span_ms * 100, 3)
+
+    by_node: dict[str, list] = {}
+    for step in steps:
+        by_node.setdefault(step.node_id, []).append(step)
+    parents = _parents(by_node)
+    order = _tree_order(list(by_node), parents)
+    rows: list[WaterfallRow] = []
+    for node_id, depth in order[start:stop]:
+        row = WaterfallRow(node_id=node_id, depth=depth, parent_node_id=parents.get(node_id, ""))
+        previous_end = None
+        for step in sorted(by_node[node_id], key=lambda s: (s.attempt, s.position)):
+            begin, end = extents[id(step)]
+            if begin is None or t0 is None:
+                continue
+            left = min(percent(begin), 100 - MIN_BAR_PERCENT)
+            width = min(max(percent(end) - left, MIN_BAR_PERCENT), 100 - left)
+            row.bars.append(Bar(step, left, round(width, 3), _bar_label(step)))
+            if previous_end is not None and begin > previous_end:
+                gap_ms = (begin - previous_end).total_seconds() * 1000
+                row.gaps.append(
+                    Gap(
+                        percent(previous_end),
+                        percent(begin) - percent(previous_end),
+                        f"waited {format_duration_ms(gap_ms)} before attempt {step.attempt}",
+                    )
+                )
+            previous_end = end if previous_end is None else max(previous_end, end)
+        rows.append(row)
+    return Waterfall(rows=rows, start=t0, end=t1, node_count=len(order))
+
+
+def _bar_label(step) -> str:
+    word = "ignored (stale) " + step.segment if step.ignored_stale else step.segment
+    duration = format_duration_ms(step.duration_ms)
+    return f"attempt {step.attempt}: {word}" + (f", {duration}" if duration else "")
+
+
+def _parents(by_node: dict[str, list]) -> dict[str, str]:
+    """node -> parent node, from parent_span_id -> the node owning that trace_span_id."""
+    owner = {}
+    for node_id, node_steps in by_node.items():
+        for step in node_steps:
+            if step.trace_span_id:
+                owner.setdefault(step.trace_span_id, node_id)
+    parents = {}
+    for node_id, node_steps in by_node.items():
+        parent_span = next((s.parent_span_id for s in node_steps if s.parent_span_id), "")
+        parent = owner.get(parent_span, "")
+        if parent and parent != node_id:
+            parents[node_id] = parent
+    return parents
+
+
+def _tree_order(nodes: list[str], parents: dict[str, str]) -> list[tuple[str, int]]:
+    """Depth-first order of the node tree, siblings in first-seen order. Nodes caught in a
+    parent cycle are shown as roots rather than dropped."""
+    children: dict[str, list[str]] = {}
+    for node in nodes:
+        if node in parents:
+            children.setdefault(parents[node], []).append(node)
+    order: list[tuple[str, int]] = []
+    seen: set[str] = set()
+
+    def visit(root: str) -> None:
+        stack = [(root, 0)]
+        while stack:
+            node, depth = stack.pop()
+            if node in seen:
+                continue
+            seen.add(node)
+            order.append((node, depth))
+            stack.extend((child, depth + 1) for child in reversed(children.get(node, [])))
+
+    for node in nodes:
+        if node not in parents:
+            visit(node)
+    for node in nodes:
+        if node not in seen:
+            visit(node)
+    return order
+
+
+@dataclass(frozen=True, slots=True)
+class ResumeNode:
+    node_id: str
+    last_result: str
+
+
+@dataclass(frozen=True, slots=True)
+class ResumePreview:
+    """Source 000's replay rule made visible: a restart skips completed nodes, runs the rest."""
+
+    skip: list[str]
+    rerun: list[ResumeNode]
+
+
+def resume_preview(completed_node_ids: list[str], steps: list) -> ResumePreview:
+    completed = set(completed_node_ids)
+    latest: dict[str, Any] = {}
+    for step in steps:
+        if step.node_id in completed:
+            continue
+        current = latest.get(step.node_id)
+        if current is None or (step.ignored_stale is False or current.ignored_stale):
+            latest[step.node_id] = step
+    rerun = [ResumeNode(node, _resume_label(step)) for node, step in latest.items()]
+    return ResumePreview(skip=list(completed_node_ids), rerun=rerun)
+
+
+def _resume_label(step) -> str:
+    if step.ignored_stale:
+        return f"only a stale result (attempt {step.attempt}, ignored)"
+    if not step.result_type:
+        return f"attempt {step.attempt} still running"
+    if step.result_type == ResultType.PERMANENT_FAILURE:
+        return f"{step.result_type} at attempt {step.attempt}: must be fixed before it runs again"
+    return f"{step.result_type} at attempt {step.attempt}"
+
+
+@dataclass(frozen=True, slots=True)
+class ArgumentRow:
+    name: str
+    expected: str
+    actual: str
+    status: str  # same, changed, missing (expected only), extra (actual only)
+
+    @property
+    def differs(self) -> bool:
+        return self.status != "same"
+
+
+_ABSENT = object()
+
+
+def _show(value) -> str:
+    if value is _ABSENT:
+        return ""
+    return json.dumps(value, indent=2, sort_keys=True, ensure_ascii=False, default=str)
+
+
+def argument_diff(expected, actual) -> list[ArgumentRow]:
+    """Expected vs actual arguments, key by key (top level), differences flagged. Values that
+    are not objects compare as a whole under the name "(value)"."""
+    if not isinstance(expected, dict) or not isinstance(actual, dict):
+        if expected is None and actual is None:
+            return []
+        status = "same" if expected == actual else "changed"
+        missing = _ABSENT if expected is None else expected
+        present = _ABSENT if actual is None else actual
+        return [ArgumentRow("(value)", _show(missing), _show(present), status)]
+    rows = []
+    for name in list(expected) + [k for k in actual if k not in expected]:
+        want = expected.get(name, _ABSENT)
+        got = actual.get(name, _ABSENT)
+        if want is _ABSENT:
+            status = "extra"
+        elif got is _ABSENT:
+            status = "missing"
+        else:
+            status = "same" if want == got else "changed"
+        rows.append(ArgumentRow(str(name), _show(want), _show(got), status))
+    return rows
