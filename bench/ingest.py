@@ -140,7 +140,7 @@ def lint_overhead(events: int, jobs: int, batch: int, seed: int, rounds: int = 3
     import django
 
     django.setup()
-    from jobs.contract import events as contract
+    from jobs.contract import bodies
     from jobs.ingest.store import store_batch
     from jobs.replay import walk as replay
 
@@ -149,10 +149,10 @@ def lint_overhead(events: int, jobs: int, batch: int, seed: int, rounds: int = 3
     for n in range(rounds):
         for label in rates:
             replay.lint.Linter = real if label == "with lint" else NoLint
-            bodies = build_bodies(events, jobs, batch, seed * 100 + n * 2 + len(label))
+            requests = build_bodies(events, jobs, batch, seed * 100 + n * 2 + len(label))
             started = time.perf_counter()
-            for body in bodies:
-                store_batch(contract.parse_body(body, "application/x-ndjson", 10_000))
+            for body in requests:
+                store_batch(bodies.parse_body(body, "application/x-ndjson", 10_000))
             rates[label].append(events / (time.perf_counter() - started))
     replay.lint.Linter = real
     best = {label: max(values) for label, values in rates.items()}

@@ -33,7 +33,7 @@ from django.core.management import call_command  # noqa: E402
 from django.db import connection  # noqa: E402
 from django.test import Client  # noqa: E402
 
-from jobs.contract import events as contract  # noqa: E402
+from jobs.contract import bodies  # noqa: E402
 from jobs.ingest.store import store_batch  # noqa: E402
 from jobs.models import Job, Step  # noqa: E402
 
@@ -186,7 +186,7 @@ def create_job_with_steps(job_id: str, steps: int) -> None:
             }
         )
     started = time.perf_counter()
-    store_batch(contract.parse_items(items, max_events=len(items) + 1))
+    store_batch(bodies.parse_items(items, max_events=len(items) + 1))
     made = Job.objects.get(job_id=job_id).step_count
     print(f"job {job_id}: {made} steps stored in {time.perf_counter() - started:.1f} s")
 

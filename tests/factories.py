@@ -4,7 +4,7 @@ from datetime import UTC, datetime, timedelta
 
 from django.contrib.auth.models import Group, User
 
-from jobs.contract import events
+from jobs.contract import bodies, events
 from jobs.ingest.store import store_batch
 
 BASE_TS = datetime(2026, 3, 2, 9, 0, 0, tzinfo=UTC)
@@ -45,14 +45,14 @@ def finished(
 
 def parsed(items: list[dict]) -> list[events.Event]:
     """Validated events with their timestamps, as replay takes them; fails on invalid items."""
-    batch = events.parse_items(items, max_events=100_000)
+    batch = bodies.parse_items(items, max_events=100_000)
     assert not batch.errors, batch.errors
     return [event for _index, event in batch.events]
 
 
 def store(items: list[dict], token=None):
     """Store events through the ingest path (no HTTP); returns the IngestResult."""
-    return store_batch(events.parse_items(items, max_events=100_000), token=token)
+    return store_batch(bodies.parse_items(items, max_events=100_000), token=token)
 
 
 def user(username: str, *groups: str, staff: bool = False, password: str = "pw-traceviz-1") -> User:

@@ -1,17 +1,16 @@
-"""The event contract v1 (DESIGN.md section 3): decoding bodies and validating events.
+"""The event contract v1 (DESIGN.md section 3): one event, its validation, and event order.
 
-Pure: bytes and plain data in, ``Event`` objects and field-level errors out. Nothing here raises
-for a bad event; only a body that cannot be read at all raises ``BodyError``. The same bad input
-always gets the same messages.
+Pure: plain decoded data in, ``Event`` objects and field-level errors out. Nothing here raises
+for a bad event; the same bad input always gets the same messages. Request bodies (media types,
+gzip, NDJSON, batch limits) are ``bodies``' concern.
 """
 
 import hashlib
 import json
 import math
 import re
-import zlib
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
@@ -22,8 +21,6 @@ MAX_REASON_BYTES = 64 * 1024
 MAX_SMALL_INT = 2**62
 TRUNCATION_MARKER = "… [truncated {dropped} bytes]"
 
-JSON_TYPES = frozenset({"application/json"})
-NDJSON_TYPES = frozenset({"application/x-ndjson", "application/ndjson", "application/jsonl"})
 
 # Event order within a job (DESIGN.md section 4): ts, seq, this rank, attempt, event_id.
 TYPE_RANK = {
@@ -43,15 +40,6 @@ PLANNER_TYPES = frozenset({"graph.next_step.parse_invalid", "graph.next_step.deg
 NODE_TYPES = frozenset(
     {"node_started", "node_finished", "compensation_finished", "state_checkpointed"}
 )
-
-
-class BodyError(Exception):
-    """The whole body is refused: ``status`` is the HTTP status, ``message`` says why."""
-
-    def __init__(self, status: int, message: str):
-        super().__init__(message)
-        self.status = status
-        self.message = message
 
 
 @dataclass(frozen=True, slots=True)
@@ -80,116 +68,12 @@ class Event:
         return value if isinstance(value, int) else 1
 
 
-@dataclass(slots=True)
-class ParsedBatch:
-    """``events`` pairs each valid event with its index in the batch; ``errors`` the rest."""
-
-    events: list[tuple[int, Event]] = field(default_factory=list)
-    errors: list[dict[str, Any]] = field(default_factory=list)
-
-    @property
-    def total(self) -> int:
-        return len(self.events) + len(self.errors)
-
-
-# --- bodies -------------------------------------------------------------------------------
-
-
-def media_type(content_type: str | None) -> str:
-    return (content_type or "").split(";", 1)[0].strip().lower()
-
-
-def decompress(body: bytes, content_encoding: str | None, limit: int) -> bytes:
-    """Undo gzip/deflate, refusing (413) output beyond ``limit`` bytes while inflating."""
-    encoding = (content_encoding or "identity").strip().lower()
-    if encoding in ("", "identity"):
-        return body
-    if encoding not in ("gzip", "deflate"):
-        raise BodyError(415, f"unsupported Content-Encoding {encoding!r}: use gzip or identity")
-    wbits = 16 + zlib.MAX_WBITS if encoding == "gzip" else zlib.MAX_WBITS
-    inflater = zlib.decompressobj(wbits)
-    out = bytearray()
-    try:
-        chunk = inflater.decompress(body, limit + 1 - len(out))
-        out += chunk
-        while inflater.unconsumed_tail and len(out) <= limit:
-            out += inflater.decompress(inflater.unconsumed_tail, limit + 1 - len(out))
-    except zlib.error:
-        raise BodyError(400, f"body is not valid {encoding} data") from None
-    if len(out) > limit:
-        raise BodyError(413, f"body inflates past the limit of {limit} bytes")
-    if not inflater.eof:
-        raise BodyError(400, f"body is not valid {encoding} data (truncated stream)")
-    return bytes(out)
-
-
-def decode_body(body: bytes, content_type: str | None) -> list[Any]:
-    """Split a body into items: a JSON object, a JSON array, or NDJSON lines.
-
-    An NDJSON line that is not JSON becomes a ``_LineError`` item (reported by index, the other
-    lines still count); JSON that cannot be read at all raises ``BodyError``.
-    """
-    kind = media_type(content_type)
-    if kind in NDJSON_TYPES:
-        items = [_loads(line) for line in body.splitlines() if line.strip()]
-    elif kind in JSON_TYPES or kind.endswith("+json"):
-        document = _loads(body)
-        if isinstance(document, _LineError):
-            raise BodyError(400, f"body is not JSON: {document.message}")
-        if isinstance(document, dict):
-            items = [document]
-        elif isinstance(document, list):
-            items = document
-        else:
-            raise BodyError(400, "body must be a JSON object or an array of objects")
-    else:
-        raise BodyError(
-            415,
-            "Content-Type must be application/json or application/x-ndjson"
-            + (f", got {kind!r}" if kind else ""),
-        )
-    if not items:
-        raise BodyError(400, "no events in body")
-    return items
-
-
 @dataclass(frozen=True, slots=True)
-class _LineError:
+class UnreadableItem:
+    """An item of a body that could not be decoded (an NDJSON line that is not JSON);
+    ``validate`` reports it as a field error of that item."""
+
     message: str
-
-
-def _loads(raw: bytes) -> Any:
-    try:
-        text = raw.decode("utf-8")
-    except UnicodeDecodeError as exc:
-        return _LineError(f"not valid UTF-8 at byte {exc.start}")
-    if text.startswith("\ufeff"):
-        text = text[1:]
-    try:
-        return _DECODER.decode(text)
-    except json.JSONDecodeError as exc:
-        return _LineError(f"{exc.msg} at line {exc.lineno} column {exc.colno}")
-    except ValueError as exc:
-        return _LineError(str(exc))
-    except RecursionError:
-        return _LineError("nested too deeply")
-
-
-def _reject_constant(name: str) -> Any:
-    raise ValueError(f"{name} is not valid JSON")
-
-
-def _finite_float(literal: str) -> float:
-    """A JSON number as a float; one too large for a double (1e400) would become infinity,
-    which no JSON column can store, so it is refused like the Infinity literal."""
-    value = float(literal)
-    if not math.isfinite(value):
-        raise ValueError(f"number {literal[:40]} is out of range")
-    return value
-
-
-# One decoder for every body: json.loads with hooks would build a new decoder per call.
-_DECODER = json.JSONDecoder(parse_constant=_reject_constant, parse_float=_finite_float)
 
 
 # --- validation ---------------------------------------------------------------------------
@@ -367,8 +251,6 @@ CONTEXT_FIELDS: dict[str, Check] = {
 LONG_TEXT_FIELDS = ("reason", "message")
 ENVELOPE_FIELDS = frozenset({"type", "job_id", "event_id", "ts", "seq", "payload"})
 
-# The only ways strict JSON carries a NUL or a lone surrogate: their \\u escapes.
-RISKY_ESCAPE = re.compile(rb"\\u(0000|[dD][89a-fA-F])")
 
 RFC3339 = re.compile(
     r"^(\d{4})-(\d{2})-(\d{2})[Tt ](\d{2}):(\d{2}):(\d{2})(\.\d{1,9})?([Zz]|[+-]\d{2}:\d{2})$"
@@ -455,7 +337,7 @@ def validate(item: Any, check_text: bool = True) -> tuple[Event | None, list[Fie
     ``check_text=False`` skips the NUL / lone-surrogate walk, for items decoded from JSON text
     that holds no ``\\u0000`` or surrogate escape (strict JSON has no other way to carry them).
     """
-    if isinstance(item, _LineError):
+    if isinstance(item, UnreadableItem):
         return None, [FieldError("(line)", f"not JSON: {item.message}")]
     if not isinstance(item, dict):
         return None, [FieldError("(item)", "must be a JSON object")]
@@ -521,28 +403,6 @@ def _normalized_payload(payload: dict[str, Any]) -> dict[str, Any]:
         if isinstance(payload.get(name), str)
     }
     return {**payload, **long_text} if long_text else payload
-
-
-def parse_items(items: list[Any], max_events: int, check_text: bool = True) -> ParsedBatch:
-    """Validate every item of a batch; a batch over ``max_events`` is refused whole (413)."""
-    if len(items) > max_events:
-        raise BodyError(
-            413, f"batch has {len(items)} events; the limit is {max_events} events per request"
-        )
-    batch = ParsedBatch()
-    for index, item in enumerate(items):
-        event, errors = validate(item, check_text)
-        if event is None:
-            batch.errors.append({"index": index, "errors": [e.as_dict() for e in errors]})
-        else:
-            batch.events.append((index, event))
-    return batch
-
-
-def parse_body(body: bytes, content_type: str | None, max_events: int) -> ParsedBatch:
-    """Decode and validate a whole request body; see ``decode_body`` and ``parse_items``."""
-    check_text = RISKY_ESCAPE.search(body) is not None
-    return parse_items(decode_body(body, content_type), max_events, check_text)
 
 
 def order_key(ts: datetime, seq: int | None, event_type: str, attempt: int, event_id: str):

@@ -24,8 +24,8 @@ from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTrace
 from opentelemetry.proto.common.v1.common_pb2 import AnyValue, KeyValue
 from opentelemetry.proto.trace.v1.trace_pb2 import Span, SpanFlags, Status
 
-from jobs.contract import events
-from jobs.contract.events import BodyError, ParsedBatch
+from jobs.contract import bodies, events
+from jobs.contract.bodies import BodyError, ParsedBatch
 
 PROTOBUF = "application/x-protobuf"
 JSON = "application/json"
@@ -120,7 +120,7 @@ def decode_request(body: bytes, content_type: str) -> ExportTraceServiceRequest:
             raise BodyError(400, f"body is not JSON: {error}") from None
         if not isinstance(document, dict):
             raise BodyError(400, "body must be a JSON ExportTraceServiceRequest object")
-        if events.RISKY_ESCAPE.search(body) and _has_lone_surrogate(document):
+        if bodies.RISKY_ESCAPE.search(body) and _has_lone_surrogate(document):
             # protobuf's parser fails on these with a SystemError, not a ParseError.
             raise BodyError(400, "body is not valid Unicode text: it holds a lone surrogate")
         try:

@@ -15,7 +15,8 @@ from django.conf import settings
 from django.db import connection, transaction
 from django.utils import timezone
 
-from jobs.contract.events import Event, ParsedBatch
+from jobs.contract.bodies import ParsedBatch
+from jobs.contract.events import Event
 from jobs.contract.redaction import redact_payload
 from jobs.dashboard import rollup
 from jobs.escalations import actions as escalations

@@ -12,7 +12,7 @@ from django.views.decorators.cache import never_cache
 from django.views.decorators.csrf import csrf_exempt
 from django.views.decorators.http import require_GET, require_POST
 
-from jobs.contract import events
+from jobs.contract import bodies
 from jobs.ingest import counters as metrics
 from jobs.ingest import store as ingest
 from jobs.models import Job
@@ -36,12 +36,12 @@ def read_body(request, limit: int) -> bytes:
     try:
         declared = int(request.META.get("CONTENT_LENGTH") or 0)
     except ValueError:
-        raise events.BodyError(400, "Content-Length must be an integer") from None
+        raise bodies.BodyError(400, "Content-Length must be an integer") from None
     if declared > limit:
-        raise events.BodyError(413, f"body of {declared} bytes is over the limit of {limit} bytes")
+        raise bodies.BodyError(413, f"body of {declared} bytes is over the limit of {limit} bytes")
     body = request.read(limit + 1)
     if len(body) > limit:
-        raise events.BodyError(413, f"body is over the limit of {limit} bytes")
+        raise bodies.BodyError(413, f"body is over the limit of {limit} bytes")
     return body
 
 
@@ -55,11 +55,11 @@ def ingest_events(request):
     """POST /api/v1/events: one JSON object, a JSON array, or NDJSON lines."""
     limit = settings.TRACEVIZ_MAX_BODY_BYTES
     try:
-        body = events.decompress(
+        body = bodies.decompress(
             read_body(request, limit), request.headers.get("Content-Encoding"), limit
         )
-        batch = events.parse_body(body, request.content_type, settings.TRACEVIZ_MAX_BATCH_EVENTS)
-    except events.BodyError as error:
+        batch = bodies.parse_body(body, request.content_type, settings.TRACEVIZ_MAX_BATCH_EVENTS)
+    except bodies.BodyError as error:
         return json_error(error.status, error.message)
     result = ingest.store_batch(batch, token=request.ingest_token)
     return JsonResponse(result.as_dict(), status=result.http_status)

@@ -21,7 +21,7 @@ from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (
     ExportTraceServiceResponse,
 )
 
-from jobs.contract import events, otlp
+from jobs.contract import bodies, otlp
 from jobs.ingest import store as ingest
 from jobs.models import IngestToken
 from jobs.web import ratelimit
@@ -43,7 +43,7 @@ GRPC_CODES = {
 
 def response_encoding(request) -> str:
     """The content type to answer in: the request's, JSON when it sent neither OTLP type."""
-    kind = events.media_type(request.content_type)
+    kind = bodies.media_type(request.content_type)
     return otlp.PROTOBUF if kind == otlp.PROTOBUF else otlp.JSON
 
 
@@ -106,15 +106,15 @@ def otlp_endpoint(view):
 def export_traces(request):
     """POST /v1/traces: an OTLP ExportTraceServiceRequest, protobuf or JSON, maybe gzipped."""
     limit = settings.TRACEVIZ_MAX_BODY_BYTES
-    kind = events.media_type(request.content_type)
+    kind = bodies.media_type(request.content_type)
     try:
         if kind not in otlp.CONTENT_TYPES:
             raise otlp.unsupported_content_type(kind)
-        body = events.decompress(
+        body = bodies.decompress(
             read_body(request, limit), request.headers.get("Content-Encoding"), limit
         )
         traces = otlp.to_batch(otlp.decode_request(body, kind), settings.TRACEVIZ_MAX_BATCH_EVENTS)
-    except events.BodyError as error:
+    except bodies.BodyError as error:
         return otlp_error(request, error.status, error.message)
     ingest.store_batch(traces.batch, token=request.ingest_token)
     answer = ExportTraceServiceResponse()

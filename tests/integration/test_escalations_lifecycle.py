@@ -5,7 +5,7 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
-from jobs.contract import events
+from jobs.contract import bodies
 from jobs.escalations import actions as escalations
 from jobs.ingest import retention
 from jobs.ingest.store import store_batch
@@ -29,7 +29,7 @@ def support(db):
 
 
 def store_at(items: list[dict], received_at: datetime):
-    return store_batch(events.parse_items(items, max_events=1000), received_at=received_at)
+    return store_batch(bodies.parse_items(items, max_events=1000), received_at=received_at)
 
 
 def auth_failure(job_id="j1", at=2, attempt=1) -> list[dict]:

@@ -10,7 +10,7 @@ from django.db import connection
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from jobs.contract import events
+from jobs.contract import bodies
 from jobs.escalations import actions as escalations
 from jobs.ingest import store as ingest
 from jobs.models import Escalation, EscalationEntry, Event, Job, Notification, Step
@@ -574,7 +574,7 @@ def test_store_batch_uses_receive_time_for_events_without_ts():
     from datetime import UTC, datetime
 
     received = datetime(2026, 5, 1, 12, 0, tzinfo=UTC)
-    batch = events.parse_items(
+    batch = bodies.parse_items(
         [{"type": "node_finished", "job_id": "nt", "payload": {"node_id": "n1"}}], 10
     )
     ingest.store_batch(batch, received_at=received)

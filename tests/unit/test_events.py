@@ -6,8 +6,8 @@ import zlib
 
 import pytest
 
-from jobs.contract import events
-from jobs.contract.events import BodyError
+from jobs.contract import bodies, events
+from jobs.contract.bodies import BodyError
 
 NDJSON = "application/x-ndjson"
 JSON = "application/json"
@@ -25,7 +25,7 @@ def errors_of(item) -> list[dict]:
 
 def body_error(body: bytes, content_type: str = JSON, max_events: int = 10_000) -> BodyError:
     with pytest.raises(BodyError) as caught:
-        events.parse_body(body, content_type, max_events)
+        bodies.parse_body(body, content_type, max_events)
     return caught.value
 
 
@@ -53,7 +53,7 @@ def test_empty_batch_is_a_400_no_events_in_body(body, content_type):
 
 
 def test_array_item_that_is_not_an_object_is_that_items_error_only():
-    batch = events.parse_body(b'[5, {"type": "t", "job_id": "j1"}]', JSON, 10)
+    batch = bodies.parse_body(b'[5, {"type": "t", "job_id": "j1"}]', JSON, 10)
     assert [index for index, _ in batch.events] == [1]
     assert batch.errors == [
         {"index": 0, "errors": [{"field": "(item)", "message": "must be a JSON object"}]}
@@ -73,7 +73,7 @@ def test_invalid_utf8_in_a_json_body_rejects_the_whole_body():
 
 def test_invalid_utf8_in_one_ndjson_line_is_that_items_error_only():
     body = b'{"type": "t", "job_id": "j1"}\n{"type": "t", "job_id": "j\xff2"}\n'
-    batch = events.parse_body(body, NDJSON, 10)
+    batch = bodies.parse_body(body, NDJSON, 10)
     assert [(index, event.job_id) for index, event in batch.events] == [(0, "j1")]
     assert batch.errors == [
         {
@@ -84,7 +84,7 @@ def test_invalid_utf8_in_one_ndjson_line_is_that_items_error_only():
 
 
 def test_ndjson_line_that_is_not_json_is_that_items_error_only():
-    batch = events.parse_body(b'{"type": "t", "job_id": "j1"}\nnope\n', NDJSON, 10)
+    batch = bodies.parse_body(b'{"type": "t", "job_id": "j1"}\nnope\n', NDJSON, 10)
     assert len(batch.events) == 1
     assert batch.errors[0]["index"] == 1
     assert batch.errors[0]["errors"][0]["field"] == "(line)"
@@ -99,24 +99,24 @@ def test_batch_of_10001_events_is_a_413_naming_the_limit():
 
 def test_batch_of_exactly_10000_events_is_accepted():
     items = [{"type": "t", "job_id": "j1", "event_id": f"e{i}"} for i in range(10_000)]
-    assert len(events.parse_body(json.dumps(items).encode(), JSON, 10_000).events) == 10_000
+    assert len(bodies.parse_body(json.dumps(items).encode(), JSON, 10_000).events) == 10_000
 
 
 # --- compressed bodies ----------------------------------------------------------------------
 
 
 def test_gzip_body_is_decompressed():
-    assert events.decompress(gzip.compress(b'{"a": 1}'), "gzip", 1024) == b'{"a": 1}'
+    assert bodies.decompress(gzip.compress(b'{"a": 1}'), "gzip", 1024) == b'{"a": 1}'
 
 
 def test_deflate_body_is_decompressed():
-    assert events.decompress(zlib.compress(b'{"a": 1}'), "deflate", 1024) == b'{"a": 1}'
+    assert bodies.decompress(zlib.compress(b'{"a": 1}'), "deflate", 1024) == b'{"a": 1}'
 
 
 def test_gzip_that_inflates_past_the_limit_is_a_413():
     bomb = gzip.compress(b" " * 50_000)
     with pytest.raises(BodyError) as caught:
-        events.decompress(bomb, "gzip", 1024)
+        bodies.decompress(bomb, "gzip", 1024)
     assert (caught.value.status, caught.value.message) == (
         413,
         "body inflates past the limit of 1024 bytes",
@@ -124,24 +124,24 @@ def test_gzip_that_inflates_past_the_limit_is_a_413():
 
 
 def test_gzip_that_inflates_to_exactly_the_limit_is_accepted():
-    assert len(events.decompress(gzip.compress(b" " * 1024), "gzip", 1024)) == 1024
+    assert len(bodies.decompress(gzip.compress(b" " * 1024), "gzip", 1024)) == 1024
 
 
 def test_body_that_is_not_gzip_is_a_400():
     with pytest.raises(BodyError) as caught:
-        events.decompress(b"plain text", "gzip", 1024)
+        bodies.decompress(b"plain text", "gzip", 1024)
     assert (caught.value.status, caught.value.message) == (400, "body is not valid gzip data")
 
 
 def test_truncated_gzip_is_a_400():
     with pytest.raises(BodyError) as caught:
-        events.decompress(gzip.compress(b'{"a": 1}' * 100)[:-8], "gzip", 10_000)
+        bodies.decompress(gzip.compress(b'{"a": 1}' * 100)[:-8], "gzip", 10_000)
     assert caught.value.status == 400
 
 
 def test_unknown_content_encoding_is_a_415():
     with pytest.raises(BodyError) as caught:
-        events.decompress(b"x", "br", 1024)
+        bodies.decompress(b"x", "br", 1024)
     assert caught.value.status == 415
 
 
@@ -260,7 +260,7 @@ def test_nul_byte_inside_a_json_body_string_is_not_json():
 
 
 def test_lone_surrogate_in_json_is_a_field_error():
-    batch = events.parse_body(
+    batch = bodies.parse_body(
         b'{"type": "t", "job_id": "j1", "payload": {"note": "\\ud800"}}', JSON, 10
     )
     assert batch.events == []
@@ -275,7 +275,7 @@ def test_lone_surrogate_in_json_is_a_field_error():
 
 
 def test_surrogate_pair_in_json_is_accepted():
-    batch = events.parse_body(
+    batch = bodies.parse_body(
         b'{"type": "t", "job_id": "j1", "payload": {"note": "\\ud83d\\ude00"}}', JSON, 10
     )
     assert batch.events[0][1].payload == {"note": "\U0001f600"}
@@ -399,7 +399,7 @@ def test_attempt_defaults_to_one():
 
 def test_one_bad_item_leaves_the_others_valid():
     items = [node_finished(), node_finished(attempt=0), {"type": "t", "job_id": "j2"}]
-    batch = events.parse_items(items, 10)
+    batch = bodies.parse_items(items, 10)
     assert [index for index, _ in batch.events] == [0, 2]
     assert [error["index"] for error in batch.errors] == [1]
     assert batch.total == 3
@@ -428,7 +428,7 @@ def test_number_too_large_for_a_double_rejects_the_json_body():
 
 def test_number_too_large_for_a_double_is_that_ndjson_lines_error_only():
     body = b'{"type": "t", "job_id": "j1"}\n{"type": "t", "job_id": "j2", "payload": {"x": -1e999}}'
-    batch = events.parse_body(body, NDJSON, 10)
+    batch = bodies.parse_body(body, NDJSON, 10)
     assert len(batch.events) == 1
     assert batch.errors == [
         {

@@ -12,8 +12,8 @@ from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTrace
 from opentelemetry.proto.common.v1.common_pb2 import AnyValue, ArrayValue, KeyValue, KeyValueList
 from opentelemetry.proto.trace.v1.trace_pb2 import ResourceSpans, ScopeSpans, Span, Status
 
-from jobs.contract import events, otlp
-from jobs.contract.events import BodyError, ParsedBatch
+from jobs.contract import bodies, events, otlp
+from jobs.contract.bodies import BodyError, ParsedBatch
 
 FUZZ = settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 CONTENT_TYPES = (
@@ -97,7 +97,7 @@ def assert_well_formed(batch: ParsedBatch) -> None:
 
 def parse_or_refuse(body: bytes, content_type: str | None) -> ParsedBatch | BodyError:
     try:
-        batch = events.parse_body(body, content_type, max_events=50)
+        batch = bodies.parse_body(body, content_type, max_events=50)
     except BodyError as error:
         assert error.status in (400, 413, 415), error.status
         assert isinstance(error.message, str) and error.message
@@ -142,7 +142,7 @@ def test_any_json_value_parses_to_events_and_field_errors_or_a_body_error(docume
 @FUZZ
 @given(items=st.lists(event_like, min_size=1, max_size=6))
 def test_event_shaped_items_get_one_verdict_each(items):
-    batch = events.parse_items(items, max_events=50)
+    batch = bodies.parse_items(items, max_events=50)
     assert_well_formed(batch)
     assert batch.total == len(items)
 
@@ -153,7 +153,7 @@ def test_event_shaped_items_get_one_verdict_each(items):
 @example(body=zlib.compress(b"{}")[:-3], encoding="deflate")
 def test_any_bytes_decompress_or_refuse(body, encoding):
     try:
-        out = events.decompress(body, encoding, limit=1024)
+        out = bodies.decompress(body, encoding, limit=1024)
     except BodyError as error:
         assert error.status in (400, 413, 415)
     else:

@@ -10,7 +10,7 @@ from opentelemetry.proto.common.v1.common_pb2 import AnyValue, KeyValue, KeyValu
 from opentelemetry.proto.trace.v1.trace_pb2 import Span, SpanFlags, Status
 
 from jobs.contract import otlp
-from jobs.contract.events import BodyError
+from jobs.contract.bodies import BodyError
 from jobs.replay import walk as replay
 
 TRACE_ID = bytes.fromhex("5b8efff798038103d269b633813fc60c")

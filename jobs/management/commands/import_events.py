@@ -4,7 +4,7 @@ from pathlib import Path
 from django.conf import settings
 from django.core.management.base import BaseCommand, CommandError
 
-from jobs.contract import events
+from jobs.contract import bodies
 from jobs.ingest.store import store_batch
 from jobs.management.progress import Progress
 
@@ -30,15 +30,15 @@ class Command(BaseCommand):
             "application/x-ndjson" if path.suffix.lower() in NDJSON_SUFFIXES else "application/json"
         )
         try:
-            items = events.decode_body(body, content_type)
-        except events.BodyError as error:
+            items = bodies.decode_body(body, content_type)
+        except bodies.BodyError as error:
             raise CommandError(f"{path}: {error.message}") from None
         totals = {"received": 0, "stored": 0, "duplicates": 0, "rejected": 0}
         errors = []
         progress = Progress(self.stderr, "events imported", len(items))
         size = min(batch, settings.TRACEVIZ_MAX_BATCH_EVENTS)
         for start in range(0, len(items), size):
-            parsed = events.parse_items(items[start : start + size], size)
+            parsed = bodies.parse_items(items[start : start + size], size)
             for error in parsed.errors:
                 error["index"] += start
             result = store_batch(parsed)

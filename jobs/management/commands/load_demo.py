@@ -3,7 +3,7 @@ from django.contrib.auth.models import Group, User
 from django.core.management.base import BaseCommand
 from django.utils import timezone
 
-from jobs.contract import events
+from jobs.contract import bodies
 from jobs.ingest.store import store_batch
 from jobs.management.demo import demo_streams
 from jobs.management.progress import Progress
@@ -25,7 +25,7 @@ class Command(BaseCommand):
         progress = Progress(self.stderr, "demo events", sum(len(s) for s in streams))
         stored = 0
         for stream in streams:
-            result = store_batch(events.parse_items(stream, settings.TRACEVIZ_MAX_BATCH_EVENTS))
+            result = store_batch(bodies.parse_items(stream, settings.TRACEVIZ_MAX_BATCH_EVENTS))
             if result.errors:
                 raise RuntimeError(f"demo stream rejected: {result.errors}")
             stored += result.stored
