@@ -35,8 +35,8 @@ from django.db import connection  # noqa: E402
 from django.utils import timezone  # noqa: E402
 
 from jobs.dashboard import charts, headlines, rollup  # noqa: E402
-from jobs.dashboard import window as timerange  # noqa: E402
-from jobs.models import Job  # noqa: E402
+from jobs.dashboard.window import parse_window  # noqa: E402
+from jobs.models import DashboardDirtyHour, Job, hour_floor  # noqa: E402
 
 JOBS = 100_000
 STEPS_PER_JOB = 10
@@ -143,15 +143,15 @@ def main() -> None:
         cursor.execute("VACUUM (ANALYZE) jobs_dashboardrollup, jobs_dashboarddirtyhour")
     timings = []
     for hours_ago in range(3, 8):  # one dirty hour each, as a batch of late events leaves it
-        hour = rollup.hour_floor(timezone.now() - timedelta(hours=hours_ago))
-        rollup.mark_dirty([hour])
+        hour = hour_floor(timezone.now() - timedelta(hours=hours_ago))
+        DashboardDirtyHour.objects.mark([hour])
         started = time.perf_counter()
         assert rollup.refresh(hour, hour + rollup.HOUR) == []
         timings.append((time.perf_counter() - started) * 1000)
     print(f"refresh of one dirty hour: median {statistics.median(timings):.1f} ms")
     for key in args.ranges.split(","):
         now = timezone.now()
-        window, _errors = timerange.parse_window({"range": key}, now)
+        window, _errors = parse_window({"range": key}, now)
         panels = {
             "headlines": lambda w=window, n=now: headlines.headlines(w, n),
             "step results": lambda w=window: charts.step_results(w),

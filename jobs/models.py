@@ -7,16 +7,30 @@ Escalation rows add what people did (acknowledge, assign, resolve), which a rebu
 import hashlib
 import hmac
 import secrets
+from collections.abc import Iterable
+from datetime import UTC, datetime
 
 from django.conf import settings
-from django.db import models
-from django.db.models import Q
+from django.db import connection, models
+from django.db.models import BooleanField, Case, F, Func, IntegerField, Q, Value, When
+from django.db.models.functions import Coalesce, Collate
 from django.utils import timezone
 
-from jobs.replay import failures
-from jobs.replay.failures import RunStatus
+from jobs.contract.events import OTHER_TYPE_RANK, TYPE_RANK
+from jobs.replay.failures import STALLABLE_STATUSES, RunStatus
 
 TOKEN_PREFIX_CHARS = 8
+# The configuration of the GIN index migration 0007 creates on jobs_step.reason: the reason
+# search must use the same expression for PostgreSQL to use the index.
+SEARCH_CONFIG = "simple"
+
+
+class Role(models.TextChoices):
+    """The groups that grant access (DESIGN.md section 8); migration 0002 creates them."""
+
+    OPERATOR = "operator"
+    SUPPORT = "support"
+    ENGINEER = "engineer"
 
 
 class IngestToken(models.Model):
@@ -58,6 +72,26 @@ class IngestToken(models.Model):
         return None
 
 
+class EventQuerySet(models.QuerySet):
+    def in_event_order(self) -> "EventQuerySet":
+        """Event order (DESIGN.md section 4) in SQL, from the same rank table as the Python
+        ``contract.events.order_key``: ts, seq (missing = 0), type rank, attempt, event_id
+        compared by code point (the "C" collation on PostgreSQL, SQLite's BINARY)."""
+        rank = Case(
+            *(When(type=name, then=Value(r)) for name, r in TYPE_RANK.items()),
+            default=Value(OTHER_TYPE_RANK),
+            output_field=IntegerField(),
+        )
+        by_code_point = "C" if connection.vendor == "postgresql" else "BINARY"
+        return self.order_by(
+            "ts",
+            Coalesce("seq", Value(0)).asc(),
+            rank.asc(),
+            "attempt",
+            Collate("event_id", by_code_point).asc(),
+        )
+
+
 class Event(models.Model):
     """One event as received (after redaction). Append-only: nothing updates these rows."""
 
@@ -70,6 +104,8 @@ class Event(models.Model):
     payload = models.JSONField(default=dict)
     received_at = models.DateTimeField(default=timezone.now)
     token = models.ForeignKey(IngestToken, null=True, blank=True, on_delete=models.SET_NULL)
+
+    objects = EventQuerySet.as_manager()
 
     class Meta:
         constraints = [
@@ -84,6 +120,53 @@ class Event(models.Model):
 
     def __str__(self):
         return f"{self.job_id}/{self.event_id} {self.type}"
+
+    def as_contract_dict(self) -> dict:
+        """The event as the event contract writes it (DESIGN.md section 3), for export and the
+        raw-event view."""
+        return {
+            "type": self.type,
+            "job_id": self.job_id,
+            "event_id": self.event_id,
+            "ts": self.ts.isoformat().replace("+00:00", "Z"),
+            "seq": self.seq,
+            "payload": self.payload,
+        }
+
+
+def stalled_condition(now: datetime) -> Q:
+    """The stall rule (DESIGN.md section 4): a job in a status that still expects events that has
+    received none for TRACEVIZ_STALL_AFTER. ``Job.is_stalled_at`` is the same rule for a row
+    in hand; nothing else decides it."""
+    return Q(
+        status__in=sorted(STALLABLE_STATUSES),
+        last_received_at__lt=now - settings.TRACEVIZ_STALL_AFTER,
+    )
+
+
+class JobQuerySet(models.QuerySet):
+    def stalled(self, now: datetime | None = None) -> "JobQuerySet":
+        return self.filter(stalled_condition(now or timezone.now()))
+
+    def findings_by_kind(self) -> list[tuple[str, int]]:
+        """(kind, count) over these jobs' contract findings: one aggregate over the jobs table,
+        unnesting the findings JSON array with the database's own function."""
+        table = connection.ops.quote_name(self.model._meta.db_table)
+        if connection.vendor == "postgresql":
+            sql = (
+                f"SELECT f->>'kind', count(*) FROM {table}, "
+                f"jsonb_array_elements({table}.findings) f "
+                f"WHERE {table}.findings <> '[]'::jsonb GROUP BY 1 ORDER BY 1"
+            )
+        else:
+            sql = (
+                f"SELECT json_extract(f.value, '$.kind'), count(*) FROM {table}, "
+                f"json_each({table}.findings) f WHERE {table}.findings <> '[]' "
+                "GROUP BY 1 ORDER BY 1"
+            )
+        with connection.cursor() as cursor:
+            cursor.execute(sql)
+            return [(kind or "unknown", count) for kind, count in cursor.fetchall()]
 
 
 class Job(models.Model):
@@ -131,6 +214,8 @@ class Job(models.Model):
     # Tiny per-step summary for the list's segment strip: [[segment, stale], ...] in order.
     segment_strip = models.JSONField(default=list, blank=True)
 
+    objects = JobQuerySet.as_manager()
+
     class Meta:
         indexes = [
             # Jobs list: newest first, optionally by status (the default "needs attention" view).
@@ -147,12 +232,44 @@ class Job(models.Model):
     def __str__(self):
         return self.job_id
 
+    def is_stalled_at(self, now: datetime) -> bool:
+        """``stalled_condition`` for this row."""
+        return (
+            self.status in STALLABLE_STATUSES
+            and self.last_received_at < now - settings.TRACEVIZ_STALL_AFTER
+        )
+
     @property
     def is_stalled(self) -> bool:
-        return (
-            self.status in failures.STALLABLE_STATUSES
-            and timezone.now() - self.last_received_at > settings.TRACEVIZ_STALL_AFTER
-        )
+        return self.is_stalled_at(timezone.now())
+
+
+class ReasonMatches(Func):
+    """``to_tsvector(config, reason) @@ websearch_to_tsquery(config, query)``: served by the
+    GIN index migration 0007 creates on the same expression (PostgreSQL only)."""
+
+    output_field = BooleanField()
+    template = (
+        f"to_tsvector('{SEARCH_CONFIG}'::regconfig, %(expressions)s) @@ "
+        f"websearch_to_tsquery('{SEARCH_CONFIG}'::regconfig, %(query)s)"
+    )
+
+    def __init__(self, field: str, query: str):
+        super().__init__(F(field))
+        self.query = query
+
+    def as_sql(self, compiler, connection, **extra_context):
+        sql, params = super().as_sql(compiler, connection, query="%s", **extra_context)
+        return sql, (*params, self.query)
+
+
+class StepQuerySet(models.QuerySet):
+    def reason_matches(self, text: str) -> "StepQuerySet":
+        """Steps whose reason matches ``text``: full-text search (GIN index) on PostgreSQL, a
+        case-insensitive substring elsewhere."""
+        if connection.vendor == "postgresql":
+            return self.filter(ReasonMatches("reason", text))
+        return self.filter(reason__icontains=text)
 
 
 class Step(models.Model):
@@ -189,6 +306,8 @@ class Step(models.Model):
     extra = models.JSONField(default=dict, blank=True)
     started_event_id = models.CharField(max_length=200, blank=True)
     finished_event_id = models.CharField(max_length=200, blank=True)
+
+    objects = StepQuerySet.as_manager()
 
     class Meta:
         constraints = [
@@ -426,7 +545,7 @@ class Counter(models.Model):
 
     class Meta:
         constraints = [
-            # The upsert target of metrics.increment (INSERT ... ON CONFLICT DO UPDATE).
+            # The upsert target of counters.increment (INSERT ... ON CONFLICT DO UPDATE).
             models.UniqueConstraint(fields=["name", "labels"], name="counter_series"),
         ]
 
@@ -493,12 +612,28 @@ class DashboardRollup(models.Model):
         return f"{self.hour:%Y-%m-%d %H:00} {self.kind} {self.dimension}"
 
 
+def hour_floor(value: datetime) -> datetime:
+    """The UTC hour ``value`` lies in."""
+    return value.astimezone(UTC).replace(minute=0, second=0, microsecond=0)
+
+
+class DirtyHourQuerySet(models.QuerySet):
+    def mark(self, started: Iterable[datetime | None]) -> None:
+        """Record that the jobs started at these times changed (one INSERT; None is skipped):
+        the rollup recomputes those hours later."""
+        hours = sorted({hour_floor(value) for value in started if value is not None})
+        if hours:
+            self.bulk_create([self.model(hour=hour) for hour in hours])
+
+
 class DashboardDirtyHour(models.Model):
     """An hour of job start whose rollup rows may be stale. project_jobs appends one row per
     start hour it touched (append-only: concurrent batches never conflict or wait on each
     other); jobs.rollup.refresh deletes the rows it saw and recomputes their hours."""
 
     hour = models.DateTimeField()
+
+    objects = DirtyHourQuerySet.as_manager()
 
     class Meta:
         indexes = [

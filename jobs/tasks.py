@@ -1,6 +1,7 @@
 """Celery tasks: side effects only (DESIGN.md section 2). Each takes ids or nothing, re-fetches
 what it needs, returns quietly when a row is gone, and works in bounded batches; the logic lives
-in ``notify``, ``escalations`` and ``retention`` so it is tested without a worker.
+in the packages below (escalations, ingest, dashboard) so it is tested without a worker.
+Nothing imports this module but the app config and Celery: the domain enqueues by task name.
 
 Without CELERY_BROKER_URL the tasks run eagerly in-process; with it, run a worker and beat
 (``celery -A traceviz worker`` and ``celery -A traceviz beat``; the schedule is
@@ -10,38 +11,23 @@ CELERY_BEAT_SCHEDULE in settings).
 import logging
 
 from celery import shared_task
-from celery.contrib.django.task import DjangoTask
 from django.conf import settings
-from django.db import transaction
 from django.utils import timezone
 
-from jobs.escalations import actions as escalations
-from jobs.escalations import outbox as notify
+from jobs.dashboard import rollup
+from jobs.escalations import alerts, outbox, stalls
 from jobs.ingest import retention
 
 logger = logging.getLogger(__name__)
 SWEEP_BATCH = 500
 
 
-class OutboxTask(DjangoTask):
-    def delay_on_commit(self, *args, **kwargs) -> None:
-        """As DjangoTask's, but robust: a broker that is down when the transaction commits
-        must not fail the request that wrote the outbox row; the sweep sends the row later."""
-
-        def enqueue() -> None:
-            # A named function, not functools.partial: Django logs a robust callback's failure
-            # by its __qualname__, which a partial lacks (that AttributeError became a 500).
-            self.delay(*args, **kwargs)
-
-        transaction.on_commit(enqueue, robust=True)
-
-
-@shared_task(base=OutboxTask, ignore_result=True)
+@shared_task(ignore_result=True)
 def deliver_notification(notification_id: int) -> str:
     """Deliver one outbox row. A failed attempt goes back to pending with its next time set by
     the backoff; with a broker the retry is scheduled for that time (the sweep is the safety
     net), eagerly it is left to the sweep so a failing webhook never blocks a request."""
-    outcome = notify.deliver(notification_id)
+    outcome = outbox.deliver(notification_id)
     if outcome.retry_at is not None and not deliver_notification.app.conf.task_always_eager:
         deliver_notification.apply_async((notification_id,), eta=outcome.retry_at)
     return outcome.status or "not claimed"
@@ -53,10 +39,10 @@ def sweep_outbox(batch_size: int = SWEEP_BATCH) -> int:
     enqueues, retries whose message was lost, rows whose worker died). Duplicate messages are
     harmless: only one delivery can claim a row. Returns how many were enqueued."""
     now = timezone.now()
-    abandoned = notify.fail_abandoned(now)
+    abandoned = outbox.fail_abandoned(now)
     if abandoned:
         logger.warning("outbox: %d notifications failed after their last worker died", abandoned)
-    due = notify.due_ids(now, batch_size)
+    due = outbox.due_ids(now, batch_size)
     for notification_id in due:
         deliver_notification.delay(notification_id)
     return len(due)
@@ -65,7 +51,7 @@ def sweep_outbox(batch_size: int = SWEEP_BATCH) -> int:
 @shared_task(ignore_result=True)
 def check_stalls() -> int:
     """Periodic: open or reopen ``stalled`` escalations. Returns how many."""
-    return escalations.check_stalls()
+    return stalls.check_stalls()
 
 
 @shared_task(ignore_result=True)
@@ -78,8 +64,6 @@ def apply_retention() -> dict:
 @shared_task(ignore_result=True)
 def evaluate_alerts() -> dict:
     """Periodic: evaluate alert rules (fire new episodes, resolve stopped ones)."""
-    from jobs.escalations import alerts
-
     outcome = alerts.evaluate()
     return {"fired": len(outcome.fired), "resolved": len(outcome.resolved)}
 
@@ -89,6 +73,4 @@ def refresh_dashboard_rollup() -> int:
     """Periodic: recompute the dashboard rollup's dirty hours, newest first, in bounded batches
     of one transaction each (the dashboard itself refreshes only a few per request). Returns how
     many hours."""
-    from jobs.dashboard import rollup
-
     return rollup.refresh_pending()

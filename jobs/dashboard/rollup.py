@@ -11,8 +11,8 @@ Reading a range [start, end) (``plan`` then ``cells``): its whole hours come fro
 partial hours at either end (one hour of jobs in all for a 24 h range) and whole hours still dirty
 are aggregated from the raw rows with the same SQL that fills the rollup.
 
-Freshness: ``project_jobs`` and retention call ``mark_dirty`` with the start hours of the jobs
-they rewrite or delete (old and new start): one INSERT of a row or two into DashboardDirtyHour in
+Freshness: ``project_jobs`` and retention call ``DashboardDirtyHour.objects.mark`` with the start
+hours of the jobs they rewrite or delete (old and new start): one INSERT of a row or two in
 their transaction, append-only, so concurrent batches never conflict or wait on each other.
 ``refresh`` deletes the marks of some hours, then recomputes those hours from the raw rows
 (DELETE + INSERT ... SELECT) in the same transaction. A mark it deletes was committed before its
@@ -42,7 +42,8 @@ from django.db.models import Exists, OuterRef, Q, Sum
 from django.db.models.functions import Trunc
 from django.utils import timezone
 
-from jobs.models import DashboardDirtyHour, DashboardRollup, Job, Step
+from jobs.ingest import database
+from jobs.models import DashboardDirtyHour, DashboardRollup, Job, Step, hour_floor
 
 Kind = DashboardRollup.Kind
 HOUR = timedelta(hours=1)
@@ -60,23 +61,12 @@ LOCK_KEYS = (0x747A76, 1)
 COLUMNS = ("hour", "kind", "provider", "model", "dimension", "status", "steps", "jobs", "histogram")
 
 
-def hour_floor(value: datetime) -> datetime:
-    return value.astimezone(UTC).replace(minute=0, second=0, microsecond=0)
-
-
 def hour_ceil(value: datetime) -> datetime:
     floor = hour_floor(value)
     return floor if floor == value else floor + HOUR
 
 
 # --- marking and refreshing -------------------------------------------------------------------
-
-
-def mark_dirty(started: Iterable[datetime | None]) -> None:
-    """Record that the jobs started at these times changed (one INSERT; None is skipped)."""
-    hours = sorted({hour_floor(value) for value in started if value is not None})
-    if hours:
-        DashboardDirtyHour.objects.bulk_create([DashboardDirtyHour(hour=hour) for hour in hours])
 
 
 def dirty_hours(since: datetime | None = None, until: datetime | None = None) -> list[datetime]:
@@ -171,22 +161,12 @@ def recompute(hours: Sequence[datetime]) -> bool:
 
 
 def _delete(hours: Sequence[datetime]) -> None:
-    """Delete the hours' marks, then their rows and their days' day rows (one statement on
-    PostgreSQL)."""
+    """Delete the hours' marks, then their rows and their days' day rows."""
     days = sorted({day_floor(hour) for hour in hours})
-    if connection.vendor != "postgresql":
-        DashboardDirtyHour.objects.filter(hour__in=hours).delete()
-        DashboardRollup.objects.filter(
-            Q(hour__in=hours) | Q(kind__in=DAY_KINDS, hour__in=days)
-        ).delete()
-        return
-    marks, rows = DashboardDirtyHour._meta.db_table, DashboardRollup._meta.db_table
-    with connection.cursor() as cursor:
-        cursor.execute(
-            f"WITH marks AS (DELETE FROM {marks} WHERE hour = ANY(%s)) "
-            f"DELETE FROM {rows} WHERE hour = ANY(%s) OR (kind = ANY(%s) AND hour = ANY(%s))",
-            [list(hours), list(hours), list(DAY_KINDS), days],
-        )
+    DashboardDirtyHour.objects.filter(hour__in=hours).delete()
+    DashboardRollup.objects.filter(
+        Q(hour__in=hours) | Q(kind__in=DAY_KINDS, hour__in=days)
+    ).delete()
 
 
 def rebuild() -> int:
@@ -202,12 +182,7 @@ def rebuild() -> int:
 
 
 def _lock(wait: bool) -> bool:
-    if connection.vendor != "postgresql":
-        return True
-    function = "pg_advisory_xact_lock" if wait else "pg_try_advisory_xact_lock"
-    with connection.cursor() as cursor:
-        cursor.execute(f"SELECT {function}(%s, %s)", LOCK_KEYS)
-        return wait or cursor.fetchone()[0]
+    return database.lock_pair(LOCK_KEYS, wait=wait)
 
 
 def _insert(ranges: list[tuple[datetime, datetime]] | None) -> None:
@@ -240,19 +215,10 @@ def _select(
 ) -> tuple[str, list]:
     """One SELECT (UNION ALL over kinds) of rollup rows, COLUMNS in order, for the jobs started
     in ``ranges`` (None: every job with a start)."""
-    postgres = connection.vendor == "postgresql"
     step, job = Step._meta.db_table, Job._meta.db_table
-    if postgres:
-        hour = "date_trunc('hour', j.started_at, 'UTC')"
-        no_histogram = "NULL::jsonb"
-        histogram = (
-            "jsonb_build_object('b', jsonb_agg(t.bucket ORDER BY t.bucket), "
-            "'n', jsonb_agg(t.n ORDER BY t.bucket))"
-        )
-    else:
-        hour = "strftime('%%Y-%%m-%%d %%H:00:00', j.started_at)"
-        no_histogram = "NULL"
-        histogram = "json_object('b', json_group_array(t.bucket), 'n', json_group_array(t.n))"
+    hour = database.sql_hour_of("j.started_at")
+    no_histogram = database.sql_json_null()
+    histogram = database.sql_histogram("t.bucket", "t.n")
     bucket = (
         "CAST(floor(ln(1 + CASE WHEN s.duration_ms > 0 THEN s.duration_ms ELSE 0 END)"
         f" * {SCALE}) AS INTEGER)"
@@ -261,8 +227,7 @@ def _select(
     if ranges is not None:
         span = "(j.started_at >= %s AND j.started_at < %s)"
         where.append("(" + " OR ".join([span] * len(ranges)) + ")")
-        adapt = connection.ops.adapt_datetimefield_value  # SQLite: Django's text format
-        where_params.extend(adapt(value) for pair in ranges for value in pair)
+        where_params.extend(database.adapt_datetime(value) for pair in ranges for value in pair)
     for name, value in (("provider", provider), ("model", model)):
         if value:
             where.append(f"j.{name} = %s")

@@ -5,25 +5,15 @@ and (for openings) the outbox notification together, whatever view, task or comm
 """
 
 from collections.abc import Iterable
-from dataclasses import dataclass
-from datetime import datetime, timedelta
 
-from django.conf import settings
-from django.db import transaction
-from django.db.models import Exists, OuterRef, Q
 from django.utils import timezone
 
-from jobs.escalations import outbox as notify
-from jobs.models import Escalation, EscalationEntry, Job, Notification, Step
-from jobs.replay import backoff, failures
-from jobs.replay.failures import ResultType, RunStatus
+from jobs.escalations import outbox
+from jobs.models import Escalation, EscalationEntry, Job, Notification
 from jobs.replay.walk import EscalationTrigger
 
 SYSTEM_ACTOR = "traceviz"
 Status = Escalation.Status
-STALLED = "stalled"
-STALL_BATCH = 200
-STALL_MAX_BATCHES = 50
 
 
 class ActionError(ValueError):
@@ -49,20 +39,6 @@ def _require(action: str, escalation: Escalation) -> None:
         raise ActionError(f"Escalation {escalation.pk} is {escalation.status}: cannot {action} it")
 
 
-@dataclass(frozen=True, slots=True)
-class ChainRun:
-    job_id: str
-    failed_at: datetime
-    trigger_event_id: str
-
-
-def repair_budget_overrun(runs: Iterable[ChainRun], budget: int) -> ChainRun | None:
-    """The failed:logic run of a retry_of chain whose failure, in event time, pushed the count
-    of such runs over ``budget``; None while the chain is within budget."""
-    ordered = sorted(runs, key=lambda run: (run.failed_at, run.job_id))
-    return ordered[budget] if len(ordered) > budget else None
-
-
 def _record(escalation, action, *, actor=None, from_status="", to_status="", note="") -> None:
     EscalationEntry.objects.create(
         escalation=escalation,
@@ -78,13 +54,11 @@ def _record(escalation, action, *, actor=None, from_status="", to_status="", not
 def _notify(escalation: Escalation, reason: str) -> None:
     """Outbox: one row per configured destination, written in the caller's transaction and
     delivered once it commits (the periodic sweep re-sends whatever that enqueue lost)."""
-    from jobs.tasks import deliver_notification  # tasks import this module
-
-    for channel in notify.configured_channels():
+    for channel in outbox.configured_channels():
         notification = Notification.objects.create(
             escalation=escalation, reason=reason, channel=channel
         )
-        deliver_notification.delay_on_commit(notification.pk)
+        outbox.deliver_after_commit(notification.pk)
 
 
 def _change_status(escalation, to_status, action, *, actor=None, note="", **fields) -> None:
@@ -244,175 +218,3 @@ def apply_action(action: str, escalation: Escalation, user, note: str = "") -> N
         reopen(escalation, user, note)
     else:
         raise ActionError(f"Unknown action {action!r}")
-
-
-# -- stalls ------------------------------------------------------------------------------------
-
-
-def duration_label(delta: timedelta) -> str:
-    """A short human duration: "45 s", "12 min", "3 h 5 min", "2 d 4 h"."""
-    seconds = max(int(delta.total_seconds()), 0)
-    if seconds < 60:
-        return f"{seconds} s"
-    minutes, _ = divmod(seconds, 60)
-    if minutes < 60:
-        return f"{minutes} min"
-    hours, minutes = divmod(minutes, 60)
-    if hours < 24:
-        return f"{hours} h {minutes} min" if minutes else f"{hours} h"
-    days, hours = divmod(hours, 24)
-    return f"{days} d {hours} h" if hours else f"{days} d"
-
-
-def latest_retryable_step(job: Job) -> Step | None:
-    """The attempt a paused:transient job is waiting to retry: the latest retryable failure
-    that is still its node's latest non-stale attempt (no later success or failure)."""
-    seen_nodes: set[str] = set()
-    steps = job.steps.filter(ignored_stale=False).order_by("-position")
-    for step in steps.only("node_id", "attempt", "result_type", "finished_at", "continue_on_error"):
-        if step.node_id in seen_nodes:
-            continue
-        seen_nodes.add(step.node_id)
-        retryable = step.result_type == ResultType.RETRYABLE_FAILURE
-        if retryable and step.finished_at and not step.continue_on_error:
-            return step
-    return None
-
-
-def stall_trigger(job: Job, now: datetime, waiting_step: Step | None = None) -> EscalationTrigger:
-    """The trigger of a stall episode. The episode is named by the job's last receive time, so
-    the same silence never triggers twice and a job that stalls again after new events does."""
-    silent = duration_label(now - job.last_received_at)
-    message = (
-        f"No event received for {silent} while {job.status} (last event received "
-        f"{job.last_received_at:%Y-%m-%d %H:%M:%S} UTC)."
-    )
-    if job.status == RunStatus.PAUSED_TRANSIENT and waiting_step is not None:
-        earliest, latest = backoff.retry_window(waiting_step.finished_at, waiting_step.attempt)
-        message += (
-            f" Node {waiting_step.node_id} attempt {waiting_step.attempt} failed retryably at "
-            f"{waiting_step.finished_at:%Y-%m-%d %H:%M:%S} UTC; by the source 003 backoff its "
-            f"next attempt was due between {earliest:%H:%M:%S} and {latest:%H:%M:%S} UTC and "
-            f"has not arrived."
-        )
-    return EscalationTrigger(
-        STALLED,
-        "",
-        "medium",
-        message,
-        f"stall:{job.last_received_at.isoformat()}",
-        job.last_received_at,
-    )
-
-
-def check_stalls(now: datetime | None = None, *, batch_size: int = STALL_BATCH) -> int:
-    """Open (or reopen) a ``stalled`` escalation on every job that received no event for
-    TRACEVIZ_STALL_AFTER while running, cancelling or paused:transient (DESIGN.md section 4).
-
-    Works in bounded batches, longest silence first, and skips in the query the jobs whose
-    current stall episode already opened or reopened their escalation. Returns how many
-    escalations it opened or reopened.
-    """
-    now = now or timezone.now()
-    seen_episode = Escalation.objects.filter(
-        job=OuterRef("pk"), kind=STALLED, node_id="", triggered_at=OuterRef("last_received_at")
-    )
-    stalled = (
-        Job.objects.filter(
-            status__in=failures.STALLABLE_STATUSES,
-            last_received_at__lt=now - settings.TRACEVIZ_STALL_AFTER,
-        )
-        .exclude(Exists(seen_episode))
-        .order_by("last_received_at", "pk")
-        .only("pk", "last_received_at")
-    )
-    changed = 0
-    page = stalled
-    for _ in range(STALL_MAX_BATCHES):
-        batch = list(page[:batch_size])
-        changed += sum(_apply_stall(job.pk, now) for job in batch)
-        if len(batch) < batch_size:
-            break
-        # Keyset: an escalation still open from an earlier episode only records the new one,
-        # so its job stays in the query; move past it rather than see it again.
-        last = batch[-1]
-        page = stalled.filter(
-            Q(last_received_at__gt=last.last_received_at)
-            | Q(last_received_at=last.last_received_at, pk__gt=last.pk)
-        )
-    return changed
-
-
-def _apply_stall(job_pk: int, now: datetime) -> int:
-    """Apply one job's stall trigger under its row lock (ingest writes the same row), after
-    checking it is still stalled. Returns 1 when this opened or reopened the escalation."""
-    with transaction.atomic():
-        job = Job.objects.select_for_update().filter(pk=job_pk).first()
-        if job is None or not (
-            job.status in failures.STALLABLE_STATUSES
-            and now - job.last_received_at > settings.TRACEVIZ_STALL_AFTER
-        ):
-            return 0
-        waiting = latest_retryable_step(job) if job.status == RunStatus.PAUSED_TRANSIENT else None
-        existing = (
-            Escalation.objects.select_for_update().filter(job=job, kind=STALLED, node_id="").first()
-        )
-        was_open = existing is not None and existing.status != Status.RESOLVED
-        escalation = apply_trigger(
-            stall_trigger(job, now, waiting), job=job, existing=existing, source="stall check"
-        )
-        return int(not was_open and escalation.status == Status.OPEN)
-
-
-def _retry_chain(job: Job) -> list[Job]:
-    """Every run linked to ``job`` through retry_of, in either direction."""
-    seen = {job.job_id: job}
-    frontier = [job]
-    while frontier:
-        ids = {j.retry_of for j in frontier if j.retry_of} | {j.job_id for j in frontier}
-        linked = Job.objects.filter(job_id__in=ids) | Job.objects.filter(retry_of__in=ids)
-        frontier = [j for j in linked if j.job_id not in seen]
-        seen.update((j.job_id, j) for j in frontier)
-    return list(seen.values())
-
-
-def check_repair_budget(job: Job, current: dict) -> None:
-    """Open (or leave alone) the repair_budget_exhausted escalation of ``job``'s retry_of chain:
-    on the failed:logic run that pushed the chain over TRACEVIZ_REPAIR_BUDGET. ``current`` maps
-    (job pk, kind, node) to the escalations already loaded; it is updated in place."""
-    runs = [
-        ChainRun(run.job_id, run.failed_at, _failing_event_id(run))
-        for run in _retry_chain(job)
-        if run.status == RunStatus.FAILED_LOGIC and run.failed_at
-    ]
-    overrun = repair_budget_overrun(runs, settings.TRACEVIZ_REPAIR_BUDGET)
-    if overrun is None:
-        return
-    over_job = Job.objects.get(job_id=overrun.job_id)
-    trigger = EscalationTrigger(
-        "repair_budget_exhausted",
-        "",
-        "medium",
-        f"{len(runs)} runs failed with logic errors in this retry chain (budget "
-        f"{settings.TRACEVIZ_REPAIR_BUDGET}): auto-fix stops here",
-        overrun.trigger_event_id,
-        overrun.failed_at,
-    )
-    key = (over_job.pk, trigger.kind, "")
-    current[key] = apply_trigger(
-        trigger, job=over_job, existing=current.get(key) or _existing(over_job, trigger.kind)
-    )
-
-
-def _existing(job: Job, kind: str) -> Escalation | None:
-    return Escalation.objects.filter(job=job, kind=kind, node_id="").first()
-
-
-def _failing_event_id(job: Job) -> str:
-    step = (
-        job.steps.exclude(result_type__in=["", ResultType.SUCCESS])
-        .order_by("-finished_at", "-position")
-        .only("finished_event_id")
-        .first()
-    )
-    return step.finished_event_id if step else f"{job.job_id}:failed"

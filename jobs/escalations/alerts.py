@@ -19,7 +19,7 @@ from django.db.models.fields.json import KT
 from django.db.models.functions import Trunc
 from django.utils import timezone
 
-from jobs.escalations import actions as escalations
+from jobs.escalations import actions
 from jobs.models import AlertEpisode, AlertRule, Escalation, EscalationEntry, Event, Job, Step
 from jobs.replay.walk import EscalationTrigger
 
@@ -194,7 +194,7 @@ def _fire(rule: AlertRule, measurement: Measurement, now: datetime) -> AlertEpis
             existing = Escalation.objects.filter(
                 alert_rule=rule, kind="raised", node_id=measurement.subject
             ).first()
-            escalation = escalations.apply_trigger(
+            escalation = actions.apply_trigger(
                 trigger, job=None, existing=existing, source=f"alert: {rule.name}"
             )
             if escalation.alert_rule_id is None:
@@ -223,7 +223,7 @@ def _resolve(episodes: Iterable[AlertEpisode], now: datetime) -> list[AlertEpiso
                 # Support decides whether to resolve the escalation; the trail says why.
                 EscalationEntry.objects.create(
                     escalation=escalation,
-                    actor_name=escalations.SYSTEM_ACTOR,
+                    actor_name=actions.SYSTEM_ACTOR,
                     action="alert resolved",
                     from_status=escalation.status,
                     to_status=escalation.status,

@@ -17,8 +17,10 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
+from celery import current_app
 from django.conf import settings
 from django.core.mail import send_mail
+from django.db import transaction
 from django.db.models import F, Q
 from django.utils import timezone
 
@@ -27,6 +29,9 @@ from jobs.replay.backoff import backoff_seconds
 
 Status = Notification.Status
 Channel = Notification.Channel
+# The Celery task that delivers one row, enqueued by name: the domain never imports jobs.tasks
+# (tasks sit on top of every package; JobsConfig.ready registers them in every process).
+DELIVER_TASK = "jobs.tasks.deliver_notification"
 # A retry scheduled for exactly next_attempt_at may reach a worker whose clock is a little
 # behind the one that scheduled it; it still counts as due.
 CLAIM_SLACK = timedelta(seconds=2)
@@ -54,6 +59,19 @@ def configured_channels() -> list[str]:
     if settings.TRACEVIZ_ESCALATION_WEBHOOK_URL:
         channels.append(Channel.WEBHOOK)
     return channels
+
+
+def deliver_after_commit(notification_id: int) -> None:
+    """Enqueue the delivery of a row once the caller's transaction commits. Robust: a broker
+    that is down then must not fail the request that wrote the row; the periodic sweep sends
+    it later. Eager (no broker configured), the delivery runs right after the commit."""
+
+    def enqueue() -> None:
+        # A named function, not functools.partial: Django logs a robust callback's failure by
+        # its __qualname__, which a partial lacks (that AttributeError became a 500).
+        current_app.signature(DELIVER_TASK, args=(notification_id,)).delay()
+
+    transaction.on_commit(enqueue, robust=True)
 
 
 def claimable(now: datetime) -> Q:

@@ -1,31 +1,22 @@
-"""Prometheus metrics kept in the database (DESIGN.md section 6, source 001 metrics).
+"""Counters on the write path (DESIGN.md section 6, source 001 metrics): what ingest adds to the
+Prometheus counters kept in the database.
 
 Counters are rows of ``Counter`` incremented with ``INSERT ... ON CONFLICT DO UPDATE`` (one
 statement per batch), inside the ingest transaction, so every web process adds to the same number,
-a rolled-back batch counts nothing and restarts lose nothing. A scrape builds a fresh
-``CollectorRegistry`` from those rows and a few small aggregates (open escalations, contract
-findings, firing alerts); it never reads the event table.
+a rolled-back batch counts nothing and restarts lose nothing. ``dashboard.exposition`` reads them
+for a scrape.
 """
 
 import json
-import logging
 import re
-import time
 from collections import Counter as Tally
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
-from functools import wraps
-
-from django.db import DatabaseError, connection
-from django.db.models import Count
-from prometheus_client import CollectorRegistry, generate_latest
-from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily
 
 from jobs.contract import events
-from jobs.models import AlertEpisode, Counter, Escalation, Job
+from jobs.ingest import database
+from jobs.models import Counter
 from jobs.replay.failures import ResultType
-
-logger = logging.getLogger(__name__)
 
 PARSE_INVALID = "pdca_next_step_parse_invalid_total"
 DEGRADED = "pdca_next_step_degraded_total"
@@ -84,17 +75,7 @@ def increment(deltas: Mapping[tuple[str, str], float]) -> None:
 
     Runs in the caller's transaction: inside ``store_batch`` the counts commit with the events.
     """
-    rows = [(name, labels, value) for (name, labels), value in sorted(deltas.items()) if value]
-    if not rows:
-        return
-    table = connection.ops.quote_name(Counter._meta.db_table)
-    sql = (
-        f"INSERT INTO {table} (name, labels, value) VALUES "
-        + ", ".join(["(%s, %s, %s)"] * len(rows))
-        + f" ON CONFLICT (name, labels) DO UPDATE SET value = {table}.value + excluded.value"
-    )
-    with connection.cursor() as cursor:
-        cursor.execute(sql, [value for row in rows for value in row])
+    database.add_to_counters(Counter, deltas)
 
 
 def _label_value(value) -> str:
@@ -124,7 +105,7 @@ def record_batch(new_events: Iterable[events.Event]) -> None:
     increment(deltas)
 
 
-# --- ingest requests: rejections and latency -------------------------------------------------
+# --- ingest requests: rejections and latency -----------------------------------------------
 
 
 def rejection_field(path: str) -> str:
@@ -176,119 +157,3 @@ def latency_deltas(seconds: float) -> Tally:
     deltas[INGEST_LATENCY + "_bucket", labels_key(le=INF)] += 1
     deltas[INGEST_LATENCY + "_sum", labels_key()] += seconds
     return deltas
-
-
-def measure_ingest(view):
-    """Ingest view decorator: observes request latency and counts refused items and requests
-    (after the view's own transaction, in one upsert)."""
-
-    @wraps(view)
-    def wrapper(request, *args, **kwargs):
-        started = time.perf_counter()
-        response = view(request, *args, **kwargs)
-        deltas = latency_deltas(time.perf_counter() - started)
-        if response.status_code in (207,) or response.status_code >= 400:
-            try:
-                body = json.loads(response.content)
-            except ValueError:
-                body = {}
-            deltas.update(
-                rejection_deltas(response.status_code, body if isinstance(body, dict) else {})
-            )
-        try:
-            increment(deltas)
-        except DatabaseError:
-            # Metrics must never turn an ingest answer (already decided) into a 500.
-            logger.warning("ingest metrics not recorded", exc_info=True)
-        return response
-
-    return wrapper
-
-
-# --- scrape ----------------------------------------------------------------------------------
-
-
-class DatabaseCollector:
-    """Reads counter rows and current gauges; one instance per scrape."""
-
-    def collect(self):
-        rows = Counter.objects.values_list("name", "labels", "value").order_by("name", "labels")
-        by_name: dict[str, list[tuple[dict, float]]] = {}
-        for name, labels, value in rows:
-            by_name.setdefault(name, []).append((json.loads(labels or "{}"), value))
-        for name, spec in COUNTERS.items():
-            family = CounterMetricFamily(name, spec.documentation, labels=spec.label_names)
-            for labels, value in by_name.get(name, []):
-                family.add_metric([labels.get(label, "") for label in spec.label_names], value)
-            yield family
-        yield self._latency(by_name)
-        yield self._gauge(
-            "traceviz_escalations_open",
-            "Escalations not resolved, by kind.",
-            "kind",
-            Escalation.objects.exclude(status=Escalation.Status.RESOLVED)
-            .values_list("kind")
-            .annotate(n=Count("id"))
-            .order_by("kind"),
-        )
-        yield self._gauge(
-            "traceviz_contract_findings",
-            "Contract findings on stored jobs, by kind.",
-            "kind",
-            contract_findings_by_kind(),
-        )
-        yield self._gauge(
-            "traceviz_alerts_firing",
-            "Alert episodes firing, by rule.",
-            "rule",
-            AlertEpisode.objects.filter(resolved_at__isnull=True)
-            .values_list("rule__name")
-            .annotate(n=Count("id"))
-            .order_by("rule__name"),
-        )
-
-    @staticmethod
-    def _gauge(name, documentation, label, rows):
-        family = GaugeMetricFamily(name, documentation, labels=[label])
-        for value, count in rows:
-            family.add_metric([value], count)
-        return family
-
-    @staticmethod
-    def _latency(by_name):
-        buckets = {
-            labels.get("le"): value for labels, value in by_name.get(INGEST_LATENCY + "_bucket", [])
-        }
-        total = sum(value for _labels, value in by_name.get(INGEST_LATENCY + "_sum", []))
-        return HistogramMetricFamily(
-            INGEST_LATENCY,
-            "Ingest request latency (POST /api/v1/events), seconds.",
-            buckets=[(repr(b), buckets.get(repr(b), 0)) for b in LATENCY_BUCKETS]
-            + [(INF, buckets.get(INF, 0))],
-            sum_value=total,
-        )
-
-
-def contract_findings_by_kind() -> list[tuple[str, int]]:
-    """(kind, count) over every stored job's findings: one aggregate over the jobs table."""
-    table = connection.ops.quote_name(Job._meta.db_table)
-    if connection.vendor == "postgresql":
-        sql = (
-            f"SELECT f->>'kind', count(*) FROM {table}, jsonb_array_elements({table}.findings) f "
-            f"WHERE {table}.findings <> '[]'::jsonb GROUP BY 1 ORDER BY 1"
-        )
-    else:
-        sql = (
-            f"SELECT json_extract(f.value, '$.kind'), count(*) FROM {table}, "
-            f"json_each({table}.findings) f WHERE {table}.findings <> '[]' GROUP BY 1 ORDER BY 1"
-        )
-    with connection.cursor() as cursor:
-        cursor.execute(sql)
-        return [(kind or "unknown", count) for kind, count in cursor.fetchall()]
-
-
-def exposition() -> bytes:
-    """The Prometheus text exposition of every metric, built from database rows."""
-    registry = CollectorRegistry(auto_describe=False)
-    registry.register(DatabaseCollector())
-    return generate_latest(registry)

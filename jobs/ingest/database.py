@@ -1,16 +1,23 @@
-"""Bulk writes for ingest: PostgreSQL COPY where it is available, multi-row statements elsewhere.
+"""Everything that differs between PostgreSQL and SQLite, in one module (DESIGN.md section 1):
+bulk writes (COPY and upserts), advisory locks, and the SQL fragments whose spelling differs.
+Nothing else in traceviz branches on the database vendor, except QuerySet methods of
+``jobs.models``.
 
-COPY moves rows without building statements with thousands of placeholders, and a staged
+Bulk writes: PostgreSQL COPY where it is available, multi-row statements elsewhere. COPY moves
+rows without building statements with thousands of placeholders, and a staged
 ``INSERT ... ON CONFLICT`` replaces Django's ``bulk_update`` (a CASE expression per column and
 row), which dominated ingest time for jobs whose events arrive over several batches (see
 bench/README.md). Both paths write the same rows.
 """
 
 import json
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
+from datetime import datetime
 
 import orjson
 from django.db import connection, models
+
+POSTGRES = "postgresql"
 
 # SQLite allows 32,766 bound variables per statement: rows of up to ~60 columns fit 500 at once.
 SQLITE_ROWS_PER_STATEMENT = 500
@@ -31,7 +38,7 @@ def _fields(model: type[models.Model]) -> list[models.Field]:
 def _values(fields: Sequence[models.Field], rows: Iterable[dict]) -> list[list]:
     """Row dicts (by attname; missing fields take their default) as database values."""
     defaults = {f.attname: f.get_default() for f in fields}
-    if connection.vendor == "postgresql":
+    if connection.vendor == POSTGRES:
         adapt = [json_text if isinstance(f, models.JSONField) else None for f in fields]
         return [
             [
@@ -68,7 +75,7 @@ def _insert_returning(table: str, columns: str, rows: Sequence[Sequence], tail: 
     """``INSERT ... <tail>`` of ``rows``, returning what ``tail``'s RETURNING names."""
     out: list[tuple] = []
     with connection.cursor() as cursor:
-        if connection.vendor == "postgresql":
+        if connection.vendor == POSTGRES:
             stage = _stage(cursor, table, columns, rows)
             cursor.execute(f"INSERT INTO {table} ({columns}) SELECT {columns} FROM {stage} {tail}")
             return list(map(tuple, cursor.fetchall()))
@@ -95,7 +102,7 @@ def insert_rows(model: type[models.Model], rows: Sequence[dict]) -> None:
     if not rows:
         return
     fields = _fields(model)
-    if connection.vendor != "postgresql":
+    if connection.vendor != POSTGRES:
         model.objects.bulk_create([model(**row) for row in rows], batch_size=500)
         return
     table, columns = _names(model, fields)
@@ -124,17 +131,21 @@ def upsert_rows(model: type[models.Model], rows: Sequence[dict], unique: str) ->
 
 
 def insert_new_events(
-    table: str, columns: Sequence[str], rows: Iterable[tuple], key_columns=("job_id", "event_id")
+    model: type[models.Model],
+    columns: Sequence[str],
+    rows: Iterable[tuple],
+    key_columns=("job_id", "event_id"),
 ) -> set[tuple]:
     """Insert event rows unless (job_id, event_id) is stored already; returns the new keys.
 
     ``rows`` hold database values in ``columns`` order, the key columns first and the payload as
-    JSON text. The caller must hold the batch's per-job locks (``ingest._lock_jobs``): on
+    JSON text. The caller must hold the batch's per-job locks (``locks.lock_jobs``): on
     PostgreSQL the stored keys are read first and the new rows COPYed straight in, which is only
     safe while nobody else can insert events of these jobs.
     """
+    table = connection.ops.quote_name(model._meta.db_table)
     rows = list(rows)
-    if connection.vendor != "postgresql":
+    if connection.vendor != POSTGRES:
         keys = ", ".join(key_columns)
         tail = f"ON CONFLICT ({keys}) DO NOTHING RETURNING {keys}"
         return set(_insert_returning(table, ", ".join(columns), rows, tail))
@@ -154,3 +165,90 @@ def insert_new_events(
             for row in new_rows:
                 copy.write_row(row)
     return new_keys
+
+
+def adapt_datetime(value: datetime):
+    """A datetime as the database driver takes it in a raw statement."""
+    return connection.ops.adapt_datetimefield_value(value)
+
+
+def add_to_counters(model: type[models.Model], deltas: Mapping[tuple[str, str], float]) -> None:
+    """Add each delta to its (name, labels) row of ``model`` (a counter table with a unique
+    (name, labels) constraint) in one upsert statement, in the caller's transaction."""
+    rows = [(name, labels, value) for (name, labels), value in sorted(deltas.items()) if value]
+    if not rows:
+        return
+    table = connection.ops.quote_name(model._meta.db_table)
+    sql = (
+        f"INSERT INTO {table} (name, labels, value) VALUES "
+        + ", ".join(["(%s, %s, %s)"] * len(rows))
+        + f" ON CONFLICT (name, labels) DO UPDATE SET value = {table}.value + excluded.value"
+    )
+    with connection.cursor() as cursor:
+        cursor.execute(sql, [value for row in rows for value in row])
+
+
+def count_in_window(model: type[models.Model], key: str, window_start: datetime) -> int:
+    """Add one to ``key``'s count in the window starting at ``window_start`` (a rate-counter
+    table unique on (key, window_start)); returns the new count. One statement, so concurrent
+    web processes never lose a count."""
+    table = connection.ops.quote_name(model._meta.db_table)
+    with connection.cursor() as cursor:
+        cursor.execute(
+            f"INSERT INTO {table} (key, window_start, count) VALUES (%s, %s, 1) "
+            "ON CONFLICT (key, window_start) DO UPDATE SET count = "
+            f"{table}.count + 1 RETURNING count",
+            [key, adapt_datetime(window_start)],
+        )
+        (count,) = cursor.fetchone()
+    return count
+
+
+# --- advisory locks --------------------------------------------------------------------------
+
+
+def lock_keys(keys: Sequence[int]) -> None:
+    """Take transaction-level advisory locks on ``keys`` (sorted by the caller, so two callers
+    never deadlock). SQLite serialises writers by itself: nothing to do there."""
+    if connection.vendor != POSTGRES or not keys:
+        return
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT pg_advisory_xact_lock(k) FROM unnest(%s::bigint[]) AS k ORDER BY k", [keys]
+        )
+
+
+def lock_pair(keys: tuple[int, int], *, wait: bool) -> bool:
+    """A transaction-level advisory lock in the two-key space (apart from the per-job keys).
+    With ``wait`` False, returns at once: True when taken, False when someone else holds it.
+    Always True on SQLite."""
+    if connection.vendor != POSTGRES:
+        return True
+    function = "pg_advisory_xact_lock" if wait else "pg_try_advisory_xact_lock"
+    with connection.cursor() as cursor:
+        cursor.execute(f"SELECT {function}(%s, %s)", keys)
+        return wait or cursor.fetchone()[0]
+
+
+# --- SQL fragments ---------------------------------------------------------------------------
+
+
+def sql_hour_of(column: str) -> str:
+    """An expression truncating a timestamp column to its UTC hour."""
+    if connection.vendor == POSTGRES:
+        return f"date_trunc('hour', {column}, 'UTC')"
+    return f"strftime('%%Y-%%m-%%d %%H:00:00', {column})"
+
+
+def sql_json_null() -> str:
+    return "NULL::jsonb" if connection.vendor == POSTGRES else "NULL"
+
+
+def sql_histogram(bucket: str, count: str) -> str:
+    """An aggregate building ``{"b": [bucket, ...], "n": [count, ...]}`` ordered by bucket."""
+    if connection.vendor == POSTGRES:
+        return (
+            f"jsonb_build_object('b', jsonb_agg({bucket} ORDER BY {bucket}), "
+            f"'n', jsonb_agg({count} ORDER BY {bucket}))"
+        )
+    return f"json_object('b', json_group_array({bucket}), 'n', json_group_array({count}))"

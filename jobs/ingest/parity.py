@@ -1,5 +1,5 @@
 """Replay parity (DESIGN.md section 2): a job's stored Job, Step and Escalation rows against
-``replay.build`` over its stored events.
+``walk.build`` over its stored events.
 
 Used by the load and fault benchmarks after a run and by tests. The expected rows come from the
 same row builders the projection writes with, so a difference means the rows are stale or were
@@ -13,10 +13,10 @@ from dataclasses import dataclass
 
 from django.core.serializers.json import DjangoJSONEncoder
 
-from jobs.escalations import actions as escalations
-from jobs.ingest import store as ingest
+from jobs.escalations import actions
+from jobs.ingest import projection
 from jobs.models import Job
-from jobs.replay import walk as replay
+from jobs.replay import walk
 
 # Not a function of the events: when the latest batch arrived (the stall clock).
 JOB_FIELDS_NOT_REPLAYED = frozenset({"last_received_at"})
@@ -52,13 +52,13 @@ def _same(stored: object, replayed: object) -> bool:
 def differences(job_id: str) -> list[Difference]:
     """Every difference between ``job_id``'s rows and a replay of its stored events; empty when
     they agree. A job with events but no Job row (or a row but no events) is one difference."""
-    events = ingest.load_events([job_id])[job_id]
+    events = projection.load_events([job_id])[job_id]
     job = Job.objects.filter(job_id=job_id).first()
     if job is None or not events:
         return [Difference(job_id, "job", "(row)", job is not None, bool(events))]
-    state = replay.build(events, ingest.replay_config())
+    state = walk.build(events, projection.replay_config())
     found = []
-    expected_job = ingest._job_row(state, job, None)
+    expected_job = projection.job_row(state, job, None)
     for name, value in expected_job.items():
         if name in JOB_FIELDS_NOT_REPLAYED:
             continue
@@ -75,14 +75,14 @@ def differences(job_id: str) -> list[Difference]:
             )
             continue
         row = stored_steps[key]
-        for name, value in ingest._step_row(replayed_steps[key], job.pk).items():
+        for name, value in projection.step_row(replayed_steps[key], job.pk).items():
             if name != "job_id" and not _same(getattr(row, name), value):
                 found.append(Difference(job_id, where, name, getattr(row, name), value))
     found.extend(_escalation_differences(job, state))
     return found
 
 
-def _escalation_differences(job: Job, state: replay.JobState) -> list[Difference]:
+def _escalation_differences(job: Job, state: walk.JobState) -> list[Difference]:
     """Every (kind, node) replay triggers has a row, and no untouched open state-kind row is left
     that replay no longer triggers (rows people acted on stay by design)."""
     rows = list(job.escalations.prefetch_related("entries"))
@@ -91,7 +91,7 @@ def _escalation_differences(job: Job, state: replay.JobState) -> list[Difference
     leftover = {
         (esc.kind, esc.node_id)
         for esc in rows
-        if esc.kind in escalations.STATE_KINDS
+        if esc.kind in actions.STATE_KINDS
         and esc.status == esc.Status.OPEN
         and (esc.kind, esc.node_id) not in triggered
         and not any(entry.actor_id for entry in esc.entries.all())

@@ -18,9 +18,8 @@ from django.db import transaction
 from django.db.models import Exists, OuterRef
 from django.utils import timezone
 
-from jobs.dashboard import rollup
-from jobs.ingest import store as ingest
-from jobs.models import Escalation, Event, Job
+from jobs.ingest.locks import lock_jobs
+from jobs.models import DashboardDirtyHour, Escalation, Event, Job
 
 JOB_BATCH = 100
 EVENT_BATCH = 5000
@@ -64,11 +63,11 @@ def apply_retention(
         with transaction.atomic():
             # Ingest's per-job locks: an event arriving now either lands before this (and the
             # job no longer expires) or after (and starts the job afresh).
-            ingest._lock_jobs(candidates)
+            lock_jobs(candidates)
             job_ids = list(expired.filter(job_id__in=candidates).values_list("job_id", flat=True))
             result.events += _delete_events(job_ids, event_batch)
             doomed = Job.objects.filter(job_id__in=job_ids)
-            rollup.mark_dirty(doomed.values_list("started_at", flat=True))
+            DashboardDirtyHour.objects.mark(doomed.values_list("started_at", flat=True))
             doomed.delete()
         result.jobs += len(job_ids)
     old_resolved = Escalation.objects.filter(

@@ -1,6 +1,6 @@
 """Full-text search on step reasons (jobs list "search reasons"): a GIN index on PostgreSQL only.
 
-The expression must match ``jobs.web.filters.ReasonMatches`` exactly for the planner to use it.
+The expression must match ``jobs.models.ReasonMatches`` exactly for the planner to use it.
 SQLite has no GIN and the list falls back to icontains there, so the migration does nothing.
 """
 

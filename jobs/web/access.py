@@ -1,37 +1,57 @@
-"""Who may do what (DESIGN.md section 8). Groups are created by a data migration."""
+"""Who may do what (DESIGN.md section 8), decided here and nowhere else.
 
+A user's roles are the groups of ``models.Role`` they belong to (migration 0002 creates them);
+staff hold every role. They are looked up once per request and cached on the user object, so
+a page that asks several questions costs one query. Views get the objects they show through
+``get_job_for_user`` and ``get_escalation_for_user``, which decide what the user may see and
+act on; views with no object use ``role_required``.
+"""
+
+from collections.abc import Callable
 from functools import wraps
 
 from django.contrib.auth.decorators import login_required
 from django.core.exceptions import PermissionDenied
+from django.db.models import QuerySet
+from django.shortcuts import get_object_or_404
 
-OPERATOR, SUPPORT, ENGINEER = "operator", "support", "engineer"
-ROLES = (OPERATOR, SUPPORT, ENGINEER)
+from jobs.models import Escalation, Job, Role
+
+EVERY_ROLE = frozenset(Role.values)
+ROLES_CACHE = "_traceviz_roles"
 
 
-def _in_group(user, *names: str) -> bool:
+def roles_of(user) -> frozenset[str]:
+    """The roles ``user`` holds: empty when anonymous, all of them for staff."""
     if not user.is_authenticated:
-        return False
-    if user.is_staff or user.is_superuser:
-        return True
-    return user.groups.filter(name__in=names).exists()
+        return frozenset()
+    cached = getattr(user, ROLES_CACHE, None)
+    if cached is None:
+        if user.is_staff or user.is_superuser:
+            cached = EVERY_ROLE
+        else:
+            cached = frozenset(
+                user.groups.filter(name__in=EVERY_ROLE).values_list("name", flat=True)
+            )
+        setattr(user, ROLES_CACHE, cached)
+    return cached
 
 
 def can_view(user) -> bool:
     """Jobs list, job pages, dashboard, escalations (read): every role."""
-    return _in_group(user, *ROLES)
+    return bool(roles_of(user))
 
 
 def can_act_on_escalations(user) -> bool:
-    return _in_group(user, SUPPORT)
+    return Role.SUPPORT in roles_of(user)
 
 
 def can_see_raw_events(user) -> bool:
     """Raw events and export."""
-    return _in_group(user, ENGINEER)
+    return Role.ENGINEER in roles_of(user)
 
 
-def role_required(check):
+def role_required(check: Callable[[object], bool]):
     """Login required (302 to login), then ``check(user)`` or 403."""
 
     def decorator(view):
@@ -45,3 +65,27 @@ def role_required(check):
         return wrapper
 
     return decorator
+
+
+def get_job_for_user(
+    request, job_id: str, *, need: Callable[[object], bool] = can_view, jobs: QuerySet | None = None
+) -> Job:
+    """The job ``job_id`` if the user may see it: PermissionDenied (403) without the role
+    ``need`` asks for, 404 when there is no such job. Callers wrap the view in
+    ``login_required`` so an anonymous user is sent to the login page first."""
+    if not need(request.user):
+        raise PermissionDenied
+    return get_object_or_404(Job.objects.all() if jobs is None else jobs, job_id=job_id)
+
+
+def get_escalation_for_user(request, escalation_id: int, *, for_action: bool = False) -> Escalation:
+    """The escalation or 404. Reading needs a role; ``for_action`` needs support (or staff),
+    else PermissionDenied, and locks the row for the rest of the caller's transaction."""
+    if not can_view(request.user):
+        raise PermissionDenied
+    escalations = Escalation.objects.select_related("job", "assignee")
+    if for_action:
+        if not can_act_on_escalations(request.user):
+            raise PermissionDenied
+        escalations = escalations.select_for_update(of=("self",))
+    return get_object_or_404(escalations, pk=escalation_id)

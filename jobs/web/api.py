@@ -13,8 +13,7 @@ from django.views.decorators.csrf import csrf_exempt
 from django.views.decorators.http import require_GET, require_POST
 
 from jobs.contract import bodies
-from jobs.ingest import counters as metrics
-from jobs.ingest import store as ingest
+from jobs.ingest import store
 from jobs.models import Job
 from jobs.replay.failures import RunStatus
 from jobs.web.decorators import (
@@ -22,6 +21,7 @@ from jobs.web.decorators import (
     database_unavailable_is_503,
     ingest_token_required,
     json_error,
+    measure_ingest,
     token_or_login_required,
     token_rate_limited,
 )
@@ -47,7 +47,7 @@ def read_body(request, limit: int) -> bytes:
 
 @csrf_exempt
 @require_POST
-@metrics.measure_ingest
+@measure_ingest
 @database_unavailable_is_503
 @ingest_token_required
 @token_rate_limited
@@ -61,7 +61,7 @@ def ingest_events(request):
         batch = bodies.parse_body(body, request.content_type, settings.TRACEVIZ_MAX_BATCH_EVENTS)
     except bodies.BodyError as error:
         return json_error(error.status, error.message)
-    result = ingest.store_batch(batch, token=request.ingest_token)
+    result = store.store_batch(batch, token=request.ingest_token)
     return JsonResponse(result.as_dict(), status=result.http_status)
 
 

@@ -1,14 +1,19 @@
-"""View decorators for the JSON API: bearer tokens, sessions, and database outages."""
+"""View decorators for the JSON API: bearer tokens, sessions, database outages, ingest metrics."""
 
+import json
+import logging
+import time
 from functools import wraps
 
 from django.conf import settings
-from django.db import InterfaceError, OperationalError
+from django.db import DatabaseError, InterfaceError, OperationalError
 from django.http import JsonResponse
 
+from jobs.ingest import counters
 from jobs.models import IngestToken
 from jobs.web import ratelimit
 
+logger = logging.getLogger(__name__)
 RETRY_AFTER_SECONDS = "5"
 
 
@@ -90,5 +95,34 @@ def token_rate_limited(view):
             response["Retry-After"] = str(retry_after)
             return response
         return view(request, *args, **kwargs)
+
+    return wrapper
+
+
+def measure_ingest(view):
+    """Ingest view decorator: observes request latency and counts refused items and requests
+    (after the view's own transaction, in one upsert)."""
+
+    @wraps(view)
+    def wrapper(request, *args, **kwargs):
+        started = time.perf_counter()
+        response = view(request, *args, **kwargs)
+        deltas = counters.latency_deltas(time.perf_counter() - started)
+        if response.status_code in (207,) or response.status_code >= 400:
+            try:
+                body = json.loads(response.content)
+            except ValueError:
+                body = {}
+            deltas.update(
+                counters.rejection_deltas(
+                    response.status_code, body if isinstance(body, dict) else {}
+                )
+            )
+        try:
+            counters.increment(deltas)
+        except DatabaseError:
+            # Metrics must never turn an ingest answer (already decided) into a 500.
+            logger.warning("ingest metrics not recorded", exc_info=True)
+        return response
 
     return wrapper

@@ -14,24 +14,24 @@ from datetime import datetime, timedelta
 from django import forms
 from django.conf import settings
 from django.contrib.auth import get_user_model
-from django.core.exceptions import PermissionDenied
 from django.core.paginator import Paginator
 from django.db import transaction
 from django.db.models import Case, Count, IntegerField, OuterRef, Q, Subquery, Value, When
 from django.http import Http404, HttpResponseRedirect, QueryDict
-from django.shortcuts import get_object_or_404, render
+from django.shortcuts import render
 from django.urls import reverse
 from django.utils import timezone
 from django.utils.http import url_has_allowed_host_and_scheme
 from django.views.decorators.http import require_GET, require_POST
 from django.views.decorators.vary import vary_on_headers
 
-from jobs.escalations import actions as escalations
-from jobs.models import Escalation, Job, Step
+from jobs.escalations import actions, stalls
+from jobs.models import Escalation, Job, Role, Step
 from jobs.replay import backoff
 from jobs.replay.failures import RunStatus
 from jobs.web import access
-from jobs.web.job_page import in_display_time_zone, step_query
+from jobs.web.access import get_escalation_for_user
+from jobs.web.rendering import in_display_time_zone, step_query, wants_fragment
 
 Status = Escalation.Status
 PAGE_SIZE = 50
@@ -90,28 +90,11 @@ class EscalationFilterForm(forms.Form):
     since = forms.ChoiceField(choices=SINCE_LABELS, required=False, label="Opened")
 
 
-def _wants_fragment(request) -> bool:
-    return bool(request.htmx) and not request.htmx.history_restore_request
-
-
-def _get_escalation_for_user(request, escalation_id: int, *, for_action: bool = False):
-    """The escalation or 404. Reading needs a role; ``for_action`` needs support (or staff),
-    else PermissionDenied, and locks the row for the rest of the transaction."""
-    if not access.can_view(request.user):
-        raise PermissionDenied
-    escalations_qs = Escalation.objects.select_related("job", "assignee")
-    if for_action:
-        if not access.can_act_on_escalations(request.user):
-            raise PermissionDenied
-        escalations_qs = escalations_qs.select_for_update(of=("self",))
-    return get_object_or_404(escalations_qs, pk=escalation_id)
-
-
 def _support_users():
     """Who an escalation can be assigned to: the people who can act on it."""
     return (
         get_user_model()
-        .objects.filter(Q(is_staff=True) | Q(is_superuser=True) | Q(groups__name=access.SUPPORT))
+        .objects.filter(Q(is_staff=True) | Q(is_superuser=True) | Q(groups__name=Role.SUPPORT))
         .filter(is_active=True)
         .distinct()
         .order_by("username")
@@ -170,11 +153,11 @@ def _row(escalation: Escalation, user, can_act: bool, now: datetime) -> Escalati
         job_url=job_url,
         step_url=step_url,
         attempts=attempt,
-        age=escalations.duration_label(open_for) if unresolved else "",
+        age=stalls.duration_label(open_for) if unresolved else "",
         overdue=unresolved and open_for > settings.TRACEVIZ_ESCALATION_AGE_TARGET,
-        can_acknowledge=can_act and escalations.can_apply("acknowledge", escalation),
-        can_resolve=can_act and escalations.can_apply("resolve", escalation),
-        can_reopen=can_act and escalations.can_apply("reopen", escalation),
+        can_acknowledge=can_act and actions.can_apply("acknowledge", escalation),
+        can_resolve=can_act and actions.can_apply("resolve", escalation),
+        can_reopen=can_act and actions.can_apply("reopen", escalation),
         can_take=can_act and unresolved and escalation.assignee_id != user.pk,
     )
 
@@ -258,7 +241,7 @@ def _queue_context(request, query: QueryDict, now: datetime) -> dict:
         "assignee_names": support_names,
         "can_act": can_act,
         "bulk_actions": BULK_ACTIONS,
-        "age_target": escalations.duration_label(settings.TRACEVIZ_ESCALATION_AGE_TARGET),
+        "age_target": stalls.duration_label(settings.TRACEVIZ_ESCALATION_AGE_TARGET),
     }
 
 
@@ -270,7 +253,7 @@ def escalation_list(request):
     """GET /escalations/: the queue, filtered by the URL; open first, longest open first."""
     context = _queue_context(request, request.GET, timezone.now())
     template = "escalations/list.html"
-    if _wants_fragment(request):
+    if wants_fragment(request):
         template += "#escalation-queue"
     return render(request, template, context)
 
@@ -291,7 +274,7 @@ def _detail_context(request, escalation: Escalation, *, error: str = "", note: s
     job_url, step_url = job_links(job, escalation.node_id, attempt)
     retry_due = None
     if job is not None and job.status == RunStatus.PAUSED_TRANSIENT:
-        waiting = escalations.latest_retryable_step(job)
+        waiting = stalls.latest_retryable_step(job)
         if waiting is not None:
             earliest, latest = backoff.retry_window(waiting.finished_at, waiting.attempt)
             retry_due = {"step": waiting, "earliest": earliest, "latest": latest}
@@ -305,16 +288,16 @@ def _detail_context(request, escalation: Escalation, *, error: str = "", note: s
         "job_url": job_url,
         "step_url": step_url,
         "attempt": attempt,
-        "age": escalations.duration_label(now - escalation.opened_at) if unresolved else "",
+        "age": stalls.duration_label(now - escalation.opened_at) if unresolved else "",
         "overdue": unresolved
         and now - escalation.opened_at > settings.TRACEVIZ_ESCALATION_AGE_TARGET,
         "entries": list(escalation.entries.all()),
         "notifications": list(escalation.notifications.order_by("created_at", "pk")),
         "retry_due": retry_due,
         "can_act": can_act,
-        "can_acknowledge": can_act and escalations.can_apply("acknowledge", escalation),
-        "can_resolve": can_act and escalations.can_apply("resolve", escalation),
-        "can_reopen": can_act and escalations.can_apply("reopen", escalation),
+        "can_acknowledge": can_act and actions.can_apply("acknowledge", escalation),
+        "can_resolve": can_act and actions.can_apply("resolve", escalation),
+        "can_reopen": can_act and actions.can_apply("reopen", escalation),
         "support_users": list(_support_users()) if can_act else [],
         "error": error,
         "note": note,
@@ -327,9 +310,9 @@ def _detail_context(request, escalation: Escalation, *, error: str = "", note: s
 @in_display_time_zone
 def escalation_detail(request, escalation_id: int):
     """GET /escalations/<id>/: the escalation, its audit trail and its notifications."""
-    escalation = _get_escalation_for_user(request, escalation_id)
+    escalation = get_escalation_for_user(request, escalation_id)
     template = "escalations/detail.html"
-    if _wants_fragment(request):
+    if wants_fragment(request):
         template += "#escalation-detail"
     return render(request, template, _detail_context(request, escalation))
 
@@ -353,7 +336,7 @@ def _action_response(request, escalation: Escalation, *, error: str = "", note: 
                 "can_act": True,
                 "row_error": error,
                 "return_url": reverse("escalations"),
-                "age_target": escalations.duration_label(settings.TRACEVIZ_ESCALATION_AGE_TARGET),
+                "age_target": stalls.duration_label(settings.TRACEVIZ_ESCALATION_AGE_TARGET),
             }
             return render(request, "escalations/list.html#escalation-row", context)
         context = _detail_context(request, escalation, error=error, note=note)
@@ -373,14 +356,14 @@ def _action_response(request, escalation: Escalation, *, error: str = "", note: 
 @in_display_time_zone
 def escalation_transition(request, escalation_id: int, action: str):
     """POST /escalations/<id>/acknowledge|resolve|reopen/ (note: required to resolve)."""
-    if action not in escalations.ACTION_FROM:
+    if action not in actions.ACTION_FROM:
         raise Http404("no such action")
     note = request.POST.get("note", "")
     with transaction.atomic():
-        escalation = _get_escalation_for_user(request, escalation_id, for_action=True)
+        escalation = get_escalation_for_user(request, escalation_id, for_action=True)
         try:
-            escalations.apply_action(action, escalation, request.user, note)
-        except escalations.ActionError as error:
+            actions.apply_action(action, escalation, request.user, note)
+        except actions.ActionError as error:
             return _action_response(request, escalation, error=str(error), note=note)
     return _action_response(request, escalation)
 
@@ -393,7 +376,7 @@ def escalation_assign(request, escalation_id: int):
     """POST /escalations/<id>/assign/ with ``assignee``: "me", a user id, or "" to unassign."""
     raw = request.POST.get("assignee", "").strip()
     with transaction.atomic():
-        escalation = _get_escalation_for_user(request, escalation_id, for_action=True)
+        escalation = get_escalation_for_user(request, escalation_id, for_action=True)
         if raw == "me":
             assignee = request.user
         elif raw == "":
@@ -405,8 +388,8 @@ def escalation_assign(request, escalation_id: int):
                     request, escalation, error="Assign to someone in the support group"
                 )
         try:
-            escalations.assign(escalation, request.user, assignee)
-        except escalations.ActionError as error:
+            actions.assign(escalation, request.user, assignee)
+        except actions.ActionError as error:
             return _action_response(request, escalation, error=str(error))
     return _action_response(request, escalation)
 
@@ -433,8 +416,8 @@ def bulk_plan(action: str, selected: list[Escalation], note: str) -> tuple[list[
     items = [
         BulkItem(
             escalation,
-            escalations.can_apply(action, escalation),
-            "" if escalations.can_apply(action, escalation) else f"it is {escalation.status}",
+            actions.can_apply(action, escalation),
+            "" if actions.can_apply(action, escalation) else f"it is {escalation.status}",
         )
         for escalation in selected
     ]
@@ -468,14 +451,14 @@ def escalation_bulk(request):
         preview = {
             "action": action,
             "action_label": BULK_ACTIONS.get(action, ""),
-            "to_status": escalations.ACTION_TO.get(action, ""),
+            "to_status": actions.ACTION_TO.get(action, ""),
             "note": note,
             "changes": [item for item in items if item.applies],
             "unchanged": [item for item in items if not item.applies],
             "error": error,
             "query": return_query.urlencode(),
         }
-        if _wants_fragment(request):
+        if wants_fragment(request):
             return render(request, "escalations/list.html#bulk-preview", {"preview": preview})
         context = _queue_context(request, return_query, timezone.now())
         context["preview"] = preview
@@ -485,7 +468,7 @@ def escalation_bulk(request):
         items, error = bulk_plan(action, selected, note)
         changed = [item.escalation for item in items if item.applies] if not error else []
         for escalation in changed:
-            escalations.apply_action(action, escalation, request.user, note)
+            actions.apply_action(action, escalation, request.user, note)
     verb = "Acknowledged" if action == "acknowledge" else "Resolved"
     message = error or f"{verb} {len(changed)} escalation{'s' if len(changed) != 1 else ''}"
     if len(items) > len(changed) and not error:

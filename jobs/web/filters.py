@@ -6,43 +6,17 @@ import binascii
 from datetime import datetime
 
 from django import forms
-from django.conf import settings
-from django.db import connection
-from django.db.models import BooleanField, F, Func, Q, QuerySet
-from django.utils import timezone
+from django.db.models import Q, QuerySet
 
 from jobs.models import Job, Step
 from jobs.replay import failures
 from jobs.replay.failures import FailureCode, RunStatus
-
-# The configuration of the GIN index migration 0003 creates on jobs_step.reason: the query
-# below must use the same expression for PostgreSQL to use the index.
-SEARCH_CONFIG = "simple"
 
 SHOW_CHOICES = [("attention", "Needs attention"), ("all", "All jobs")]
 SEGMENT_CHOICES = [("", "any"), ("retryable", "has retryable"), ("failed", "has failed")]
 STATUS_CHOICES = [(s.value, s.value) for s in RunStatus]
 FAILURE_CODE_CHOICES = [("", "any")] + [(c.value, c.value) for c in FailureCode]
 ERROR_TYPE_CHOICES = [("", "any")] + [(t, t) for t in failures.RUN_STATUS_BY_ERROR_TYPE]
-
-
-class ReasonMatches(Func):
-    """``to_tsvector(config, reason) @@ websearch_to_tsquery(config, query)``: served by the
-    GIN index on the same expression (PostgreSQL only)."""
-
-    output_field = BooleanField()
-    template = (
-        f"to_tsvector('{SEARCH_CONFIG}'::regconfig, %(expressions)s) @@ "
-        f"websearch_to_tsquery('{SEARCH_CONFIG}'::regconfig, %(query)s)"
-    )
-
-    def __init__(self, field: str, query: str):
-        super().__init__(F(field))
-        self.query = query
-
-    def as_sql(self, compiler, connection, **extra_context):
-        sql, params = super().as_sql(compiler, connection, query="%s", **extra_context)
-        return sql, (*params, self.query)
 
 
 class JobFilterForm(forms.Form):
@@ -113,24 +87,14 @@ def filter_jobs(filters: dict) -> QuerySet[Job]:
     if filters.get("retrying"):
         jobs = jobs.filter(status=RunStatus.PAUSED_TRANSIENT)
     if filters.get("stalled"):
-        jobs = jobs.filter(
-            status__in=sorted(failures.STALLABLE_STATUSES),
-            last_received_at__lt=timezone.now() - settings.TRACEVIZ_STALL_AFTER,
-        )
+        jobs = jobs.stalled()
     if filters.get("has_findings"):
         jobs = jobs.exclude(findings=[])
     if filters.get("min_attempts"):
         jobs = jobs.filter(max_attempt__gte=filters["min_attempts"])
     if filters.get("reason"):
-        jobs = jobs.filter(id__in=_steps_with_reason(filters["reason"]).values("job_id"))
+        jobs = jobs.filter(id__in=Step.objects.reason_matches(filters["reason"]).values("job_id"))
     return jobs
-
-
-def _steps_with_reason(text: str) -> QuerySet[Step]:
-    """Full-text search (GIN index) on PostgreSQL; a plain substring match elsewhere."""
-    if connection.vendor == "postgresql":
-        return Step.objects.filter(ReasonMatches("reason", text))
-    return Step.objects.filter(reason__icontains=text)
 
 
 def after_cursor(jobs: QuerySet[Job], cursor: tuple[datetime, int] | None) -> QuerySet[Job]:

@@ -1,48 +1,38 @@
-"""Server-rendered pages: the jobs list and the job page (DESIGN.md section 6).
+"""The job page (GET /jobs/<job_id>/[?step=node:attempt]): header, resume preview, waterfall,
+step list, narrative and the step detail panel (DESIGN.md section 6).
 
-Each view serves its whole page and, on an HTMX request that is not a history restore, the
-template partial that request swaps. Views read rows and call the taxonomy and layout helpers;
-they never replay or classify by themselves.
+One view serves the whole page and, on an HTMX request that is not a history restore, the
+partial that request swaps (the step panel, or the next window of a long list). It reads rows
+and calls the taxonomy and layout helpers; it never replays or classifies by itself.
 """
 
 import json
 from dataclasses import dataclass
-from functools import wraps
-from urllib.parse import quote
-from zoneinfo import ZoneInfo
 
-from django.conf import settings
-from django.db.models import Case, Count, IntegerField, OuterRef, Q, Subquery, Value, When
-from django.db.models.functions import Coalesce
-from django.http import HttpResponse
-from django.shortcuts import get_object_or_404, render
+from django.contrib.auth.decorators import login_required
+from django.db.models import Q
+from django.shortcuts import render
 from django.utils import timezone
 from django.utils.http import urlencode
 from django.views.decorators.http import require_GET
 from django.views.decorators.vary import vary_on_headers
 
-from jobs.contract.events import OTHER_TYPE_RANK, TYPE_RANK, order_key
 from jobs.contract.events import Event as ReplayEvent
-from jobs.models import Escalation, Event, Job, Step
+from jobs.contract.events import order_key
+from jobs.models import Event, Job, Step
 from jobs.replay import failures
-from jobs.replay.walk import sort_events
 from jobs.web import access, narrative, timeline
-from jobs.web.filters import JobFilterForm, after_cursor, encode_cursor, filter_jobs, is_default
+from jobs.web.access import get_job_for_user
+from jobs.web.rendering import (
+    display_zone,
+    in_display_time_zone,
+    parse_step_key,
+    step_query,
+    wants_fragment,
+)
 
-STRIP_CELLS = 40
-REASON_PREVIEW_CHARS = 120
 ROWS_WINDOW = 200
 MAX_ROWS_WINDOW = 20_000
-OPEN_ESCALATION_STATUSES = (Escalation.Status.OPEN, Escalation.Status.ACKNOWLEDGED)
-# Job columns the list never shows: left in the database so a page of 200 rows stays light.
-LIST_DEFERRED = (
-    "metadata",
-    "completed_node_ids",
-    "payload_results",
-    "last_validation_error",
-    "finish_reason",
-    "cancel_reason",
-)
 # Step columns the waterfall and step list read: not the payloads or the (long) reasons.
 STEP_LIST_FIELDS = (
     "node_id",
@@ -59,140 +49,6 @@ STEP_LIST_FIELDS = (
     "parent_span_id",
 )
 MORE_PARTS = {"steps": "step-rows", "waterfall": "waterfall-rows", "narrative": "narrative-rows"}
-
-
-def in_display_time_zone(view):
-    """Render in TRACEVIZ_DISPLAY_TIME_ZONE (the pages show its offset beside times)."""
-
-    @wraps(view)
-    def wrapper(request, *args, **kwargs):
-        with timezone.override(ZoneInfo(settings.TRACEVIZ_DISPLAY_TIME_ZONE)):
-            return view(request, *args, **kwargs)
-
-    return wrapper
-
-
-def _wants_fragment(request) -> bool:
-    return bool(request.htmx) and not request.htmx.history_restore_request
-
-
-def _display_zone() -> dict:
-    offset = timezone.localtime().strftime("%z")
-    return {"name": settings.TRACEVIZ_DISPLAY_TIME_ZONE, "offset": f"{offset[:3]}:{offset[3:]}"}
-
-
-def step_query(node_id: str, attempt: int) -> str:
-    """``step=<node_id>:<attempt>`` with the node id URL-encoded (the colon stays readable)."""
-    return f"step={quote(node_id, safe='')}:{attempt}"
-
-
-# -- jobs list -------------------------------------------------------------------------------
-
-
-@dataclass(slots=True)
-class JobRow:
-    job: Job
-    strip: list[tuple[str, bool]]
-    strip_more: int
-    strip_summary: str
-    reason_preview: str
-    reason_truncated: bool
-    duration: str
-    stalled: bool
-    open_escalations: int
-    findings: int
-
-
-def _job_row(job: Job) -> JobRow:
-    counts: dict[str, int] = {}
-    for segment, _stale in job.segment_strip:
-        counts[segment] = counts.get(segment, 0) + 1
-    end = job.finished_at or job.last_event_at
-    duration_ms = (end - job.started_at).total_seconds() * 1000 if end and job.started_at else None
-    reason = job.failing_reason
-    return JobRow(
-        job=job,
-        strip=[(segment, stale) for segment, stale in job.segment_strip[:STRIP_CELLS]],
-        strip_more=max(job.step_count - STRIP_CELLS, 0),
-        strip_summary=", ".join(f"{n} {segment}" for segment, n in counts.items()) or "no steps",
-        reason_preview=reason[:REASON_PREVIEW_CHARS],
-        reason_truncated=len(reason) > REASON_PREVIEW_CHARS,
-        duration=narrative.format_duration_ms(duration_ms),
-        stalled=job.is_stalled,
-        open_escalations=job.open_escalations,
-        findings=len(job.findings),
-    )
-
-
-def _open_escalations():
-    counts = (
-        Escalation.objects.filter(job=OuterRef("pk"), status__in=OPEN_ESCALATION_STATUSES)
-        .order_by()
-        .values("job")
-        .annotate(n=Count("id"))
-        .values("n")
-    )
-    return Coalesce(Subquery(counts, output_field=IntegerField()), 0)
-
-
-@require_GET
-@access.role_required(access.can_view)
-@vary_on_headers("HX-Request")
-@in_display_time_zone
-def jobs_list(request):
-    """GET /: jobs that need attention (or all), filtered by the URL, newest first."""
-    form = JobFilterForm(request.GET)
-    form.is_valid()  # invalid fields are shown with their error and left out of the filter
-    filters = form.cleaned_data
-    page_size = settings.TRACEVIZ_JOBS_PAGE_SIZE
-    jobs = (
-        after_cursor(filter_jobs(filters), filters.get("cursor"))
-        .defer(*LIST_DEFERRED)
-        .annotate(open_escalations=_open_escalations())
-    )
-    page = list(jobs[: page_size + 1])
-    next_cursor = encode_cursor(page[page_size - 1]) if len(page) > page_size else None
-    page = page[:page_size]
-    query = request.GET.copy()
-    query.pop("cursor", None)
-    base_query = query.urlencode()
-    if next_cursor:
-        query["cursor"] = next_cursor
-    template = "jobs/list.html"
-    if _wants_fragment(request):
-        template += "#job-table"
-    context = {
-        "nav": "jobs",
-        "form": form,
-        "rows": [_job_row(job) for job in page],
-        "showing_all": filters.get("show") == "all",
-        "is_default_view": is_default(filters),
-        "first_page_url": "?" + base_query if base_query else request.path,
-        "is_first_page": not filters.get("cursor"),
-        "next_page_url": "?" + query.urlencode() if next_cursor else "",
-        "refresh_url": request.get_full_path(),
-        "status_choices": [s.value for s in failures.RunStatus],
-        "selected_statuses": filters.get("status") or [],
-        "display_zone": _display_zone(),
-        "stall_after_minutes": int(settings.TRACEVIZ_STALL_AFTER.total_seconds() // 60),
-    }
-    return render(request, template, context)
-
-
-# -- job page --------------------------------------------------------------------------------
-
-
-def _get_job_for_user(request, job_id: str) -> Job:
-    """The job or 404; the role check is the view's decorator (every role may read jobs)."""
-    return get_object_or_404(Job, job_id=job_id)
-
-
-def parse_step_key(raw: str) -> tuple[str, int] | None:
-    """``node:attempt`` split at the last colon (node ids may contain colons); None if malformed."""
-    node_id, sep, attempt = raw.rpartition(":")
-    if not sep or not node_id or not attempt.isdigit():
-        return None
-    return node_id, int(attempt)
 
 
 @dataclass(slots=True)
@@ -336,7 +192,9 @@ def _panel_context(request, job: Job, raw_key: str | None, root_key: str) -> tup
             {
                 "type": row.type,
                 "event_id": row.event_id,
-                "json": json.dumps(_event_json(row), indent=2, ensure_ascii=False, default=str),
+                "json": json.dumps(
+                    row.as_contract_dict(), indent=2, ensure_ascii=False, default=str
+                ),
             }
             for row in Event.objects.filter(job_id=job.job_id, event_id__in=ids).order_by("ts")
         ]
@@ -390,31 +248,9 @@ def _audit_entry(entry) -> str:
     return json.dumps(entry, ensure_ascii=False, sort_keys=True, default=str)
 
 
-def _event_json(row: Event) -> dict:
-    return {
-        "type": row.type,
-        "job_id": row.job_id,
-        "event_id": row.event_id,
-        "ts": row.ts.isoformat().replace("+00:00", "Z"),
-        "seq": row.seq,
-        "payload": row.payload,
-    }
-
-
-def _event_order():
-    """Event order (DESIGN.md section 4) as SQL: ts, seq (missing = 0), type rank, attempt,
-    event_id, so a long narrative reads one window of events, not all of them."""
-    rank = Case(
-        *(When(type=name, then=Value(r)) for name, r in TYPE_RANK.items()),
-        default=Value(OTHER_TYPE_RANK),
-        output_field=IntegerField(),
-    )
-    return ["ts", Coalesce("seq", Value(0)).asc(), rank.asc(), "attempt", "event_id"]
-
-
 def _narrative(job: Job, root: Step | None, stale_steps, start: int, stop: int):
     """Narrative lines ``start:stop`` of the job's events in event order."""
-    rows = Event.objects.filter(job_id=job.job_id).order_by(*_event_order())
+    rows = Event.objects.filter(job_id=job.job_id).in_event_order()
     events = [
         ReplayEvent(*row)
         for row in rows[start:stop].values_list(
@@ -463,15 +299,15 @@ def _more_links(request, part: str, end: int, total: int, step_key: str) -> dict
 
 
 @require_GET
-@access.role_required(access.can_view)
+@login_required
 @vary_on_headers("HX-Request")
 @in_display_time_zone
 def job_detail(request, job_id: str):
     """GET /jobs/<job_id>/[?step=node:attempt]: header, resume preview, waterfall, step list,
     narrative and the step detail panel."""
-    job = _get_job_for_user(request, job_id)
+    job = get_job_for_user(request, job_id)
     step_key = request.GET.get("step", "")
-    fragment = _wants_fragment(request)
+    fragment = wants_fragment(request)
     more = request.GET.get("more", "")
     if fragment and more in MORE_PARTS:
         return _more_rows(request, job, more, step_key)
@@ -500,7 +336,7 @@ def job_detail(request, job_id: str):
         **panel,
         "nav": "jobs",
         "job": job,
-        "display_zone": _display_zone(),
+        "display_zone": display_zone(),
         "job_duration": narrative.format_duration_ms(
             (end - job.started_at).total_seconds() * 1000 if end and job.started_at else None
         ),
@@ -548,41 +384,3 @@ def _more_rows(request, job: Job, part: str, step_key: str):
         context["narrative_lines"] = [_line_item(line) for line in lines]
         context["narrative_more"] = _more_links(request, part, stop, job.event_count, step_key)
     return render(request, f"jobs/detail.html#{MORE_PARTS[part]}", context)
-
-
-# -- export ----------------------------------------------------------------------------------
-
-
-def _export(job_id: str, as_ndjson: bool) -> HttpResponse:
-    job = get_object_or_404(Job.objects.only("id", "job_id"), job_id=job_id)
-    rows = Event.objects.filter(job_id=job.job_id)
-    by_key = {row.event_id: row for row in rows.iterator(chunk_size=5000)}
-    ordered = sort_events(
-        ReplayEvent(r.type, r.job_id, r.event_id, r.ts, r.seq, r.payload) for r in by_key.values()
-    )
-    items = [_event_json(by_key[event.event_id]) for event in ordered]
-    safe_name = "".join(c if c.isalnum() or c in "-_." else "_" for c in job.job_id)[:100]
-    if as_ndjson:
-        body = "".join(json.dumps(item, ensure_ascii=False) + "\n" for item in items)
-        response = HttpResponse(body, content_type="application/x-ndjson; charset=utf-8")
-        extension = "ndjson"
-    else:
-        body = json.dumps(items, ensure_ascii=False, indent=2)
-        response = HttpResponse(body, content_type="application/json; charset=utf-8")
-        extension = "json"
-    response["Content-Disposition"] = f'attachment; filename="{safe_name}.{extension}"'
-    return response
-
-
-@require_GET
-@access.role_required(access.can_see_raw_events)
-def job_events_ndjson(request, job_id: str):
-    """The job's stored events in event order, one JSON object a line (engineers, staff)."""
-    return _export(job_id, as_ndjson=True)
-
-
-@require_GET
-@access.role_required(access.can_see_raw_events)
-def job_events_json(request, job_id: str):
-    """The job's stored events in event order as one JSON array (engineers, staff)."""
-    return _export(job_id, as_ndjson=False)

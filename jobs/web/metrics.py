@@ -11,7 +11,7 @@ from django.views.decorators.cache import never_cache
 from django.views.decorators.http import require_GET
 from prometheus_client import CONTENT_TYPE_LATEST
 
-from jobs.ingest import counters as metrics
+from jobs.dashboard.exposition import exposition
 from jobs.web.decorators import bearer_token
 
 
@@ -46,4 +46,4 @@ def metrics_access_required(view):
 @require_GET
 @metrics_access_required
 def prometheus_metrics(request):
-    return HttpResponse(metrics.exposition(), content_type=CONTENT_TYPE_LATEST)
+    return HttpResponse(exposition(), content_type=CONTENT_TYPE_LATEST)

@@ -4,7 +4,7 @@ Answers as the OTLP/HTTP specification says: success is an ``ExportTraceServiceR
 (with ``partial_success`` when spans were rejected), failures a ``google.rpc.Status``, each
 encoded as the request was (binary protobuf or JSON). Bodies go through the same limits as the
 event API, spans through ``jobs.otlp`` into ordinary events, and those through
-``ingest.store_batch``.
+``store.store_batch``.
 """
 
 from functools import wraps
@@ -22,7 +22,7 @@ from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (
 )
 
 from jobs.contract import bodies, otlp
-from jobs.ingest import store as ingest
+from jobs.ingest import store
 from jobs.models import IngestToken
 from jobs.web import ratelimit
 from jobs.web.api import read_body
@@ -116,7 +116,7 @@ def export_traces(request):
         traces = otlp.to_batch(otlp.decode_request(body, kind), settings.TRACEVIZ_MAX_BATCH_EVENTS)
     except bodies.BodyError as error:
         return otlp_error(request, error.status, error.message)
-    ingest.store_batch(traces.batch, token=request.ingest_token)
+    store.store_batch(traces.batch, token=request.ingest_token)
     answer = ExportTraceServiceResponse()
     if traces.rejected_spans:
         answer.partial_success.CopyFrom(

@@ -3,9 +3,9 @@
 import math
 from datetime import datetime, timedelta
 
-from django.db import connection
 from django.utils import timezone
 
+from jobs.ingest import database
 from jobs.models import RateCounter
 
 
@@ -17,15 +17,7 @@ def hit(key: str, limit: int, window_seconds: int, now: datetime | None = None) 
     now = now or timezone.now()
     epoch = int(now.timestamp())
     window_start = datetime.fromtimestamp(epoch - epoch % window_seconds, tz=now.tzinfo)
-    table = connection.ops.quote_name(RateCounter._meta.db_table)
-    with connection.cursor() as cursor:
-        cursor.execute(
-            f"INSERT INTO {table} (key, window_start, count) VALUES (%s, %s, 1) "
-            "ON CONFLICT (key, window_start) DO UPDATE SET count = "
-            f"{table}.count + 1 RETURNING count",
-            [key, connection.ops.adapt_datetimefield_value(window_start)],
-        )
-        (count,) = cursor.fetchone()
+    count = database.count_in_window(RateCounter, key, window_start)
     if count <= limit:
         return None
     window_end = window_start + timedelta(seconds=window_seconds)

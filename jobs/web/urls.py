@@ -1,12 +1,51 @@
+"""Every URL of the app (DESIGN.md section 6); traceviz/urls.py includes this at the root.
+
+Export URLs come before the job page and end without a slash, so "<job_id>/events.ndjson"
+never reads as a job page (those always end with "/"); job ids may contain slashes (path
+converter).
+"""
+
 from django.urls import path
 
-from jobs.web import job_page as pages
+from jobs.web import (
+    api,
+    auth,
+    dashboard,
+    escalations,
+    export,
+    job_page,
+    jobs_list,
+    metrics,
+    otlp,
+)
 
-# Export URLs come first and end without a slash, so "<job_id>/events.ndjson" never reads as a
-# job page (those always end with "/"); job ids may contain slashes (path converter).
 urlpatterns = [
-    path("", pages.jobs_list, name="jobs"),
-    path("jobs/<path:job_id>/events.ndjson", pages.job_events_ndjson, name="job-events-ndjson"),
-    path("jobs/<path:job_id>/events.json", pages.job_events_json, name="job-events-json"),
-    path("jobs/<path:job_id>/", pages.job_detail, name="job"),
+    # Producers and tools.
+    path("api/v1/events", api.ingest_events, name="api-events"),
+    path("v1/traces", otlp.export_traces, name="otlp-traces"),
+    path("api/v1/jobs", api.jobs_list, name="api-jobs"),
+    path("api/v1/jobs/<path:job_id>", api.job_detail, name="api-job"),
+    path("api/v1/openapi.json", api.openapi, name="api-openapi"),
+    path("healthz", api.healthz, name="healthz"),
+    path("metrics", metrics.prometheus_metrics, name="metrics"),
+    # Pages.
+    path("accounts/login/", auth.login, name="login"),
+    path("dashboard/", dashboard.dashboard, name="dashboard"),
+    path("escalations/", escalations.escalation_list, name="escalations"),
+    path("escalations/bulk/", escalations.escalation_bulk, name="escalation-bulk"),
+    path("escalations/<int:escalation_id>/", escalations.escalation_detail, name="escalation"),
+    path(
+        "escalations/<int:escalation_id>/assign/",
+        escalations.escalation_assign,
+        name="escalation-assign",
+    ),
+    path(
+        "escalations/<int:escalation_id>/<slug:action>/",
+        escalations.escalation_transition,
+        name="escalation-action",
+    ),
+    path("", jobs_list.jobs_list, name="jobs"),
+    path("jobs/<path:job_id>/events.ndjson", export.job_events_ndjson, name="job-events-ndjson"),
+    path("jobs/<path:job_id>/events.json", export.job_events_json, name="job-events-json"),
+    path("jobs/<path:job_id>/", job_page.job_detail, name="job"),
 ]

@@ -7,8 +7,7 @@ from io import StringIO
 import pytest
 from django.core.management import call_command
 
-from jobs.escalations import actions as escalations
-from jobs.escalations import alerts
+from jobs.escalations import actions, alerts
 from jobs.models import AlertEpisode, AlertRule, Escalation, Notification
 from tests.factories import BASE_TS, event, finished, store, user
 
@@ -118,7 +117,7 @@ def test_rule_fires_again_later_as_a_new_episode_and_reopens_its_escalation(degr
     alerts.evaluate(now=T0)
     alerts.evaluate(now=T0 + timedelta(minutes=30))
     escalation = Escalation.objects.get()
-    escalations.resolve(escalation, user("sam", "support"), "provider fixed their formatter")
+    actions.resolve(escalation, user("sam", "support"), "provider fixed their formatter")
     t1 = T0 + timedelta(hours=2)
     planner_jobs("b", t1 - timedelta(minutes=5), jobs=6, degraded=3)
     outcome = alerts.evaluate(now=t1)

@@ -8,7 +8,7 @@ import pytest
 from django.http import QueryDict
 
 from jobs.dashboard import charts, headlines
-from jobs.dashboard import window as timerange
+from jobs.dashboard.window import Window, parse_window
 from jobs.models import AlertRule
 from jobs.web.filters import JobFilterForm, filter_jobs
 from tests.factories import BASE_TS, event, finished, store, user
@@ -99,7 +99,7 @@ def fixture_jobs(db):
 
 @pytest.fixture
 def window():
-    return timerange.Window("custom", BASE_TS, BASE_TS + timedelta(hours=3), "hour")
+    return Window("custom", BASE_TS, BASE_TS + timedelta(hours=3), "hour")
 
 
 def trace(figure, name):
@@ -228,7 +228,7 @@ def test_duration_percentiles_per_node(fixture_jobs, window):
 
 
 def test_filtering_by_provider_narrows_every_panel(fixture_jobs):
-    window = timerange.Window("custom", BASE_TS, BASE_TS + timedelta(hours=3), "hour", "openai")
+    window = Window("custom", BASE_TS, BASE_TS + timedelta(hours=3), "hour", "openai")
     figure = charts.step_results(window)
     assert sum(sum(t["y"]) for t in figure["data"]) == 4  # j1's three steps and j2's one
     assert all("provider=openai" in row[0] for t in figure["data"] for row in t["customdata"])
@@ -263,7 +263,7 @@ def test_empty_range_says_what_to_send(db, window):
 
 def test_parse_window_defaults_to_the_last_24_hours():
     now = BASE_TS
-    window, errors = timerange.parse_window({}, now)
+    window, errors = parse_window({}, now)
     assert (window.key, window.start, window.end, window.bucket) == (
         "24h",
         now - timedelta(hours=24),
@@ -274,7 +274,7 @@ def test_parse_window_defaults_to_the_last_24_hours():
 
 
 def test_parse_window_reads_a_custom_range():
-    window, errors = timerange.parse_window(
+    window, errors = parse_window(
         {"range": "custom", "since": "2026-03-02T09:00:00Z", "until": "2026-03-02T10:00:00Z"},
         BASE_TS,
     )
@@ -287,7 +287,7 @@ def test_parse_window_reads_a_custom_range():
 
 
 def test_parse_window_reports_a_bad_custom_range():
-    window, errors = timerange.parse_window({"range": "custom", "since": "yesterday"}, BASE_TS)
+    window, errors = parse_window({"range": "custom", "since": "yesterday"}, BASE_TS)
     assert window.key == "24h"
     assert errors
 

@@ -8,7 +8,7 @@ import pytest
 
 from jobs import tasks
 from jobs.dashboard import charts, headlines, rollup
-from jobs.dashboard import window as timerange
+from jobs.dashboard.window import Window
 from jobs.ingest.retention import apply_retention
 from jobs.models import DashboardDirtyHour, DashboardRollup, Job
 from tests.factories import BASE_TS, event, finished, store
@@ -60,7 +60,7 @@ def jobs_over_hours(db):
 
 
 def window(start_hours=0.0, end_hours=4.0, bucket="hour", **filters):
-    return timerange.Window(
+    return Window(
         "custom",
         BASE_TS + timedelta(hours=start_hours),
         BASE_TS + timedelta(hours=end_hours),
@@ -69,12 +69,12 @@ def window(start_hours=0.0, end_hours=4.0, bucket="hour", **filters):
     )
 
 
-def raw_plan(w: timerange.Window) -> rollup.Plan:
+def raw_plan(w: Window) -> rollup.Plan:
     """Everything aggregated from Step rows: the reference."""
     return rollup.Plan((), ((w.start, w.end),))
 
 
-def assert_same_as_raw(w: timerange.Window, plan: rollup.Plan | None = None):
+def assert_same_as_raw(w: Window, plan: rollup.Plan | None = None):
     for panel in STEP_PANELS:
         assert panel(w, plan or w.plan()) == panel(w, raw_plan(w)), panel.__name__
     from_rollup = charts.duration_percentiles(w, plan or w.plan())
@@ -154,7 +154,7 @@ def test_reprojected_jobs_are_recomputed(jobs_over_hours):
 
 def test_dirty_hours_beyond_the_refresh_bound_are_read_raw(jobs_over_hours):
     rollup.refresh_pending()
-    rollup.mark_dirty([BASE_TS, BASE_TS + timedelta(hours=2)])
+    DashboardDirtyHour.objects.mark([BASE_TS, BASE_TS + timedelta(hours=2)])
     # Make the stored rows of 09:00 wrong: a dirty hour must not be read from them.
     DashboardRollup.objects.filter(hour=BASE_TS).update(steps=999, jobs=999)
     w = window()

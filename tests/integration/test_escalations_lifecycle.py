@@ -6,7 +6,7 @@ from datetime import UTC, datetime, timedelta
 import pytest
 
 from jobs.contract import bodies
-from jobs.escalations import actions as escalations
+from jobs.escalations import actions, stalls
 from jobs.ingest import retention
 from jobs.ingest.store import store_batch
 from jobs.models import Escalation, Event, Job, Notification, Step
@@ -53,7 +53,7 @@ def auth_failure(job_id="j1", at=2, attempt=1) -> list[dict]:
 def test_rule_firing_again_reopens_the_resolved_escalation_instead_of_a_duplicate(support):
     factories.store([event("job_started", "j1", 0), *auth_failure()])
     escalation = Escalation.objects.get(job__job_id="j1", kind="user_action")
-    escalations.resolve(escalation, support, "user re-authenticated")
+    actions.resolve(escalation, support, "user re-authenticated")
     # The rule stops holding (n1 succeeds), then holds again (n1 fails on auth once more).
     factories.store(
         [started("n1", "j1", 3, attempt=2), finished("n1", "success", "j1", 4, attempt=2)]
@@ -77,7 +77,7 @@ def test_resending_the_same_events_changes_nothing(support):
     items = [event("job_started", "j1", 0, event_id="e0"), *auth_failure()]
     factories.store(items)
     escalation = Escalation.objects.get(job__job_id="j1", kind="user_action")
-    escalations.resolve(escalation, support, "handled")
+    actions.resolve(escalation, support, "handled")
     factories.store(items)
     escalation.refresh_from_db()
     assert escalation.status == "resolved"
@@ -93,7 +93,7 @@ def test_job_that_recovers_notes_it_on_each_open_escalation(support):
         ]
     )
     acked = Escalation.objects.get(job__job_id="j1", kind="raised")
-    escalations.acknowledge(acked, support)
+    actions.acknowledge(acked, support)
     factories.store(
         [
             started("n1", "j1", 5, attempt=2),
@@ -111,7 +111,7 @@ def test_job_that_recovers_notes_it_on_each_open_escalation(support):
 def test_recovery_leaves_resolved_escalations_alone(support):
     factories.store([event("job_started", "j1", 0), *auth_failure()])
     escalation = Escalation.objects.get(job__job_id="j1")
-    escalations.resolve(escalation, support, "done")
+    actions.resolve(escalation, support, "done")
     factories.store(
         [
             started("n1", "j1", 5, attempt=2),
@@ -128,8 +128,8 @@ def test_recovery_leaves_resolved_escalations_alone(support):
 def test_silent_running_job_gets_a_stalled_escalation_on_the_job(settings):
     settings.TRACEVIZ_STALL_AFTER = timedelta(minutes=30)
     store_at([event("job_started", "j1", 0), started("n1", "j1", 1)], T0)
-    assert escalations.check_stalls(T0 + timedelta(minutes=29)) == 0
-    assert escalations.check_stalls(T0 + timedelta(minutes=31)) == 1
+    assert stalls.check_stalls(T0 + timedelta(minutes=29)) == 0
+    assert stalls.check_stalls(T0 + timedelta(minutes=31)) == 1
     stalled = Escalation.objects.get(kind="stalled")
     assert (stalled.job.job_id, stalled.node_id, stalled.status) == ("j1", "", "open")
     assert stalled.trigger_event_ids == [f"stall:{T0.isoformat()}"]
@@ -140,10 +140,10 @@ def test_silent_running_job_gets_a_stalled_escalation_on_the_job(settings):
 def test_stall_check_is_idempotent_for_the_same_silence(settings, support):
     settings.TRACEVIZ_STALL_AFTER = timedelta(minutes=30)
     store_at([event("job_started", "j1", 0)], T0)
-    escalations.check_stalls(T0 + timedelta(minutes=31))
+    stalls.check_stalls(T0 + timedelta(minutes=31))
     stalled = Escalation.objects.get(kind="stalled")
-    escalations.resolve(stalled, support, "producer restarted")
-    assert escalations.check_stalls(T0 + timedelta(hours=5)) == 0
+    actions.resolve(stalled, support, "producer restarted")
+    assert stalls.check_stalls(T0 + timedelta(hours=5)) == 0
     stalled.refresh_from_db()
     assert stalled.status == "resolved" and stalled.entries.count() == 2
 
@@ -151,13 +151,13 @@ def test_stall_check_is_idempotent_for_the_same_silence(settings, support):
 def test_job_stalling_again_after_new_events_reopens_its_stalled_escalation(settings, support):
     settings.TRACEVIZ_STALL_AFTER = timedelta(minutes=30)
     store_at([event("job_started", "j1", 0)], T0)
-    escalations.check_stalls(T0 + timedelta(minutes=31))
+    stalls.check_stalls(T0 + timedelta(minutes=31))
     stalled = Escalation.objects.get(kind="stalled")
-    escalations.resolve(stalled, support, "it moved on")
+    actions.resolve(stalled, support, "it moved on")
     later = T0 + timedelta(hours=1)
     store_at([started("n1", "j1", 60)], later)
-    assert escalations.check_stalls(later + timedelta(minutes=10)) == 0
-    assert escalations.check_stalls(later + timedelta(minutes=45)) == 1
+    assert stalls.check_stalls(later + timedelta(minutes=10)) == 0
+    assert stalls.check_stalls(later + timedelta(minutes=45)) == 1
     stalled.refresh_from_db()
     assert stalled.status == "open"
     assert stalled.entries.last().action == "reopened"
@@ -175,7 +175,7 @@ def test_stall_on_paused_transient_says_when_the_retry_was_due(settings):
         T0,
     )
     assert Job.objects.get(job_id="j1").status == "paused:transient"
-    escalations.check_stalls(T0 + timedelta(hours=1))
+    stalls.check_stalls(T0 + timedelta(hours=1))
     message = Escalation.objects.get(kind="stalled").message
     # Attempt 3 finished at 09:00:02; two retries made: 4 s, up to 5.2 s with jitter.
     assert "Node n1 attempt 3 failed retryably at 2026-03-02 09:00:02 UTC" in message
@@ -188,14 +188,14 @@ def test_finished_and_paused_for_approval_jobs_never_stall(settings):
         [event("job_started", "done", 0), event("job_finished", "done", 1, status="completed")], T0
     )
     store_at([event("job_started", "j1", 0), *auth_failure()], T0)
-    assert escalations.check_stalls(T0 + timedelta(days=2)) == 0
+    assert stalls.check_stalls(T0 + timedelta(days=2)) == 0
     assert not Escalation.objects.filter(kind="stalled").exists()
 
 
 def test_stall_check_works_through_more_jobs_than_one_batch(settings):
     settings.TRACEVIZ_STALL_AFTER = timedelta(minutes=30)
     store_at([event("job_started", f"j{n}", 0) for n in range(5)], T0)
-    assert escalations.check_stalls(T0 + timedelta(hours=1), batch_size=2) == 5
+    assert stalls.check_stalls(T0 + timedelta(hours=1), batch_size=2) == 5
     assert Escalation.objects.filter(kind="stalled").count() == 5
 
 
@@ -221,7 +221,7 @@ def test_retention_deletes_expired_jobs_with_their_events_and_resolved_escalatio
     store_at([event("job_started", "old", 0), *auth_failure("old")], T0)
     store_at([event("job_started", "old-open", 0), *auth_failure("old-open")], T0)
     store_at([event("job_started", "new", 0)], T0 + timedelta(days=9))
-    escalations.resolve(Escalation.objects.get(job__job_id="old"), support, "done")
+    actions.resolve(Escalation.objects.get(job__job_id="old"), support, "done")
     result = retention.apply_retention(7, T0 + timedelta(days=10))
     assert (result.jobs, result.events) == (1, 3)
     assert set(Job.objects.values_list("job_id", flat=True)) == {"old-open", "new"}
@@ -242,7 +242,7 @@ def test_retention_works_in_bounded_batches():
 
 def test_retention_deletes_old_resolved_escalations_without_a_job(support):
     escalation = Escalation.objects.create(kind="raised", severity="medium", triggered_at=T0)
-    escalations.resolve(escalation, support, "alert cleared")
+    actions.resolve(escalation, support, "alert cleared")
     Escalation.objects.filter(pk=escalation.pk).update(resolved_at=T0)
     Notification.objects.create(escalation=escalation, reason="opened")
     result = retention.apply_retention(7, T0 + timedelta(days=8))

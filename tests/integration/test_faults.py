@@ -118,7 +118,7 @@ def test_ingest_answers_200_when_the_broker_is_down_and_the_notification_waits(
     def broker_down(*args, **kwargs):
         raise BrokerDown("Error 111 connecting to 127.0.0.1:6379. Connection refused.")
 
-    monkeypatch.setattr(tasks.deliver_notification, "delay", broker_down)
+    monkeypatch.setattr(tasks.deliver_notification, "apply_async", broker_down)
     with django_capture_on_commit_callbacks(execute=True) as callbacks:
         response = send(
             [

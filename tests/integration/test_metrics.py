@@ -10,7 +10,7 @@ from django.db import connection
 from django.test.utils import CaptureQueriesContext
 from prometheus_client.parser import text_string_to_metric_families
 
-from jobs.ingest import counters as metrics
+from jobs.ingest import counters
 from jobs.models import Counter, Event
 from tests.factories import event, finished, started, store, user
 
@@ -113,7 +113,7 @@ def test_ingest_latency_histogram_counts_every_request(client, send):
         for (name, labels), value in samples.items()
         if name == "traceviz_ingest_request_duration_seconds_bucket"
     ]
-    assert len(buckets) == len(metrics.LATENCY_BUCKETS) + 1
+    assert len(buckets) == len(counters.LATENCY_BUCKETS) + 1
 
 
 def test_open_escalations_and_contract_findings_by_kind(client, db):
@@ -183,10 +183,10 @@ def test_staff_session_opens_metrics_and_others_do_not(client, db):
 
 INCREMENTS = 150
 INCREMENT_CODE = f"""
-from jobs.ingest import counters as metrics
-key = ("pdca_next_step_degraded_total", metrics.labels_key(provider="p", model="m"))
+from jobs.ingest import counters
+key = ("pdca_next_step_degraded_total", counters.labels_key(provider="p", model="m"))
 for _ in range({INCREMENTS}):
-    metrics.increment({{key: 1}})
+    counters.increment({{key: 1}})
 """
 READ_CODE = """
 from jobs.models import Counter

@@ -11,10 +11,11 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from jobs.contract import bodies
-from jobs.escalations import actions as escalations
-from jobs.ingest import store as ingest
+from jobs.escalations import actions
+from jobs.ingest import projection
+from jobs.ingest.store import store_batch
 from jobs.models import Escalation, EscalationEntry, Event, Job, Notification, Step
-from jobs.replay import walk as replay
+from jobs.replay import walk
 from tests.conftest import require_postgres
 from tests.factories import event, finished, started, store, user
 from tests.strategies import job_events
@@ -28,8 +29,8 @@ HYPOTHESIS = settings(
 )
 
 
-def replayed(job_id: str) -> replay.JobState:
-    return replay.build(ingest.load_events([job_id])[job_id], ingest.replay_config())
+def replayed(job_id: str) -> walk.JobState:
+    return walk.build(projection.load_events([job_id])[job_id], projection.replay_config())
 
 
 def job_values(job: Job) -> tuple:
@@ -53,7 +54,7 @@ def job_values(job: Job) -> tuple:
     )
 
 
-def state_values(state: replay.JobState) -> tuple:
+def state_values(state: walk.JobState) -> tuple:
     root = state.root_failure
     return (
         state.status.value,
@@ -101,7 +102,7 @@ def step_rows(job: Job) -> list[tuple]:
     return list(job.steps.order_by("position").values_list(*STEP_COLUMNS))
 
 
-def step_values(state: replay.JobState) -> list[tuple]:
+def step_values(state: walk.JobState) -> list[tuple]:
     return [
         tuple(
             (s.result_type or "")
@@ -123,7 +124,7 @@ def escalation_set(job_id: str) -> set[tuple]:
     )
 
 
-def trigger_set(state: replay.JobState) -> set[tuple]:
+def trigger_set(state: walk.JobState) -> set[tuple]:
     first: dict[tuple, str] = {}
     for t in state.escalation_triggers:
         first.setdefault((t.kind, t.node_id), t.severity)
@@ -205,7 +206,7 @@ def test_late_cancel_withdraws_an_escalation_nobody_touched(email_channel):
 
 def test_late_cancel_keeps_an_escalation_someone_acknowledged():
     store([finished("n1", "permanent_failure", at=5, error_type="auth")])
-    escalations.acknowledge(Escalation.objects.get(), user("support1", "support"))
+    actions.acknowledge(Escalation.objects.get(), user("support1", "support"))
     store([event("cancel_requested", at=4, epoch=2)])
     assert escalation_set("j1") == {("user_action", "n1", "medium", "acknowledged")}
 
@@ -292,8 +293,8 @@ def test_rebuild_leaves_what_people_did_to_escalations_untouched():
     support = user("support1", "support")
     acked = Escalation.objects.get(job__job_id="r1")
     resolved = Escalation.objects.get(job__job_id="r2")
-    escalations.acknowledge(acked, support)
-    escalations.resolve(resolved, support, "fixed the connector")
+    actions.acknowledge(acked, support)
+    actions.resolve(resolved, support, "fixed the connector")
     before = (rows(Escalation), rows(EscalationEntry), rows(Notification))
     call_command("rebuild_projections", stdout=None, stderr=None)
     assert (rows(Escalation), rows(EscalationEntry), rows(Notification)) == before
@@ -346,7 +347,7 @@ def test_new_escalation_gets_an_opened_entry_and_a_notification(email_channel):
 
 def test_resolved_escalation_stays_resolved_when_its_rule_keeps_holding(email_channel):
     store([auth_failure(1, 1)])
-    escalations.resolve(Escalation.objects.get(), user("support1", "support"), "re-authed")
+    actions.resolve(Escalation.objects.get(), user("support1", "support"), "re-authed")
     store([finished("n2", at=2), auth_failure(3, 2)])
     escalation = Escalation.objects.get()
     assert escalation.status == "resolved"
@@ -356,7 +357,7 @@ def test_resolved_escalation_stays_resolved_when_its_rule_keeps_holding(email_ch
 
 def test_resolved_escalation_reopens_on_a_new_trigger(email_channel):
     store([auth_failure(1, 1)])
-    escalations.resolve(Escalation.objects.get(), user("support1", "support"), "re-authed")
+    actions.resolve(Escalation.objects.get(), user("support1", "support"), "re-authed")
     store([finished("n1", at=2, attempt=2) | {"event_id": "ok2"}])
     assert Escalation.objects.get().status == "resolved"
     store([auth_failure(3, 3) | {"event_id": "f3"}])
@@ -377,7 +378,7 @@ def test_resolved_escalation_reopens_on_a_new_trigger(email_channel):
 def test_resend_does_not_reopen_a_resolved_escalation():
     items = [auth_failure(1, 1), finished("n1", at=2, attempt=2), auth_failure(3, 3)]
     store(items)
-    escalations.resolve(Escalation.objects.get(), user("support1", "support"), "done")
+    actions.resolve(Escalation.objects.get(), user("support1", "support"), "done")
     store(items)
     assert Escalation.objects.get().status == "resolved"
 
@@ -391,13 +392,13 @@ def test_job_finishing_completed_adds_job_recovered_to_unresolved_escalations():
     )
     support = user("support1", "support")
     boundary = Escalation.objects.get(kind="boundary_violation")
-    escalations.resolve(boundary, support, "known")
+    actions.resolve(boundary, support, "known")
     store([finished("n1", at=3, attempt=2), event("job_finished", at=4, status="completed")])
-    actions = {
+    trail = {
         esc.kind: list(esc.entries.values_list("action", flat=True))
         for esc in Escalation.objects.all()
     }
-    assert actions == {
+    assert trail == {
         "user_action": ["opened", "job recovered"],
         "boundary_violation": ["opened", "resolved"],
     }
@@ -577,7 +578,7 @@ def test_store_batch_uses_receive_time_for_events_without_ts():
     batch = bodies.parse_items(
         [{"type": "node_finished", "job_id": "nt", "payload": {"node_id": "n1"}}], 10
     )
-    ingest.store_batch(batch, received_at=received)
+    store_batch(batch, received_at=received)
     assert Event.objects.get(job_id="nt").ts == received
     assert Job.objects.get(job_id="nt").last_received_at == received
 

@@ -9,8 +9,7 @@ import pytest
 from django.core import mail
 
 from jobs import tasks
-from jobs.escalations import actions as escalations
-from jobs.escalations import outbox as notify
+from jobs.escalations import actions, outbox
 from jobs.models import Escalation, Notification
 from jobs.replay.backoff import backoff_seconds
 from tests import factories
@@ -42,7 +41,7 @@ def webhook_calls(monkeypatch):
         if calls.fail is not None:
             raise calls.fail
 
-    monkeypatch.setattr(notify, "post_json", fake_post)
+    monkeypatch.setattr(outbox, "post_json", fake_post)
     return calls
 
 
@@ -126,9 +125,9 @@ def test_committed_opening_is_delivered_eagerly_by_email_and_webhook(
 def test_reopening_by_hand_notifies_again(channels, django_capture_on_commit_callbacks):
     user = factories.user("sam", "support")
     escalation = open_escalation()
-    escalations.resolve(escalation, user, "done")
+    actions.resolve(escalation, user, "done")
     with django_capture_on_commit_callbacks() as callbacks:
-        escalations.reopen(escalation, user)
+        actions.reopen(escalation, user)
     assert escalation.notifications.filter(reason="reopened").count() == 2
     assert len(callbacks) == 2
 
@@ -139,8 +138,8 @@ def test_reopening_by_hand_notifies_again(channels, django_capture_on_commit_cal
 @pytest.mark.django_db
 def test_two_claims_one_wins(channels):
     row = pending()
-    assert notify.claim(row.pk, T0) == 1
-    assert notify.claim(row.pk, T0) is None
+    assert outbox.claim(row.pk, T0) == 1
+    assert outbox.claim(row.pk, T0) is None
     row.refresh_from_db()
     assert (row.status, row.attempts, row.lease_until) == ("sending", 1, T0 + timedelta(minutes=2))
 
@@ -148,40 +147,40 @@ def test_two_claims_one_wins(channels):
 @pytest.mark.django_db
 def test_second_delivery_of_a_claimed_row_sends_nothing(channels, webhook_calls):
     row = pending()
-    notify.claim(row.pk, T0)  # another worker holds it
-    assert notify.deliver(row.pk, T0) == notify.Outcome(claimed=False)
+    outbox.claim(row.pk, T0)  # another worker holds it
+    assert outbox.deliver(row.pk, T0) == outbox.Outcome(claimed=False)
     assert webhook_calls == []
 
 
 @pytest.mark.django_db
 def test_not_yet_due_row_is_not_claimed(channels):
     row = pending(next_attempt_at=T0 + timedelta(minutes=1))
-    assert notify.claim(row.pk, T0) is None
-    assert notify.claim(row.pk, T0 + timedelta(minutes=1)) == 1
+    assert outbox.claim(row.pk, T0) is None
+    assert outbox.claim(row.pk, T0 + timedelta(minutes=1)) == 1
 
 
 @pytest.mark.django_db
 def test_sending_row_whose_worker_died_is_claimable_after_its_lease(channels):
     row = pending()
-    assert notify.claim(row.pk, T0) == 1
-    assert notify.claim(row.pk, T0 + timedelta(seconds=119)) is None
-    assert notify.claim(row.pk, T0 + timedelta(seconds=121)) == 2
+    assert outbox.claim(row.pk, T0) == 1
+    assert outbox.claim(row.pk, T0 + timedelta(seconds=119)) is None
+    assert outbox.claim(row.pk, T0 + timedelta(seconds=121)) == 2
 
 
 @pytest.mark.django_db
 def test_worker_whose_lease_lapsed_cannot_record_over_the_next_one(channels):
     row = pending()
-    notify.claim(row.pk, T0)
-    notify.claim(row.pk, T0 + timedelta(minutes=3))  # attempt 2 took over
-    outcome = notify._record_failure(row.pk, 1, "late", T0 + timedelta(minutes=4), lambda: 0.0)
-    assert outcome == notify.Outcome(claimed=True)
+    outbox.claim(row.pk, T0)
+    outbox.claim(row.pk, T0 + timedelta(minutes=3))  # attempt 2 took over
+    outcome = outbox._record_failure(row.pk, 1, "late", T0 + timedelta(minutes=4), lambda: 0.0)
+    assert outcome == outbox.Outcome(claimed=True)
     row.refresh_from_db()
     assert (row.status, row.attempts, row.last_error) == ("sending", 2, "")
 
 
 @pytest.mark.django_db
 def test_gone_row_returns_quietly(channels):
-    assert notify.deliver(987654, T0) == notify.Outcome(claimed=False)
+    assert outbox.deliver(987654, T0) == outbox.Outcome(claimed=False)
     assert tasks.deliver_notification(987654) == "not claimed"
 
 
@@ -192,14 +191,14 @@ def test_gone_row_returns_quietly(channels):
 def test_failed_delivery_is_recorded_and_scheduled_on_the_backoff(channels, webhook_calls):
     webhook_calls.fail = urllib.error.HTTPError("http://x", 500, "Internal Server Error", {}, None)
     row = pending()
-    outcome = notify.deliver(row.pk, T0, rand=lambda: 0.5)
+    outcome = outbox.deliver(row.pk, T0, rand=lambda: 0.5)
     assert outcome.status == "pending"
     assert outcome.retry_at == T0 + timedelta(seconds=1.15)
     row.refresh_from_db()
     assert (row.status, row.attempts, row.lease_until) == ("pending", 1, None)
     assert row.next_attempt_at == T0 + timedelta(seconds=1.15)
     assert row.last_error == "attempt 1: HTTP 500 Internal Server Error"
-    second = notify.deliver(row.pk, T0 + timedelta(seconds=2), rand=lambda: 0.0)
+    second = outbox.deliver(row.pk, T0 + timedelta(seconds=2), rand=lambda: 0.0)
     assert second.retry_at == T0 + timedelta(seconds=4)
 
 
@@ -209,7 +208,7 @@ def test_never_more_than_the_configured_attempts(channels, webhook_calls):
     row = pending()
     now = T0
     for _ in range(5):
-        notify.deliver(row.pk, now)
+        outbox.deliver(row.pk, now)
         now += timedelta(hours=1)
     assert len(webhook_calls) == 3
     row.refresh_from_db()
@@ -221,9 +220,9 @@ def test_never_more_than_the_configured_attempts(channels, webhook_calls):
 def test_success_after_a_failure_is_sent(channels, webhook_calls):
     webhook_calls.fail = TimeoutError("timed out")
     row = pending()
-    notify.deliver(row.pk, T0)
+    outbox.deliver(row.pk, T0)
     webhook_calls.fail = None
-    assert notify.deliver(row.pk, T0 + timedelta(seconds=5)).status == "sent"
+    assert outbox.deliver(row.pk, T0 + timedelta(seconds=5)).status == "sent"
     row.refresh_from_db()
     assert (row.status, row.attempts, row.sent_at) == ("sent", 2, T0 + timedelta(seconds=5))
     assert row.last_error == "attempt 1: TimeoutError: timed out"
@@ -234,9 +233,9 @@ def test_email_failure_is_recorded(channels, monkeypatch):
     def broken_send_mail(*args, **kwargs):
         raise ConnectionRefusedError(111, "Connection refused")
 
-    monkeypatch.setattr(notify, "send_mail", broken_send_mail)
+    monkeypatch.setattr(outbox, "send_mail", broken_send_mail)
     row = pending(channel="email")
-    assert notify.deliver(row.pk, T0).status == "pending"
+    assert outbox.deliver(row.pk, T0).status == "pending"
     row.refresh_from_db()
     assert "ConnectionRefusedError" in row.last_error
 
@@ -246,7 +245,7 @@ def test_subject_never_carries_line_breaks_from_producer_text(channels):
     factories.store([event("escalation_raised", "evil\nBcc: x@example.com", 0, message="m")])
     escalation = Escalation.objects.get(kind="raised")
     notification = Notification.objects.create(escalation=escalation, reason="opened")
-    subject, _body = notify.email_message(notification)
+    subject, _body = outbox.email_message(notification)
     assert "\n" not in subject and "\r" not in subject
 
 
@@ -256,7 +255,7 @@ def test_subject_never_carries_line_breaks_from_producer_text(channels):
 @pytest.mark.django_db
 def test_sweep_delivers_what_is_due_and_leaves_the_rest(channels, webhook_calls, monkeypatch):
     monkeypatch.setattr(tasks.timezone, "now", lambda: T0 + timedelta(minutes=10))
-    monkeypatch.setattr(notify.timezone, "now", lambda: T0 + timedelta(minutes=10))
+    monkeypatch.setattr(outbox.timezone, "now", lambda: T0 + timedelta(minutes=10))
     due = pending()
     later = pending(next_attempt_at=T0 + timedelta(hours=1))
     done = pending(status="sent")
@@ -273,8 +272,8 @@ def test_sweep_retakes_rows_of_dead_workers_and_fails_exhausted_ones(channels, m
     orphan = pending(status="sending", attempts=1, lease_until=now - timedelta(seconds=1))
     exhausted = pending(status="sending", attempts=3, lease_until=now - timedelta(seconds=1))
     leased = pending(status="sending", attempts=1, lease_until=now + timedelta(minutes=1))
-    assert notify.due_ids(now, 10) == [orphan.pk]
-    assert notify.fail_abandoned(now) == 1
+    assert outbox.due_ids(now, 10) == [orphan.pk]
+    assert outbox.fail_abandoned(now) == 1
     exhausted.refresh_from_db()
     assert exhausted.status == "failed" and "worker" in exhausted.last_error
     assert Notification.objects.get(pk=leased.pk).status == "sending"

@@ -67,7 +67,7 @@ def test_max_retries_comes_from_the_replay_config():
 
 
 def test_ingest_replay_config_reads_traceviz_max_retries(settings):
-    from jobs.ingest.store import replay_config
+    from jobs.ingest.projection import replay_config
 
     settings.TRACEVIZ_MAX_RETRIES = 7
     assert replay_config() == ReplayConfig(max_retries=7)

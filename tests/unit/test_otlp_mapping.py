@@ -11,7 +11,7 @@ from opentelemetry.proto.trace.v1.trace_pb2 import Span, SpanFlags, Status
 
 from jobs.contract import otlp
 from jobs.contract.bodies import BodyError
-from jobs.replay import walk as replay
+from jobs.replay import walk
 
 TRACE_ID = bytes.fromhex("5b8efff798038103d269b633813fc60c")
 ROOT_ID = bytes.fromhex("eee19b7ec3c1b174")
@@ -336,7 +336,7 @@ def test_mapped_events_replay_into_steps_with_segments():
         ),
         max_events=100,
     )
-    state = replay.build(event for _, event in traces.batch.events)
+    state = walk.build(event for _, event in traces.batch.events)
     assert [(s.node_id, s.segment.value, s.reason) for s in state.steps] == [
         ("run", "ok", ""),
         ("fetch", "failed", "boom"),

@@ -7,8 +7,7 @@ from jobs.contract import bodies
 from jobs.ingest.store import store_batch
 from jobs.management.demo import demo_streams
 from jobs.management.progress import Progress
-from jobs.models import IngestToken
-from jobs.web.access import ROLES
+from jobs.models import IngestToken, Role
 
 DEMO_PASSWORD = "traceviz-demo"
 DEMO_TOKEN_NAME = "demo"
@@ -31,7 +30,7 @@ class Command(BaseCommand):
             stored += result.stored
             progress.advance(result.received)
         self.stderr.write(progress.finish())
-        for role in ROLES:
+        for role in Role.values:
             self._user(role, groups=[role])
         self._user("admin", groups=[], staff=True)
         IngestToken.objects.filter(name=DEMO_TOKEN_NAME).delete()

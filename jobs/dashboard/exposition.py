@@ -1,0 +1,83 @@
+"""The Prometheus scrape (GET /metrics): counter rows and a few current gauges as text.
+
+A scrape builds a fresh ``CollectorRegistry`` from the ``Counter`` rows ingest keeps
+(``ingest.counters``) and a few small aggregates (open escalations, contract findings, firing
+alerts); it never reads the event table.
+"""
+
+import json
+
+from django.db.models import Count
+from prometheus_client import CollectorRegistry, generate_latest
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily
+
+from jobs.ingest.counters import COUNTERS, INF, INGEST_LATENCY, LATENCY_BUCKETS
+from jobs.models import AlertEpisode, Counter, Escalation, Job
+
+
+class DatabaseCollector:
+    """Reads counter rows and current gauges; one instance per scrape."""
+
+    def collect(self):
+        rows = Counter.objects.values_list("name", "labels", "value").order_by("name", "labels")
+        by_name: dict[str, list[tuple[dict, float]]] = {}
+        for name, labels, value in rows:
+            by_name.setdefault(name, []).append((json.loads(labels or "{}"), value))
+        for name, spec in COUNTERS.items():
+            family = CounterMetricFamily(name, spec.documentation, labels=spec.label_names)
+            for labels, value in by_name.get(name, []):
+                family.add_metric([labels.get(label, "") for label in spec.label_names], value)
+            yield family
+        yield self._latency(by_name)
+        yield self._gauge(
+            "traceviz_escalations_open",
+            "Escalations not resolved, by kind.",
+            "kind",
+            Escalation.objects.exclude(status=Escalation.Status.RESOLVED)
+            .values_list("kind")
+            .annotate(n=Count("id"))
+            .order_by("kind"),
+        )
+        yield self._gauge(
+            "traceviz_contract_findings",
+            "Contract findings on stored jobs, by kind.",
+            "kind",
+            Job.objects.findings_by_kind(),
+        )
+        yield self._gauge(
+            "traceviz_alerts_firing",
+            "Alert episodes firing, by rule.",
+            "rule",
+            AlertEpisode.objects.filter(resolved_at__isnull=True)
+            .values_list("rule__name")
+            .annotate(n=Count("id"))
+            .order_by("rule__name"),
+        )
+
+    @staticmethod
+    def _gauge(name, documentation, label, rows):
+        family = GaugeMetricFamily(name, documentation, labels=[label])
+        for value, count in rows:
+            family.add_metric([value], count)
+        return family
+
+    @staticmethod
+    def _latency(by_name):
+        buckets = {
+            labels.get("le"): value for labels, value in by_name.get(INGEST_LATENCY + "_bucket", [])
+        }
+        total = sum(value for _labels, value in by_name.get(INGEST_LATENCY + "_sum", []))
+        return HistogramMetricFamily(
+            INGEST_LATENCY,
+            "Ingest request latency (POST /api/v1/events), seconds.",
+            buckets=[(repr(b), buckets.get(repr(b), 0)) for b in LATENCY_BUCKETS]
+            + [(INF, buckets.get(INF, 0))],
+            sum_value=total,
+        )
+
+
+def exposition() -> bytes:
+    """The Prometheus text exposition of every metric, built from database rows."""
+    registry = CollectorRegistry(auto_describe=False)
+    registry.register(DatabaseCollector())
+    return generate_latest(registry)
