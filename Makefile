@@ -34,6 +34,7 @@ test: $(STAMP)
 lint: $(STAMP)
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
+	$(BIN)/lint-imports
 	$(BIN)/python manage.py makemigrations --check --dry-run
 
 format: $(STAMP)

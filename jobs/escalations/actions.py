@@ -10,7 +10,7 @@ from django.utils import timezone
 
 from jobs.escalations import outbox
 from jobs.models import Escalation, EscalationEntry, Job, Notification
-from jobs.replay.walk import EscalationTrigger
+from jobs.replay.state import EscalationTrigger
 
 SYSTEM_ACTOR = "traceviz"
 Status = Escalation.Status

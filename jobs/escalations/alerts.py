@@ -21,7 +21,7 @@ from django.utils import timezone
 
 from jobs.escalations import actions
 from jobs.models import AlertEpisode, AlertRule, Escalation, EscalationEntry, Event, Job, Step
-from jobs.replay.walk import EscalationTrigger
+from jobs.replay.state import EscalationTrigger
 
 logger = logging.getLogger(__name__)
 

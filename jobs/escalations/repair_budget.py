@@ -10,7 +10,7 @@ from django.conf import settings
 from jobs.escalations.actions import apply_trigger
 from jobs.models import Escalation, Job
 from jobs.replay.failures import ResultType, RunStatus
-from jobs.replay.walk import EscalationTrigger
+from jobs.replay.state import EscalationTrigger
 
 
 @dataclass(frozen=True, slots=True)

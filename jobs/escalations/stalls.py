@@ -15,7 +15,7 @@ from jobs.escalations.actions import apply_trigger
 from jobs.models import Escalation, Job, Step
 from jobs.replay import backoff
 from jobs.replay.failures import ResultType, RunStatus
-from jobs.replay.walk import EscalationTrigger
+from jobs.replay.state import EscalationTrigger
 
 STALLED = "stalled"
 STALL_BATCH = 200

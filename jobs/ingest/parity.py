@@ -17,6 +17,7 @@ from jobs.escalations import actions
 from jobs.ingest import projection
 from jobs.models import Job
 from jobs.replay import walk
+from jobs.replay.state import JobState
 
 # Not a function of the events: when the latest batch arrived (the stall clock).
 JOB_FIELDS_NOT_REPLAYED = frozenset({"last_received_at"})
@@ -82,7 +83,7 @@ def differences(job_id: str) -> list[Difference]:
     return found
 
 
-def _escalation_differences(job: Job, state: walk.JobState) -> list[Difference]:
+def _escalation_differences(job: Job, state: JobState) -> list[Difference]:
     """Every (kind, node) replay triggers has a row, and no untouched open state-kind row is left
     that replay no longer triggers (rows people acted on stay by design)."""
     rows = list(job.escalations.prefetch_related("entries"))

@@ -20,10 +20,11 @@ from jobs.models import DashboardDirtyHour, Escalation, Job, Step
 from jobs.models import Event as EventRow
 from jobs.replay import walk
 from jobs.replay.failures import RunStatus
+from jobs.replay.state import JOB_ATTRIBUTES, JobState, ReplayConfig, StepState
 
 
-def replay_config() -> walk.ReplayConfig:
-    return walk.ReplayConfig(max_retries=settings.TRACEVIZ_MAX_RETRIES)
+def replay_config() -> ReplayConfig:
+    return ReplayConfig(max_retries=settings.TRACEVIZ_MAX_RETRIES)
 
 
 def load_events(job_ids: Sequence[str]) -> dict[str, list[Event]]:
@@ -81,7 +82,7 @@ def project_jobs(
     return list(jobs_by_id.values())
 
 
-def job_row(state: walk.JobState, previous: Job | None, received_at: datetime | None) -> dict:
+def job_row(state: JobState, previous: Job | None, received_at: datetime | None) -> dict:
     """The Job row's values (by attname) for a replayed state."""
     root = state.root_failure
     segments = {step.segment for step in state.steps}
@@ -90,7 +91,7 @@ def job_row(state: walk.JobState, previous: Job | None, received_at: datetime | 
     return dict(
         job_id=state.job_id,
         status=state.status,
-        **{name: attrs.get(name, "") for name in walk.JOB_ATTRIBUTES},
+        **{name: attrs.get(name, "") for name in JOB_ATTRIBUTES},
         metadata=state.metadata,
         completed_node_ids=state.completed_node_ids,
         cursor_node=state.cursor_node,
@@ -120,7 +121,7 @@ def job_row(state: walk.JobState, previous: Job | None, received_at: datetime | 
     )
 
 
-def step_row(step: walk.StepState, job_pk: int) -> dict:
+def step_row(step: StepState, job_pk: int) -> dict:
     """The Step row's values: every StepState field has a column of the same name."""
     return {
         **{name: getattr(step, name) for name in STEP_STATE_FIELDS},
@@ -130,11 +131,11 @@ def step_row(step: walk.StepState, job_pk: int) -> dict:
     }
 
 
-STEP_STATE_FIELDS = tuple(f.name for f in fields(walk.StepState))
+STEP_STATE_FIELDS = tuple(f.name for f in fields(StepState))
 
 
 def _apply_escalations(
-    states: list[walk.JobState], jobs_by_id: dict[str, Job], previous_status: dict[str, str]
+    states: list[JobState], jobs_by_id: dict[str, Job], previous_status: dict[str, str]
 ) -> None:
     job_pks = [job.pk for job in jobs_by_id.values()]
     current = {

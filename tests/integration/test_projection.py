@@ -16,6 +16,7 @@ from jobs.ingest import projection
 from jobs.ingest.store import store_batch
 from jobs.models import Escalation, EscalationEntry, Event, Job, Notification, Step
 from jobs.replay import walk
+from jobs.replay.state import JobState
 from tests.conftest import require_postgres
 from tests.factories import event, finished, started, store, user
 from tests.strategies import job_events
@@ -29,7 +30,7 @@ HYPOTHESIS = settings(
 )
 
 
-def replayed(job_id: str) -> walk.JobState:
+def replayed(job_id: str) -> JobState:
     return walk.build(projection.load_events([job_id])[job_id], projection.replay_config())
 
 
@@ -54,7 +55,7 @@ def job_values(job: Job) -> tuple:
     )
 
 
-def state_values(state: walk.JobState) -> tuple:
+def state_values(state: JobState) -> tuple:
     root = state.root_failure
     return (
         state.status.value,
@@ -102,7 +103,7 @@ def step_rows(job: Job) -> list[tuple]:
     return list(job.steps.order_by("position").values_list(*STEP_COLUMNS))
 
 
-def step_values(state: walk.JobState) -> list[tuple]:
+def step_values(state: JobState) -> list[tuple]:
     return [
         tuple(
             (s.result_type or "")
@@ -124,7 +125,7 @@ def escalation_set(job_id: str) -> set[tuple]:
     )
 
 
-def trigger_set(state: walk.JobState) -> set[tuple]:
+def trigger_set(state: JobState) -> set[tuple]:
     first: dict[tuple, str] = {}
     for t in state.escalation_triggers:
         first.setdefault((t.kind, t.node_id), t.severity)

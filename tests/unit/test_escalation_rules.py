@@ -3,7 +3,8 @@ and the event after which the rule started to hold."""
 
 import pytest
 
-from jobs.replay.walk import ReplayConfig, build
+from jobs.replay.state import ReplayConfig
+from jobs.replay.walk import build
 from tests.factories import event, finished, parsed, started
 
 DEFAULT_CONFIG = ReplayConfig()

@@ -1,0 +1,61 @@
+"""The package layout's rules (DESIGN.md section 1) are executable: import-linter's contracts
+in pyproject.toml hold for the tree, and a deliberate violation breaks them."""
+
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+LINT_IMPORTS = Path(sys.executable).with_name("lint-imports")
+
+
+def lint_imports(project: Path) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [str(LINT_IMPORTS), "--config", str(project / "pyproject.toml"), "--no-cache"],
+        cwd=project,
+        env={"PYTHONPATH": str(project), "PATH": "/usr/bin:/bin"},
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+
+
+@pytest.fixture
+def project_copy(tmp_path) -> Path:
+    """The project's packages and pyproject.toml in a scratch folder, to break on purpose."""
+    for package in ("jobs", "traceviz"):
+        shutil.copytree(ROOT / package, tmp_path / package, ignore=shutil.ignore_patterns("*.pyc"))
+    shutil.copy(ROOT / "pyproject.toml", tmp_path / "pyproject.toml")
+    return tmp_path
+
+
+def add_import(module: Path, line: str) -> None:
+    module.write_text(module.read_text() + f"\n{line}\n")
+
+
+def test_the_tree_keeps_every_contract():
+    result = lint_imports(ROOT)
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "0 broken" in result.stdout
+
+
+@pytest.mark.parametrize(
+    ("module", "line", "contract"),
+    [
+        ("jobs/ingest/projection.py", "from jobs.dashboard import rollup", "Layers"),
+        ("jobs/escalations/actions.py", "from jobs import tasks", "never imports tasks"),
+        ("jobs/replay/walk.py", "from django.conf import settings", "are pure"),
+        ("jobs/contract/events.py", "import jobs.models", "are pure"),
+        ("jobs/management/demo.py", "from jobs.web import access", "imported by nothing"),
+    ],
+)
+def test_a_deliberate_violation_is_caught(project_copy, module, line, contract):
+    add_import(project_copy / module, line)
+    result = lint_imports(project_copy)
+    assert result.returncode != 0
+    broken = result.stdout.split("Broken contracts", 1)[-1]
+    assert contract in broken
+    assert module.removesuffix(".py").replace("/", ".") in broken
