@@ -213,6 +213,9 @@ class Job(models.Model):
     planner_degraded = models.IntegerField(default=0)
     # Tiny per-step summary for the list's segment strip: [[segment, stale], ...] in order.
     segment_strip = models.JSONField(default=list, blank=True)
+    # The replay fold's snapshot (jobs.replay.walk.Fold.snapshot): the next batch whose events
+    # all sort after it is folded onto it instead of replaying the job. Never shown.
+    fold = models.JSONField(default=dict, blank=True)
 
     objects = JobQuerySet.as_manager()
 
@@ -306,6 +309,10 @@ class Step(models.Model):
     extra = models.JSONField(default=dict, blank=True)
     started_event_id = models.CharField(max_length=200, blank=True)
     finished_event_id = models.CharField(max_length=200, blank=True)
+    # Results this attempt no longer shows (stale ones kept beside it, replaced ones), oldest
+    # first; and replay's bookkeeping (event positions, first success and permanent failure).
+    history = models.JSONField(default=list, blank=True)
+    marks = models.JSONField(default=dict, blank=True)
 
     objects = StepQuerySet.as_manager()
 

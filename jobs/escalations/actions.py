@@ -10,7 +10,8 @@ from django.utils import timezone
 
 from jobs.escalations import outbox
 from jobs.models import Escalation, EscalationEntry, Job, Notification
-from jobs.replay.state import EscalationTrigger
+from jobs.replay import rules
+from jobs.replay.state import EscalationTrigger, Recovery
 
 SYSTEM_ACTOR = "traceviz"
 Status = Escalation.Status
@@ -121,50 +122,50 @@ def apply_trigger(
     return existing
 
 
-# Kinds replay derives from a job's state after each event. A late event that comes earlier in
-# event order (a cancel that makes a failure stale, a job_finished, a job_started's plan hash) can
-# show that such a rule never held: the full replay no longer has its trigger.
-STATE_KINDS = frozenset(
-    {
-        "user_action",
-        "internal",
-        "reconciliation",
-        "max_retries_exceeded",
-        "boundary_violation",
-        "contract_violation",
-    }
-)
-
-
 def withdraw_unheld(
     job_escalations: Iterable[Escalation], held: set[tuple[str, str]]
 ) -> list[Escalation]:
-    """Delete a job's open state-kind escalations whose (kind, node) its replay no longer
-    triggers, unless a person has acted on them (those stay, with what people did). Returns the
-    deleted ones. This keeps the set of escalations independent of how delivery was batched."""
+    """Withdraw a job's unresolved escalations of the state kinds whose (kind, node) a full
+    replay of its events no longer triggers: with a late event folded in where it belongs (a
+    cancel that makes a failure stale, a job_started's plan hash), the rule never held. They are
+    resolved by the system with an audit entry saying why, never deleted: what people did and
+    the notifications stay in the history. Returns the withdrawn ones."""
     withdrawn = []
     for escalation in job_escalations:
-        if escalation.kind not in STATE_KINDS or escalation.status != Status.OPEN:
+        if escalation.kind not in rules.STATE_KINDS or escalation.status == Status.RESOLVED:
             continue
         if (escalation.kind, escalation.node_id) in held:
             continue
-        if escalation.entries.filter(actor__isnull=False).exists():
-            continue
-        escalation.delete()
+        # Its triggers turned out not to be: forget them, so that if a later replay sees the
+        # rule hold again (even from one of these events), the escalation reopens.
+        seen = ", ".join(escalation.trigger_event_ids)
+        _change_status(
+            escalation,
+            Status.RESOLVED,
+            "withdrawn",
+            note="Withdrawn: with every event of the job in event order, this rule never held "
+            f"(an event that arrived late sorts before its trigger; triggers were {seen})",
+            trigger_event_ids=[],
+        )
         withdrawn.append(escalation)
     return withdrawn
 
 
-def note_recovery(job: Job) -> None:
-    """A job that finished completed while escalations were unresolved: support decides."""
-    for escalation in job.escalations.exclude(status=Status.RESOLVED):
-        _record(
-            escalation,
-            "job recovered",
-            from_status=escalation.status,
-            to_status=escalation.status,
-            note="The job finished completed",
-        )
+def note_recovery(job: Job, recovery: Recovery) -> None:
+    """The job finished completed (``recovery``'s event) while escalations triggered before it
+    were unresolved: each gets one "job recovered" entry; support decides what to do."""
+    keys = recovery.escalations
+    for escalation in job.escalations.exclude(status=Status.RESOLVED).exclude(
+        entries__action="job recovered"
+    ):
+        if (escalation.kind, escalation.node_id) in keys:
+            _record(
+                escalation,
+                "job recovered",
+                from_status=escalation.status,
+                to_status=escalation.status,
+                note="The job finished completed",
+            )
 
 
 def acknowledge(escalation: Escalation, user, note: str = "") -> None:

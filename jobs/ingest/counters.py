@@ -24,6 +24,7 @@ EVENTS_INGESTED = "traceviz_events_ingested_total"
 STEPS = "traceviz_steps_finished_total"
 REJECTIONS = "traceviz_ingest_rejections_total"
 INGEST_LATENCY = "traceviz_ingest_request_duration_seconds"
+PROJECTIONS = "traceviz_projections_total"
 
 PLANNER_COUNTERS = {
     "graph.next_step.parse_invalid": PARSE_INVALID,
@@ -49,6 +50,11 @@ COUNTERS: dict[str, CounterSpec] = {
     STEPS: CounterSpec("node_finished events stored, by result_type.", ("result_type",)),
     REJECTIONS: CounterSpec(
         "Ingest items or requests refused, by field and message class.", ("field", "reason")
+    ),
+    PROJECTIONS: CounterSpec(
+        "Jobs projected, by path: incremental (new events folded onto the job's snapshot) or "
+        "full (replayed from all its events: out-of-order events, rebuilds).",
+        ("path",),
     ),
 }
 # Upper bounds (seconds) of the ingest latency histogram's buckets.
@@ -82,8 +88,11 @@ def _label_value(value) -> str:
     return value[:LABEL_VALUE_CHARS] if isinstance(value, str) and value else "unknown"
 
 
-def record_batch(new_events: Iterable[events.Event]) -> None:
-    """Count a batch's newly stored events (resends are not new, so they count once)."""
+def record_batch(
+    new_events: Iterable[events.Event], projections: Mapping[str, int] | None = None
+) -> None:
+    """Count a batch's newly stored events (resends are not new, so they count once) and the
+    jobs it projected by path, in one statement."""
     # Tally plain label values first; each series' key is built once per batch, not per event.
     by_type: Tally[str] = Tally()
     by_result: Tally[str] = Tally()
@@ -102,7 +111,16 @@ def record_batch(new_events: Iterable[events.Event]) -> None:
         deltas[STEPS, labels_key(result_type=result_type)] = count
     for (counter, provider, model), count in by_planner.items():
         deltas[counter, labels_key(provider=provider, model=model)] = count
-    increment(deltas)
+    increment({**deltas, **_projection_deltas(projections or {})})
+
+
+def record_projections(by_path: Mapping[str, int]) -> None:
+    """Count the jobs a projection run replayed, by path (rebuilds and purges)."""
+    increment(_projection_deltas(by_path))
+
+
+def _projection_deltas(by_path: Mapping[str, int]) -> dict[tuple[str, str], int]:
+    return {(PROJECTIONS, labels_key(path=path)): count for path, count in by_path.items()}
 
 
 # --- ingest requests: rejections and latency -----------------------------------------------

@@ -21,6 +21,9 @@ POSTGRES = "postgresql"
 
 # SQLite allows 32,766 bound variables per statement: rows of up to ~60 columns fit 500 at once.
 SQLITE_ROWS_PER_STATEMENT = 500
+# Up to this many rows, one multi-row INSERT beats COPYing into a staging table first (three
+# more round trips) on PostgreSQL.
+STAGED_ROWS = 64
 
 
 def json_text(value) -> str:
@@ -71,24 +74,40 @@ def _stage(cursor, table: str, columns: str, rows: Iterable[Sequence]) -> str:
     return stage
 
 
-def _insert_returning(table: str, columns: str, rows: Sequence[Sequence], tail: str) -> list[tuple]:
-    """``INSERT ... <tail>`` of ``rows``, returning what ``tail``'s RETURNING names."""
+def _insert_returning(
+    table: str, fields: Sequence[models.Field], rows: Sequence[Sequence], tail: str
+) -> list[tuple]:
+    """``INSERT ... <tail>`` of ``rows`` (values of ``fields``, as ``_values`` makes them),
+    returning what ``tail``'s RETURNING names (nothing when it has no RETURNING). On
+    PostgreSQL, a batch of more than STAGED_ROWS rows is COPYed into a staging table first;
+    fewer go as one multi-row statement (a live producer's batch touches a row or two)."""
+    quote = connection.ops.quote_name
+    columns = ", ".join(quote(f.column) for f in fields)
+    returning = "RETURNING" in tail
     out: list[tuple] = []
     with connection.cursor() as cursor:
-        if connection.vendor == POSTGRES:
+        if connection.vendor == POSTGRES and len(rows) > STAGED_ROWS:
             stage = _stage(cursor, table, columns, rows)
             cursor.execute(f"INSERT INTO {table} ({columns}) SELECT {columns} FROM {stage} {tail}")
-            return list(map(tuple, cursor.fetchall()))
+            return list(map(tuple, cursor.fetchall())) if returning else []
+        json_cast = "::jsonb" if connection.vendor == POSTGRES else ""
+        placeholder = (
+            "("
+            + ", ".join(
+                f"%s{json_cast}" if isinstance(f, models.JSONField) else "%s" for f in fields
+            )
+            + ")"
+        )
         for start in range(0, len(rows), SQLITE_ROWS_PER_STATEMENT):
             chunk = rows[start : start + SQLITE_ROWS_PER_STATEMENT]
-            placeholder = "(" + ", ".join(["%s"] * len(chunk[0])) + ")"
             cursor.execute(
                 f"INSERT INTO {table} ({columns}) VALUES "
                 + ", ".join([placeholder] * len(chunk))
                 + f" {tail}",
                 [value for row in chunk for value in row],
             )
-            out.extend(map(tuple, cursor.fetchall()))
+            if returning:
+                out.extend(map(tuple, cursor.fetchall()))
     return out
 
 
@@ -114,20 +133,33 @@ def insert_rows(model: type[models.Model], rows: Sequence[dict]) -> None:
             copy.write_row(values)
 
 
-def upsert_rows(model: type[models.Model], rows: Sequence[dict], unique: str) -> dict:
-    """Insert rows, or update every column of the row with the same ``unique`` value (its id is
-    kept). Returns ``{unique value: id}``. ``rows`` must not repeat a ``unique`` value."""
+def upsert_rows(
+    model: type[models.Model],
+    rows: Sequence[dict],
+    unique: Sequence[str],
+    *,
+    returning: bool = True,
+) -> dict[tuple, int]:
+    """Insert rows, or update every other column of the row with the same ``unique`` values
+    (attnames of a unique constraint; the row keeps its id). Returns ``{unique values: id}``
+    when ``returning``. ``rows`` must not repeat a key."""
     if not rows:
         return {}
     fields = _fields(model)
-    table, columns = _names(model, fields)
     quote = connection.ops.quote_name
+    table = quote(model._meta.db_table)
+    by_attname = {f.attname: f for f in fields}
+    key = ", ".join(quote(by_attname[name].column) for name in unique)
     updates = ", ".join(
-        f"{quote(f.column)} = EXCLUDED.{quote(f.column)}" for f in fields if f.attname != unique
+        f"{quote(f.column)} = EXCLUDED.{quote(f.column)}" for f in fields if f.attname not in unique
     )
-    pk = quote(model._meta.pk.column)
-    tail = f"ON CONFLICT ({quote(unique)}) DO UPDATE SET {updates} RETURNING {quote(unique)}, {pk}"
-    return dict(_insert_returning(table, columns, _values(fields, rows), tail))
+    tail = f"ON CONFLICT ({key}) DO UPDATE SET {updates}"
+    if not returning:
+        _insert_returning(table, fields, _values(fields, rows), tail)
+        return {}
+    tail += f" RETURNING {key}, {quote(model._meta.pk.column)}"
+    found = _insert_returning(table, fields, _values(fields, rows), tail)
+    return {tuple(row[:-1]): row[-1] for row in found}
 
 
 def insert_new_events(
@@ -148,7 +180,8 @@ def insert_new_events(
     if connection.vendor != POSTGRES:
         keys = ", ".join(key_columns)
         tail = f"ON CONFLICT ({keys}) DO NOTHING RETURNING {keys}"
-        return set(_insert_returning(table, ", ".join(columns), rows, tail))
+        by_attname = {f.attname: f for f in model._meta.concrete_fields}
+        return set(_insert_returning(table, [by_attname[c] for c in columns], rows, tail))
     first, second = key_columns
     with connection.cursor() as cursor:
         cursor.execute(

@@ -13,10 +13,9 @@ from dataclasses import dataclass
 
 from django.core.serializers.json import DjangoJSONEncoder
 
-from jobs.escalations import actions
 from jobs.ingest import projection
 from jobs.models import Job
-from jobs.replay import walk
+from jobs.replay import rules, walk
 from jobs.replay.state import JobState
 
 # Not a function of the events: when the latest batch arrived (the stall clock).
@@ -57,9 +56,10 @@ def differences(job_id: str) -> list[Difference]:
     job = Job.objects.filter(job_id=job_id).first()
     if job is None or not events:
         return [Difference(job_id, "job", "(row)", job is not None, bool(events))]
-    state = walk.build(events, projection.replay_config())
+    fold = walk.Fold.of(events, projection.replay_config())
+    state = fold.finish()
     found = []
-    expected_job = projection.job_row(state, job, None)
+    expected_job = projection.job_row(state, job, None, fold.snapshot())
     for name, value in expected_job.items():
         if name in JOB_FIELDS_NOT_REPLAYED:
             continue
@@ -84,18 +84,17 @@ def differences(job_id: str) -> list[Difference]:
 
 
 def _escalation_differences(job: Job, state: JobState) -> list[Difference]:
-    """Every (kind, node) replay triggers has a row, and no untouched open state-kind row is left
-    that replay no longer triggers (rows people acted on stay by design)."""
-    rows = list(job.escalations.prefetch_related("entries"))
+    """Every (kind, node) replay triggers has a row, and no unresolved state-kind row is left
+    that replay does not trigger (those are withdrawn: resolved by the system)."""
+    rows = list(job.escalations.all())
     stored = {(esc.kind, esc.node_id) for esc in rows}
-    triggered = {(t.kind, t.node_id) for t in state.escalation_triggers}
+    triggered = state.triggered
     leftover = {
         (esc.kind, esc.node_id)
         for esc in rows
-        if esc.kind in actions.STATE_KINDS
-        and esc.status == esc.Status.OPEN
+        if esc.kind in rules.STATE_KINDS
+        and esc.status != esc.Status.RESOLVED
         and (esc.kind, esc.node_id) not in triggered
-        and not any(entry.actor_id for entry in esc.entries.all())
     }
     missing = triggered - stored
     if not missing and not leftover:

@@ -1,30 +1,50 @@
-"""Projection (DESIGN.md section 2): a job's stored events replayed into its Job, Step and
-Escalation rows.
+"""Projection (DESIGN.md section 2): a job's events folded into its Job, Step and Escalation rows.
 
-``project_jobs`` replays every job it is given from all of that job's events, so the rows are
-exactly ``walk.build``'s output whatever order the events arrived in (replay parity). Callers
-hold the jobs' locks (``locks.lock_jobs``) inside their transaction.
+Incremental: each Job row keeps the replay fold's snapshot (``Job.fold``). When every new event
+of a job sorts after the snapshot's last event, the batch is folded onto the snapshot with the
+steps of the nodes it touches: only the Step rows that changed are written, the Job row is
+updated in place, and the cost grows with the batch, not with the job. An event that sorts
+earlier (out-of-order delivery), a missing snapshot or one of another fold version falls back to
+a full replay of that job from all its events. Both paths run the same fold, so the rows are
+exactly ``walk.build``'s output whatever order the events arrived in (replay parity).
+
+Callers hold the jobs' locks (``locks.lock_jobs``) inside their transaction.
 """
 
-from collections.abc import Sequence
-from dataclasses import fields
+from collections import Counter
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, fields
 from datetime import datetime
 
 from django.conf import settings
+from django.db.models import Q
 from django.utils import timezone
 
 from jobs.contract.events import Event
 from jobs.escalations import actions, repair_budget
-from jobs.ingest import database
+from jobs.ingest import counters, database
 from jobs.models import DashboardDirtyHour, Escalation, Job, Step
 from jobs.models import Event as EventRow
 from jobs.replay import walk
-from jobs.replay.failures import RunStatus
+from jobs.replay.failures import RunStatus, Segment
 from jobs.replay.state import JOB_ATTRIBUTES, JobState, ReplayConfig, StepState
+
+STEP_STATE_FIELDS = tuple(f.name for f in fields(StepState))
+STEP_KEY = ("job_id", "node_id", "attempt")
+INCREMENTAL, FULL = "incremental", "full"
 
 
 def replay_config() -> ReplayConfig:
     return ReplayConfig(max_retries=settings.TRACEVIZ_MAX_RETRIES)
+
+
+@dataclass(slots=True)
+class Projected:
+    """One job's replayed state and how it was reached (``INCREMENTAL`` or ``FULL``)."""
+
+    state: JobState
+    path: str
+    fold: walk.Fold
 
 
 def load_events(job_ids: Sequence[str]) -> dict[str, list[Event]]:
@@ -44,49 +64,108 @@ def project_jobs(
     *,
     received_at: datetime | None = None,
     new_events: dict[str, list[Event]] | None = None,
-) -> list[Job]:
-    """Replay these jobs from their stored events and write their Job, Step and Escalation rows.
+    full: bool = False,
+) -> Counter:
+    """Project these jobs and write their Job, Step and Escalation rows; returns how many jobs
+    went each path (``INCREMENTAL``, ``FULL``), for the ``projections`` counter.
 
-    ``received_at`` marks new events having arrived (the stall clock); a rebuild passes None and
-    keeps each job's receive time. ``new_events`` are events just stored by the caller: a job
-    that has no Job row yet has no other events, so it is replayed from these without reading
-    them back.
+    ``new_events`` are the events the caller just stored, by job: folded onto each job's
+    snapshot when they all sort after it, else (and for ``full``, and for jobs without new
+    events) the job is replayed from every stored event. ``received_at`` marks new events
+    having arrived (the stall clock); a rebuild passes None and keeps each job's receive time.
     """
     if not job_ids:
-        return []
+        return Counter()
     config = replay_config()
-    existing = {job.job_id: job for job in Job.objects.filter(job_id__in=job_ids)}
     new_events = new_events or {}
-    to_load = [job_id for job_id in job_ids if job_id in existing or job_id not in new_events]
-    events_by_job = {
-        **{j: new_events[j] for j in job_ids if j not in to_load},
-        **load_events(to_load),
-    }
-    states = [walk.build(events, config) for events in events_by_job.values() if events]
-    rows = [job_row(state, existing.get(state.job_id), received_at) for state in states]
-    previous_status = {job_id: job.status for job_id, job in existing.items()}
+    existing = {job.job_id: job for job in Job.objects.filter(job_id__in=job_ids)}
+    projected = {} if full else _fold_onto_snapshots(existing, new_events, config)
+    replay_whole = [job_id for job_id in job_ids if job_id not in projected]
+    # A job without a row has no other events than the new ones: no need to read them back.
+    to_load = [j for j in replay_whole if j in existing or j not in new_events]
+    events_by_job = {**{j: new_events[j] for j in replay_whole if j not in to_load}}
+    events_by_job.update(load_events(to_load))
+    for job_id, events in events_by_job.items():
+        if events:
+            fold = walk.Fold.of(events, config)
+            projected[job_id] = Projected(fold.finish(), FULL, fold)
+    if not projected:
+        return Counter()
+    rows = [
+        job_row(p.state, existing.get(job_id), received_at, p.fold.snapshot())
+        for job_id, p in projected.items()
+    ]
     # The dashboard rollup recomputes these jobs' start hours (before and after) later.
     DashboardDirtyHour.objects.mark(
         [job.started_at for job in existing.values()] + [r["started_at"] for r in rows]
     )
     # One upsert writes new and known jobs alike; a known job keeps its id (escalations
-    # point at it). Its steps are replaced whole, as replay rebuilt them.
-    ids = database.upsert_rows(Job, rows, unique="job_id")
-    if existing:
-        Step.objects.filter(job_id__in=[job.pk for job in existing.values()]).delete()
-    database.insert_rows(
-        Step, [step_row(step, ids[state.job_id]) for state in states for step in state.steps]
-    )
-    jobs_by_id = {row["job_id"]: Job(id=ids[row["job_id"]], **row) for row in rows}
-    _apply_escalations(states, jobs_by_id, previous_status)
-    return list(jobs_by_id.values())
+    # point at it).
+    ids = database.upsert_rows(Job, rows, unique=("job_id",))
+    _write_steps(projected, existing, ids)
+    jobs_by_id = {row["job_id"]: Job(id=ids[(row["job_id"],)], **row) for row in rows}
+    _apply_escalations(projected, jobs_by_id)
+    return Counter(p.path for p in projected.values())
 
 
-def job_row(state: JobState, previous: Job | None, received_at: datetime | None) -> dict:
+def _fold_onto_snapshots(
+    existing: dict[str, Job], new_events: dict[str, list[Event]], config: ReplayConfig
+) -> dict[str, Projected]:
+    """Fold each job's new events onto its snapshot where they all sort after it."""
+    plans = {}
+    for job_id, events in new_events.items():
+        job = existing.get(job_id)
+        snapshot = job.fold if job is not None else None
+        if not snapshot or snapshot.get("version") != walk.FOLD_VERSION or not events:
+            continue
+        if all(walk.key_after(snapshot, event) for event in events):
+            plans[job_id] = (job, snapshot, walk.sort_events(events))
+    if not plans:
+        return {}
+    needed = {
+        job.pk: walk.Fold.nodes_needed(snapshot, events) for job, snapshot, events in plans.values()
+    }
+    steps = _load_steps(needed)
+    projected = {}
+    for job_id, (job, snapshot, events) in plans.items():
+        fold = walk.Fold.resume(
+            job_id,
+            snapshot,
+            steps=steps.get(job.pk, []),
+            nodes=needed[job.pk],
+            completed_node_ids=job.completed_node_ids,
+            payload_results=job.payload_results,
+            metadata=job.metadata,
+            config=config,
+        )
+        try:
+            for event in events:
+                fold.apply(event)
+        except walk.NeedsFullReplay:
+            continue
+        projected[job_id] = Projected(fold.finish(), INCREMENTAL, fold)
+    return projected
+
+
+def _load_steps(nodes_by_job: dict[int, set[str]]) -> dict[int, list[StepState]]:
+    """Every step of these nodes, by job pk, in one query (the step unique index serves it)."""
+    condition = Q()
+    for job_pk, nodes in nodes_by_job.items():
+        if nodes:
+            condition |= Q(job_id=job_pk, node_id__in=sorted(nodes))
+    by_job: dict[int, list[StepState]] = {}
+    if not condition:
+        return by_job
+    for row in Step.objects.filter(condition).values("job_id", *STEP_STATE_FIELDS):
+        by_job.setdefault(row.pop("job_id"), []).append(step_state(row))
+    return by_job
+
+
+def job_row(
+    state: JobState, previous: Job | None, received_at: datetime | None, snapshot: dict
+) -> dict:
     """The Job row's values (by attname) for a replayed state."""
     root = state.root_failure
-    segments = {step.segment for step in state.steps}
-    failing = [s for s in state.steps if s.node_id in state.failing_node_ids and s.is_failure]
     attrs = state.attributes
     return dict(
         job_id=state.job_id,
@@ -109,15 +188,16 @@ def job_row(state: JobState, previous: Job | None, received_at: datetime | None)
         failing_reason=root.reason if root else "",
         failure_code=root.failure_code if root else "",
         error_type=root.error_type if root else "",
-        failed_at=max((s.finished_at for s in failing), default=None),
-        has_retryable="retryable" in segments,
-        has_failed="failed" in segments,
-        step_count=len(state.steps),
-        max_attempt=max((step.attempt for step in state.steps), default=0),
+        failed_at=state.failed_at,
+        has_retryable=state.segment_counts.get(Segment.RETRYABLE, 0) > 0,
+        has_failed=state.segment_counts.get(Segment.FAILED, 0) > 0,
+        step_count=state.step_count,
+        max_attempt=state.max_attempt,
         event_count=state.event_count,
         planner_parse_invalid=state.planner_parse_invalid,
         planner_degraded=state.planner_degraded,
-        segment_strip=[[step.segment.value, step.ignored_stale] for step in state.steps[:200]],
+        segment_strip=state.strip,
+        fold=snapshot,
     )
 
 
@@ -131,31 +211,64 @@ def step_row(step: StepState, job_pk: int) -> dict:
     }
 
 
-STEP_STATE_FIELDS = tuple(f.name for f in fields(StepState))
+def step_state(values: dict) -> StepState:
+    """A Step row's values (``STEP_STATE_FIELDS``) back as the StepState replay wrote."""
+    return StepState(**{**values, "result_type": values["result_type"] or None})
 
 
-def _apply_escalations(
-    states: list[JobState], jobs_by_id: dict[str, Job], previous_status: dict[str, str]
+def _write_steps(
+    projected: dict[str, Projected], existing: dict[str, Job], ids: dict[tuple, int]
 ) -> None:
-    job_pks = [job.pk for job in jobs_by_id.values()]
+    """A full replay's steps replace the job's whole; an incremental fold's changed steps are
+    upserted by (job, node, attempt)."""
+    replaced = [existing[j].pk for j, p in projected.items() if p.path == FULL and j in existing]
+    if replaced:
+        Step.objects.filter(job_id__in=replaced).delete()
+    inserted, upserted = [], []
+    for job_id, p in projected.items():
+        job_pk = ids[(job_id,)]
+        if p.path == FULL:
+            inserted.extend(step_row(step, job_pk) for step in p.state.steps)
+        else:
+            upserted.extend(step_row(step, job_pk) for step in p.state.changed_steps)
+    database.insert_rows(Step, inserted)
+    database.upsert_rows(Step, upserted, unique=STEP_KEY, returning=False)
+
+
+def _apply_escalations(projected: dict[str, Projected], jobs_by_id: dict[str, Job]) -> None:
+    """Open or reopen what the triggers name; after a full replay, withdraw what never held;
+    note recoveries; check the repair budget of failed:logic runs."""
+    job_pks = [
+        jobs_by_id[job_id].pk
+        for job_id, p in projected.items()
+        if p.path == FULL
+        or p.state.escalation_triggers
+        or p.state.recoveries
+        or p.state.status == RunStatus.FAILED_LOGIC
+    ]
+    if not job_pks:
+        return  # a live batch that changes no escalation: nothing to read
     current = {
         (esc.job_id, esc.kind, esc.node_id): esc
         for esc in Escalation.objects.filter(job_id__in=job_pks)
     }
-    for state in states:
-        job = jobs_by_id[state.job_id]
+    for job_id, p in projected.items():
+        state, job = p.state, jobs_by_id[job_id]
         for trigger in state.escalation_triggers:
             key = (job.pk, trigger.kind, trigger.node_id)
             source = "producer" if trigger.kind == "raised" else "replay"
             current[key] = actions.apply_trigger(
                 trigger, job=job, existing=current.get(key), source=source
             )
-        held = {(trigger.kind, trigger.node_id) for trigger in state.escalation_triggers}
-        mine = [esc for key, esc in current.items() if key[0] == job.pk]
-        for withdrawn in actions.withdraw_unheld(mine, held):
-            current.pop((job.pk, withdrawn.kind, withdrawn.node_id), None)
-        was = previous_status.get(state.job_id)
-        if state.status == RunStatus.COMPLETED and was and was != RunStatus.COMPLETED:
-            actions.note_recovery(job)
+        if p.path == FULL:
+            mine = [esc for key, esc in current.items() if key[0] == job.pk]
+            actions.withdraw_unheld(mine, state.triggered)
+        for recovery in state.recoveries:
+            actions.note_recovery(job, recovery)
         if state.status == RunStatus.FAILED_LOGIC:
             repair_budget.check_repair_budget(job, current)
+
+
+def replay_jobs(job_ids: Iterable[str]) -> None:
+    """Replay these jobs from all their events (rebuild, purge): every job on the full path."""
+    counters.record_projections(project_jobs(sorted(job_ids), full=True))

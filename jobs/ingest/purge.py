@@ -9,7 +9,8 @@ from django.db import models, transaction
 from django.db.models import Q
 from django.db.models.functions import Cast
 
-from jobs.ingest.store import project_jobs
+from jobs.ingest.locks import lock_jobs
+from jobs.ingest.projection import replay_jobs
 from jobs.models import Escalation, EscalationEntry, Event, Job, Notification, Step
 
 PURGED = "[PURGED]"
@@ -45,8 +46,17 @@ TEXT_FIELDS = {
         "metadata",
         "findings",
         "last_validation_error",
+        "fold",
     ],
-    Step: ["reason", "compensation_reason", "payload_results", "context", "audit_trail", "extra"],
+    Step: [
+        "reason",
+        "compensation_reason",
+        "payload_results",
+        "context",
+        "audit_trail",
+        "extra",
+        "history",
+    ],
     Escalation: ["message"],
     EscalationEntry: ["note"],
     Notification: ["last_error"],
@@ -81,13 +91,15 @@ def purge_text(needle: str, *, dry_run: bool) -> PurgeReport:
     if dry_run:
         return report
     with transaction.atomic():
-        job_ids = set()
-        for event in _matching(Event, needle).iterator():
-            job_ids.add(event.job_id)
-            Event.objects.filter(pk=event.pk).update(payload=_scrub(event.payload, needle))
+        job_ids = set(_matching(Event, needle).values_list("job_id", flat=True))
         job_ids.update(_matching(Job, needle).values_list("job_id", flat=True))
         job_ids.update(_matching(Step, needle).values_list("job__job_id", flat=True))
-        project_jobs(sorted(job_ids))
+        # Ingest's per-job locks: no batch of these jobs projects from unscrubbed events
+        # while this runs, and none is lost (it waits, then folds onto the scrubbed rows).
+        lock_jobs(job_ids)
+        for event in _matching(Event, needle).filter(job_id__in=job_ids).iterator():
+            Event.objects.filter(pk=event.pk).update(payload=_scrub(event.payload, needle))
+        replay_jobs(job_ids)
         report.jobs_rebuilt = len(job_ids)
         for model in (Escalation, EscalationEntry, Notification):
             for row in _matching(model, needle).iterator():

@@ -7,7 +7,7 @@ job + event_id), then ``projection.project_jobs`` over the jobs that got new eve
 
 from collections.abc import Iterable
 from dataclasses import dataclass, field
-from datetime import datetime
+from datetime import datetime, timedelta
 
 from django.conf import settings
 from django.db import transaction
@@ -22,6 +22,7 @@ from jobs.ingest.projection import project_jobs
 from jobs.models import Event as EventRow
 from jobs.models import IngestToken
 
+TOKEN_USE_RESOLUTION = timedelta(minutes=1)
 EVENT_COLUMNS = (
     "job_id",
     "event_id",
@@ -92,14 +93,20 @@ def store_batch(
         new_events: dict[str, list[Event]] = {}
         for key in new_keys:
             new_events.setdefault(key[0], []).append(events[key])
-        project_jobs(touched, received_at=received_at, new_events=new_events)
-        counters.record_batch(events[key] for key in new_keys)
-        if token is not None:
+        paths = project_jobs(touched, received_at=received_at, new_events=new_events)
+        counters.record_batch((events[key] for key in new_keys), projections=paths)
+        if token is not None and not _used_lately(token, received_at):
             IngestToken.objects.filter(pk=token.pk).update(last_used_at=received_at)
     result.stored = len(new_keys)
     result.duplicates = len(batch.events) - result.stored
     result.job_ids = touched
     return result
+
+
+def _used_lately(token: IngestToken, now: datetime) -> bool:
+    """Whether the token's last use is recent enough not to write it again: a producer
+    flushing every second would otherwise rewrite its token row each time."""
+    return token.last_used_at is not None and now - token.last_used_at < TOKEN_USE_RESOLUTION
 
 
 def _insert_events(

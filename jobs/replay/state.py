@@ -1,6 +1,7 @@
 """What replay produces: a job's state and its steps' states (DESIGN.md sections 4 and 5).
 
-Plain data, no behaviour beyond derived properties: ``walk.build`` fills these in.
+Plain data: ``walk.Fold`` fills these in, and the projection stores them as Job and Step rows
+(every StepState field has a Step column of the same name).
 """
 
 from dataclasses import dataclass, field
@@ -47,6 +48,8 @@ JOB_ATTRIBUTES = (
 )
 DEGRADED_REASON = "next_step_parse_failed"
 PLANNER_SCHEMA = "NextStepProposal"
+# The jobs list's segment strip summarises this many steps at most.
+STRIP_STEPS = 200
 
 
 @dataclass(frozen=True, slots=True)
@@ -59,7 +62,14 @@ DEFAULT_CONFIG = ReplayConfig()
 
 @dataclass(slots=True)
 class StepState:
-    """One attempt of one node. ``result_type`` is None while the attempt is running."""
+    """One attempt of one node. ``result_type`` is None while the attempt is running.
+
+    ``history`` keeps the results this attempt no longer shows, oldest first: a stale result
+    that came after the attempt had finished (source 002: it never overwrites), or a result a
+    later non-stale finish replaced. ``marks`` is replay's own bookkeeping (event positions and
+    the first success and permanent failure of the attempt), which lets a later batch resume
+    the fold from this row; ``lint.node_facts`` reads it.
+    """
 
     node_id: str
     attempt: int
@@ -90,6 +100,8 @@ class StepState:
     extra: dict[str, Any] = field(default_factory=dict)
     started_event_id: str = ""
     finished_event_id: str = ""
+    history: list[dict[str, Any]] = field(default_factory=list)
+    marks: dict[str, Any] = field(default_factory=dict)
 
     @property
     def segment(self) -> Segment:
@@ -98,6 +110,16 @@ class StepState:
     @property
     def is_failure(self) -> bool:
         return self.result_type not in (None, ResultType.SUCCESS)
+
+    @property
+    def is_running(self) -> bool:
+        """Started and not finished yet."""
+        return self.result_type is None and bool(self.started_event_id)
+
+    @property
+    def strip_cell(self) -> list:
+        """This step in the jobs list's segment strip: [segment, struck through]."""
+        return [self.segment.value, self.ignored_stale]
 
 
 @dataclass(frozen=True, slots=True)
@@ -112,14 +134,32 @@ class EscalationTrigger:
     ts: datetime
 
 
+@dataclass(frozen=True, slots=True)
+class Recovery:
+    """A ``job_finished: completed`` and the escalations (kind, node) triggered before it: each
+    of those still unresolved gets a "job recovered" audit entry (support decides)."""
+
+    event_id: str
+    ts: datetime
+    escalations: frozenset[tuple[str, str]]
+
+
 @dataclass(slots=True)
 class JobState:
+    """A job's state after replay.
+
+    After a full replay ``steps`` holds every step and ``escalation_triggers`` every trigger;
+    after a resumed fold (an incremental batch) they hold the steps the fold had loaded and the
+    triggers of the new events only. ``changed_steps`` are the steps the fold wrote to.
+    """
+
     job_id: str
     status: RunStatus = RunStatus.RUNNING
     completed_node_ids: list[str] = field(default_factory=list)
     cursor_node: str = ""
     payload_results: dict[str, Any] = field(default_factory=dict)
     steps: list[StepState] = field(default_factory=list)
+    changed_steps: list[StepState] = field(default_factory=list)
     attributes: dict[str, str] = field(default_factory=dict)
     metadata: dict[str, Any] = field(default_factory=dict)
     started_at: datetime | None = None
@@ -129,25 +169,36 @@ class JobState:
     finish_reason: str = ""
     cancel_reason: str = ""
     last_validation_error: dict[str, Any] | None = None
-    # Nodes failing now (latest non-stale attempt a failure), in the order their failure began.
+    # Nodes failing now (latest non-stale attempt a failure and no later attempt running), in
+    # the order their failure began; ``failing_steps`` holds each one's latest failure.
     failing_node_ids: list[str] = field(default_factory=list)
+    failing_steps: list[StepState] = field(default_factory=list)
     escalation_triggers: list[EscalationTrigger] = field(default_factory=list)
+    # Every (kind, node) a trigger ever named, new or folded in earlier.
+    triggered: set[tuple[str, str]] = field(default_factory=set)
+    recoveries: list[Recovery] = field(default_factory=list)
     findings: list[lint.Finding] = field(default_factory=list)
     planner_parse_invalid: int = 0
     planner_degraded: int = 0
     event_count: int = 0
+    step_count: int = 0
+    max_attempt: int = 0
+    segment_counts: dict[str, int] = field(default_factory=dict)
+    strip: list[list] = field(default_factory=list)
 
     def step(self, node_id: str, attempt: int) -> StepState | None:
         return next((s for s in self.steps if s.node_id == node_id and s.attempt == attempt), None)
 
     @property
     def root_failure(self) -> StepState | None:
-        """The first failing node's latest attempt: where the trouble started."""
+        """The first failing node's latest failure: where the trouble started. Never a stale
+        result (those change nothing)."""
         if not self.failing_node_ids:
             return None
         root = self.failing_node_ids[0]
-        return max(
-            (s for s in self.steps if s.node_id == root and s.is_failure),
-            key=lambda s: s.position,
-            default=None,
-        )
+        return next(s for s in self.failing_steps if s.node_id == root)
+
+    @property
+    def failed_at(self) -> datetime | None:
+        """When the latest failure of a failing node happened (event time)."""
+        return max((s.finished_at for s in self.failing_steps if s.finished_at), default=None)

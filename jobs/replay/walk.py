@@ -1,15 +1,25 @@
-"""Replay: a job's events in, its state out (DESIGN.md sections 4 and 5, source 000 section 5).
+"""Replay: a job's events in, its state out (DESIGN.md sections 2, 4 and 5; source 000 section 5).
 
-Pure: no models, no ORM. ``build(events)`` sorts the events into event order and walks them once.
-After each event it re-evaluates the escalation rules, so the escalations a job gets never depend
-on how its events were batched or shuffled. The stored Job and Step rows are this function's
-output (replay parity).
+Pure: no models, no ORM. Replay is a fold over the job's events in event order: ``Fold.apply``
+takes one event, and after each one the status and the escalation rules are evaluated again, so
+the escalations a job gets never depend on how its events were batched or shuffled.
+``build(events)`` folds a whole job (a full replay).
+
+A fold can stop and resume: ``Fold.snapshot()`` is the job-level part of its state (small: the
+failing nodes, the cancel fence, the rules holding, lint's job-level state...) with the order key
+of the last event folded in. Everything per node lives in the steps (``StepState``, stored as
+Step rows), so ``Fold.resume`` needs the snapshot, a few Job row fields and the steps of the nodes
+the new events touch (``nodes_needed``), never the whole job: the cost of folding a batch onto a
+snapshot grows with the batch, not with the job. Both paths run the same code, so a resumed fold
+gives what a full replay of all the events gives (the parity tests check it).
 """
 
 from collections.abc import Iterable
+from datetime import datetime
+from typing import Any
 
 from jobs.contract.events import Event, order_key
-from jobs.replay import failures, lint
+from jobs.replay import lint, rules
 from jobs.replay.failures import ResultType, RunStatus
 from jobs.replay.state import (
     DEFAULT_CONFIG,
@@ -17,62 +27,130 @@ from jobs.replay.state import (
     JOB_ATTRIBUTES,
     PLANNER_SCHEMA,
     STEP_FIELDS,
+    STRIP_STEPS,
     EscalationTrigger,
     JobState,
+    Recovery,
     ReplayConfig,
     StepState,
 )
 
+# Bump when the fold's meaning or the snapshot's shape changes: every job then gets a full
+# replay on its next batch (and rebuild_projections refreshes them all).
+FOLD_VERSION = 1
+# A finish's result, replaced as a whole when the attempt finishes again; the other fields of a
+# finish keep the value an earlier event of the attempt gave when the finish leaves them out.
+RESULT_FIELDS = ("reason", "failure_code", "error_type", "continue_on_error", "payload_results")
+RESULT_DEFAULTS = {
+    "reason": "",
+    "failure_code": "",
+    "error_type": "",
+    "continue_on_error": False,
+    "payload_results": {},
+}
+KEPT_FIELDS = ("duration_ms", "state", "tool", "source", "plan_hash", "context", "audit_trail")
+ID_FIELDS = ("step_index", "trace_span_id", "parent_span_id", "epoch", "step_epoch")
+
+
+class NeedsFullReplay(Exception):
+    """A resumed fold cannot go on exactly with the steps it was given: replay the whole job."""
+
+
+def event_key(event: Event) -> tuple:
+    return order_key(event.ts, event.seq, event.type, event.attempt, event.event_id)
+
 
 def sort_events(events: Iterable[Event]) -> list[Event]:
     """Events in event order. Every event must carry a ``ts`` (ingest defaults it)."""
-    return sorted(events, key=lambda e: order_key(e.ts, e.seq, e.type, e.attempt, e.event_id))
+    return sorted(events, key=event_key)
+
+
+def touched_node(event: Event) -> str | None:
+    """The node whose steps folding ``event`` reads or writes, if any."""
+    if event.type in ("node_started", "node_finished", "compensation_finished"):
+        return event.payload["node_id"]
+    if event.type == "state_checkpointed" and isinstance(event.payload.get("node_id"), str):
+        return event.payload["node_id"] or None
+    return None
 
 
 def build(events: Iterable[Event], config: ReplayConfig = DEFAULT_CONFIG) -> JobState:
     """Replay a job's events (in any order) into its state."""
-    ordered = sort_events(events)
-    if not ordered:
-        raise ValueError("a job has at least one event")
-    replay = _Replay(ordered[0].job_id, config)
-    for event in ordered:
-        replay.apply(event)
-    return replay.finish()
+    return Fold.of(events, config).finish()
 
 
-class _Replay:
-    """The single walk over a job's events; one instance per ``build`` call."""
+class CancelFence:
+    """Source 002's cancellation fence: once a cancel came in event order, a node_finished whose
+    epoch is lower than the cancel's, or that has no epoch, or follows a cancel without one, is
+    stale."""
 
-    def __init__(self, job_id: str, config: ReplayConfig):
+    __slots__ = ("epoch", "epochless", "seen")
+
+    def __init__(self, seen: bool = False, epoch: int | None = None, epochless: bool = False):
+        self.seen, self.epoch, self.epochless = seen, epoch, epochless
+
+    def is_stale(self, event: Event) -> bool:
+        if not self.seen:
+            return False
+        epoch = event.payload.get("epoch")
+        return self.epochless or epoch is None or epoch < (self.epoch or 0)
+
+
+class Fold:
+    """The walk over one job's events, in event order."""
+
+    def __init__(self, job_id: str, config: ReplayConfig = DEFAULT_CONFIG):
         self.config = config
         self.state = JobState(job_id=job_id)
         self.steps: dict[tuple[str, int], StepState] = {}
-        self.completed: set[str] = set()
+        self.by_node: dict[str, list[StepState]] = {}
+        # None: this fold has seen every step (a full replay); else the nodes whose steps it
+        # was given, the only ones it may read.
+        self.loaded_nodes: set[str] | None = None
+        self.changed: dict[tuple[str, int], StepState] = {}
         # node -> its latest non-stale failed attempt, ordered by when that failure came.
         self.failing: dict[str, StepState] = {}
-        self.cancel_seen = False
-        self.cancel_epoch: int | None = None
-        self.cancel_epochless = False
+        # The nodes of ``failing`` in the order their failure began.
+        self.failing_began: list[str] = []
+        self.cancel = CancelFence()
         self.finished_status = ""
         self.degraded = False
-        self.boundary_nodes: dict[str, str] = {}
+        self.boundary: dict[str, str] = {}
         self.holding: dict[tuple[str, str], tuple[str, str]] = {}
+        self.triggered: set[tuple[str, str]] = set()
         self.linter = lint.Linter()
+        self.last_key: tuple | None = None
+
+    @classmethod
+    def of(cls, events: Iterable[Event], config: ReplayConfig = DEFAULT_CONFIG) -> "Fold":
+        """A fold of a whole job's events (in any order): a full replay."""
+        ordered = sort_events(events)
+        if not ordered:
+            raise ValueError("a job has at least one event")
+        fold = cls(ordered[0].job_id, config)
+        for event in ordered:
+            fold.apply(event)
+        return fold
 
     # -- events ---------------------------------------------------------------------------
 
     def apply(self, event: Event) -> None:
+        """Fold in the next event in event order. The same event again (same order key, so the
+        same event_id) is a resend and changes nothing, as in the event log."""
+        key = event_key(event)
+        if self.last_key is not None and key <= self.last_key:
+            if key == self.last_key:
+                return
+            raise ValueError(f"event {event.event_id!r} does not come after the last one folded")
+        self.last_key = key
         state = self.state
         state.event_count += 1
+        self.linter.position += 1
         state.last_event_at = event.ts
         if state.started_at is None:
             state.started_at = event.ts
-        stale = event.type == "node_finished" and self._is_stale(event)
-        if event.type == "node_finished":
-            self._on_node_finished(event, stale)
-        elif handler := getattr(self, "_on_" + event.type.replace(".", "_"), None):
+        if handler := getattr(self, "_on_" + event.type.replace(".", "_"), None):
             handler(event)
-        self.linter.observe(event, stale=stale, job_plan_hash=state.attributes.get("plan_hash", ""))
         self._evaluate_rules(event)
 
     def _on_job_started(self, event: Event) -> None:
@@ -83,45 +161,94 @@ class _Replay:
         if isinstance(payload.get("metadata"), dict):
             self.state.metadata = payload["metadata"]
 
-    def _step(self, event: Event) -> StepState:
+    def node_steps(self, node: str) -> list[StepState]:
+        if self.loaded_nodes is not None and node not in self.loaded_nodes:
+            raise RuntimeError(f"replay needs the steps of node {node!r}, which were not loaded")
+        return self.by_node.get(node, [])
+
+    def _step(self, event: Event) -> tuple[StepState, list | None]:
+        """The step of the event's attempt (created when new) and its strip cell before this
+        event (None for a new step)."""
         key = (event.payload["node_id"], event.attempt)
         step = self.steps.get(key)
+        before = step.strip_cell if step is not None else None
         if step is None:
-            step = StepState(node_id=key[0], attempt=key[1], position=len(self.steps))
+            step = StepState(node_id=key[0], attempt=key[1], position=self.state.step_count)
+            step.marks["first"] = self.linter.position
             self.steps[key] = step
-        for name in ("step_index", "trace_span_id", "parent_span_id", "epoch", "step_epoch"):
+            self.by_node.setdefault(key[0], []).append(step)
+            self.state.step_count += 1
+            self.state.max_attempt = max(self.state.max_attempt, step.attempt)
+        for name in ID_FIELDS:
             if name in event.payload:
                 setattr(step, name, event.payload[name])
-        return step
+        return step, before
+
+    def _changed(self, step: StepState, before: list | None) -> None:
+        """Record that ``step`` was written to: its row, the segment counts and the strip."""
+        self.changed[(step.node_id, step.attempt)] = step
+        counts = self.state.segment_counts
+        if before is not None:
+            counts[before[0]] -= 1
+        segment = step.segment.value
+        counts[segment] = counts.get(segment, 0) + 1
+        if step.position < STRIP_STEPS:
+            strip = self.state.strip
+            if step.position < len(strip):
+                strip[step.position] = step.strip_cell
+            else:
+                strip.append(step.strip_cell)
 
     def _on_node_started(self, event: Event) -> None:
-        step = self._step(event)
+        node = event.payload["node_id"]
+        steps = self.node_steps(node)
+        if not self.linter.any_started and self.state.step_count > len(self.steps):
+            # From now on every unstarted finish of the job is a finding, also those of nodes
+            # this fold was not given.
+            raise NeedsFullReplay("first node_started of a job that has unloaded steps")
+        facts = lint.node_facts(steps)
+        step, before = self._step(event)
         step.started_at = event.ts
         step.started_event_id = event.event_id
+        self._changed(step, before)
+        self.linter.node_event(event, node, event.attempt, facts)
 
-    def _on_node_finished(self, event: Event, stale: bool) -> None:
-        payload = event.payload
-        step = self._step(event)
-        step.result_type = payload.get("result_type", ResultType.SUCCESS)
-        step.finished_at = event.ts
-        step.finished_event_id = event.event_id
-        step.ignored_stale = stale
-        step.reason = payload.get("reason", "")
-        step.duration_ms = payload.get("duration_ms")
-        step.continue_on_error = payload.get("continue_on_error", False)
-        for name in ("state", "failure_code", "error_type", "tool", "source", "plan_hash"):
-            setattr(step, name, payload.get(name, ""))
-        step.payload_results = payload.get("payload_results", {})
-        step.context = payload.get("context", {})
-        step.audit_trail = payload.get("audit_trail", [])
-        step.extra = {k: v for k, v in payload.items() if k not in STEP_FIELDS}
+    def _on_node_finished(self, event: Event) -> None:
+        node = event.payload["node_id"]
+        facts = lint.node_facts(self.node_steps(node))
+        stale = self.cancel.is_stale(event)
+        step, before = self._step(event)
+        if stale and step.result_type is not None:
+            # Source 002: a stale result never overwrites; it is kept beside the attempt's.
+            step.history.append(_result_record(event, "stale"))
+            self._changed(step, before)
+            return
+        replaced = ""
+        if step.result_type is not None:
+            if not step.ignored_stale:
+                replaced = step.finished_event_id
+            step.history.append(_step_result_record(step))
+        self._set_result(step, event, stale)
+        self._changed(step, before)
         if stale:
-            return  # source 002's cancellation fence: kept and shown, changes nothing.
-        node = step.node_id
+            return  # kept and shown (struck through), it changes nothing.
+        step.marks["finished"] = self.linter.position
+        mark = [self.linter.position, event.event_id]
+        if step.result_type == ResultType.SUCCESS:
+            step.marks.setdefault("success", mark)
+        elif step.result_type == ResultType.PERMANENT_FAILURE:
+            step.marks.setdefault("permanent", mark)
+        self.linter.node_finished(
+            event,
+            node,
+            step.attempt,
+            facts,
+            replaced_event=replaced,
+            job_plan_hash=self.state.attributes.get("plan_hash", ""),
+        )
         if step.result_type == ResultType.SUCCESS:
             self._recovered(node)
-            if node not in self.completed:
-                self.completed.add(node)
+            if facts.first_success is None:
                 self.state.completed_node_ids.append(node)
             self.state.payload_results.update(step.payload_results)
             self.state.cursor_node = node
@@ -130,61 +257,93 @@ class _Replay:
         else:
             self.failing.pop(node, None)
             self.failing[node] = step
-            if node not in self.state.failing_node_ids:
-                self.state.failing_node_ids.append(node)
+            if node not in self.failing_began:
+                self.failing_began.append(node)
         if step.error_type == "BoundaryViolation":
-            self.boundary_nodes.setdefault(node, "raised a BoundaryViolation")
+            self.boundary.setdefault(node, "raised a BoundaryViolation")
         job_hash = self.state.attributes.get("plan_hash", "")
         if job_hash and step.plan_hash and step.plan_hash != job_hash:
-            self.boundary_nodes.setdefault(
+            self.boundary.setdefault(
                 node, f"ran plan {step.plan_hash}, the job's plan is {job_hash}"
             )
+
+    @staticmethod
+    def _set_result(step: StepState, event: Event, stale: bool) -> None:
+        payload = event.payload
+        step.result_type = payload.get("result_type", ResultType.SUCCESS)
+        step.finished_at = event.ts
+        step.finished_event_id = event.event_id
+        step.ignored_stale = stale
+        for name in RESULT_FIELDS:
+            setattr(step, name, payload.get(name, RESULT_DEFAULTS[name]))
+        for name in KEPT_FIELDS:
+            if name in payload:
+                setattr(step, name, payload[name])
+        extra = {k: v for k, v in payload.items() if k not in STEP_FIELDS}
+        if extra:
+            step.extra = {**step.extra, **extra}
 
     def _recovered(self, node: str) -> None:
         """``node``'s latest attempt is no longer a failure: it stops being a failing node."""
         self.failing.pop(node, None)
-        if node in self.state.failing_node_ids:
-            self.state.failing_node_ids.remove(node)
+        if node in self.failing_began:
+            self.failing_began.remove(node)
+
+    def is_retrying(self, failure: StepState) -> bool:
+        """A later attempt of the failing node has started and not finished."""
+        return any(
+            s.attempt > failure.attempt and s.is_running for s in self.node_steps(failure.node_id)
+        )
 
     def _on_compensation_finished(self, event: Event) -> None:
+        """Marks the attempt it names compensated, else the latest non-stale compensatable
+        attempt (never a stale one)."""
         node = event.payload["node_id"]
-        if event.payload.get("result_type", ResultType.SUCCESS) != ResultType.SUCCESS:
-            return
         candidates = [
             s
-            for s in self.steps.values()
-            if s.node_id == node and s.result_type == ResultType.COMPENSATABLE_FAILURE
+            for s in self.node_steps(node)
+            if s.result_type == ResultType.COMPENSATABLE_FAILURE and not s.ignored_stale
         ]
-        if candidates:
-            step = max(candidates, key=lambda s: s.position)
+        named = event.payload.get("attempt")
+        if named is not None:
+            candidates = [s for s in candidates if s.attempt == named]
+        step = max(candidates, key=lambda s: s.position, default=None)
+        if step is None:
+            return
+        self.linter.compensated(node, step.attempt)
+        if event.payload.get("result_type", ResultType.SUCCESS) == ResultType.SUCCESS:
+            before = step.strip_cell
             step.compensated = True
             step.compensation_reason = event.payload.get("reason", "")
+            self._changed(step, before)
 
     def _on_state_checkpointed(self, event: Event) -> None:
-        node = event.payload.get("node_id")
+        node = touched_node(event)
         if node and isinstance(event.payload.get("state"), str):
-            step = max(
-                (s for s in self.steps.values() if s.node_id == node),
-                key=lambda s: s.position,
-                default=None,
-            )
+            step = max(self.node_steps(node), key=lambda s: s.position, default=None)
             if step is not None and step.result_type is None:
                 step.state = event.payload["state"]
+                self._changed(step, step.strip_cell)
 
     def _on_cancel_requested(self, event: Event) -> None:
-        self.cancel_seen = True
+        self.cancel.seen = True
         self.state.cancel_reason = event.payload.get("reason", "")
         epoch = event.payload.get("epoch")
         if epoch is None:
-            self.cancel_epochless = True
+            self.cancel.epochless = True
         else:
-            self.cancel_epoch = max(epoch, self.cancel_epoch or 0)
+            self.cancel.epoch = max(epoch, self.cancel.epoch or 0)
 
     def _on_job_finished(self, event: Event) -> None:
         self.finished_status = event.payload["status"]
         self.state.finished_at = event.ts
         self.state.finish_code = event.payload.get("code", "")
         self.state.finish_reason = event.payload.get("reason", "")
+        self.linter.job_finished(event.event_id)
+        if self.finished_status == RunStatus.COMPLETED and self.triggered:
+            self.state.recoveries.append(
+                Recovery(event.event_id, event.ts, frozenset(self.triggered))
+            )
 
     def _on_planner(self, event: Event) -> None:
         payload = event.payload
@@ -209,67 +368,13 @@ class _Replay:
             "model": payload.get("model"),
         }
 
-    def _is_stale(self, event: Event) -> bool:
-        if not self.cancel_seen:
-            return False
-        epoch = event.payload.get("epoch")
-        return self.cancel_epochless or epoch is None or epoch < (self.cancel_epoch or 0)
-
     # -- status and rules -----------------------------------------------------------------
 
-    def _latest_failing(self) -> StepState | None:
-        return next(reversed(self.failing.values()), None)
-
-    def _status(self) -> RunStatus:
-        if self.finished_status:
-            return RunStatus(self.finished_status)
-        if self.cancel_seen:
-            return RunStatus.CANCELLING
-        latest = self._latest_failing()
-        if latest is not None:
-            if latest.state == "indeterminate":
-                return RunStatus.PAUSED_RECONCILIATION
-            if latest.error_type:
-                return failures.run_status_for_error_type(latest.error_type)
-        if self.degraded:
-            return RunStatus.FAILED
-        if any(s.result_type in failures.TERMINAL_RESULT_TYPES for s in self.failing.values()):
-            return RunStatus.FAILED
-        if self.failing:
-            return RunStatus.PAUSED_TRANSIENT
-        return RunStatus.RUNNING
-
-    def _rules_holding(self, status: RunStatus) -> dict[tuple[str, str], tuple[str, str]]:
-        """(kind, node) -> (severity, message) for every state-based rule that holds now."""
-        holding: dict[tuple[str, str], tuple[str, str]] = {}
-        latest = self._latest_failing()
-        status_rule = STATUS_RULES.get(status)
-        if status_rule is not None and latest is not None:
-            kind, severity, what = status_rule
-            holding[(kind, latest.node_id)] = (severity, _step_message(latest, what))
-        for step in self.failing.values():
-            if (
-                step.result_type == ResultType.RETRYABLE_FAILURE
-                and step.attempt > self.config.max_retries
-            ):
-                what = f"still failing after {step.attempt} attempts"
-                holding[("max_retries_exceeded", step.node_id)] = (
-                    "medium",
-                    _step_message(step, what),
-                )
-        for node, why in self.boundary_nodes.items():
-            holding[("boundary_violation", node)] = ("high", f"Node {node} {why}")
-        for finding in self.linter.findings:
-            if finding.severity == "error" and finding.kind in lint.CONTRACT_VIOLATION_KINDS:
-                holding.setdefault(
-                    ("contract_violation", finding.node_id), ("high", finding.message)
-                )
-        return holding
-
     def _evaluate_rules(self, event: Event) -> None:
-        status = self._status()
+        failing = rules.active_failures(self)
+        status = rules.run_status(self, failing)
         self.state.status = status
-        holding = self._rules_holding(status)
+        holding = rules.holding(self, status, failing, self.config.max_retries)
         for key, (severity, message) in holding.items():
             if key not in self.holding:
                 self._trigger(key[0], key[1], severity, message, event)
@@ -288,27 +393,169 @@ class _Replay:
         self.state.escalation_triggers.append(
             EscalationTrigger(kind, node_id, severity, message, event.event_id, event.ts)
         )
+        self.triggered.add((kind, node_id))
+
+    # -- ending, stopping and resuming ----------------------------------------------------
 
     def finish(self) -> JobState:
+        """The state after the events folded so far (the fold may go on afterwards)."""
         state = self.state
         state.steps = sorted(self.steps.values(), key=lambda s: s.position)
-        state.findings = self.linter.finish(finished=bool(self.finished_status))
+        state.changed_steps = sorted(self.changed.values(), key=lambda s: s.position)
+        judged = self.by_node if self.loaded_nodes is None else self.loaded_nodes
+        for node in judged:
+            self.linter.judge(node, self.by_node.get(node, []))
+        state.findings = self.linter.all_findings()
+        active = {step.node_id for step in rules.active_failures(self)}
+        state.failing_node_ids = [node for node in self.failing_began if node in active]
+        state.failing_steps = [self.failing[node] for node in state.failing_node_ids]
+        state.triggered = set(self.triggered)
         return state
 
+    def snapshot(self) -> dict[str, Any]:
+        """The job-level state as JSON-ready data (see ``resume``)."""
+        state = self.state
+        ts, seq, rank, attempt, event_id = self.last_key
+        return {
+            "version": FOLD_VERSION,
+            "last_key": [ts.isoformat(), seq, rank, attempt, event_id],
+            "job": {
+                "status": state.status.value,
+                "cursor_node": state.cursor_node,
+                "attributes": state.attributes,
+                "started_at": _iso(state.started_at),
+                "finished_at": _iso(state.finished_at),
+                "last_event_at": _iso(state.last_event_at),
+                "finish_code": state.finish_code,
+                "finish_reason": state.finish_reason,
+                "cancel_reason": state.cancel_reason,
+                "last_validation_error": state.last_validation_error,
+                "planner_parse_invalid": state.planner_parse_invalid,
+                "planner_degraded": state.planner_degraded,
+                "event_count": state.event_count,
+                "step_count": state.step_count,
+                "max_attempt": state.max_attempt,
+                "segment_counts": state.segment_counts,
+                "strip": state.strip,
+            },
+            "failing": [[node, step.attempt] for node, step in self.failing.items()],
+            "failing_began": self.failing_began,
+            "cancel": [self.cancel.seen, self.cancel.epoch, self.cancel.epochless],
+            "finished_status": self.finished_status,
+            "degraded": self.degraded,
+            "boundary": self.boundary,
+            "holding": [[k, n, s, m] for (k, n), (s, m) in self.holding.items()],
+            "triggered": sorted([k, n] for k, n in self.triggered),
+            "lint": self.linter.snapshot(),
+        }
 
-# Status-based escalation kinds: status -> (kind, severity, what the message says).
-STATUS_RULES: dict[RunStatus, tuple[str, str, str]] = {
-    RunStatus.PAUSED_APPROVAL: ("user_action", "medium", "needs a person (approval or re-auth)"),
-    RunStatus.FAILED_INTERNAL: ("internal", "high", "failed with an internal error"),
-    RunStatus.PAUSED_RECONCILIATION: (
-        "reconciliation",
-        "high",
-        "left a mutation indeterminate: verify before resuming",
-    ),
-}
+    @staticmethod
+    def nodes_needed(snapshot: dict[str, Any], events: Iterable[Event]) -> set[str]:
+        """The nodes whose steps ``resume`` needs to fold ``events`` onto ``snapshot``."""
+        nodes = {node for node, _attempt in snapshot["failing"]}
+        nodes.update(node for event in events if (node := touched_node(event)))
+        return nodes
+
+    @classmethod
+    def resume(
+        cls,
+        job_id: str,
+        snapshot: dict[str, Any],
+        *,
+        steps: Iterable[StepState],
+        nodes: Iterable[str],
+        completed_node_ids: list[str],
+        payload_results: dict[str, Any],
+        metadata: dict[str, Any],
+        config: ReplayConfig = DEFAULT_CONFIG,
+    ) -> "Fold":
+        """A fold that goes on where ``snapshot`` stopped. ``steps`` are every step of
+        ``nodes`` (at least ``nodes_needed``); the three lists and dicts are the Job row's."""
+        fold = cls(job_id, config)
+        fold.loaded_nodes = set(nodes)
+        for step in steps:
+            fold.steps[(step.node_id, step.attempt)] = step
+            fold.by_node.setdefault(step.node_id, []).append(step)
+        for node_steps in fold.by_node.values():
+            node_steps.sort(key=lambda s: s.position)
+        ts, seq, rank, attempt, event_id = snapshot["last_key"]
+        fold.last_key = (datetime.fromisoformat(ts), seq, rank, attempt, event_id)
+        job = snapshot["job"]
+        state = fold.state
+        state.status = RunStatus(job["status"])
+        state.completed_node_ids = list(completed_node_ids)
+        state.payload_results = dict(payload_results)
+        state.metadata = metadata
+        for name in ("started_at", "finished_at", "last_event_at"):
+            setattr(state, name, _datetime(job[name]))
+        for name in (
+            "cursor_node",
+            "attributes",
+            "finish_code",
+            "finish_reason",
+            "cancel_reason",
+            "last_validation_error",
+            "planner_parse_invalid",
+            "planner_degraded",
+            "event_count",
+            "step_count",
+            "max_attempt",
+            "segment_counts",
+            "strip",
+        ):
+            setattr(state, name, job[name])
+        fold.failing = {node: fold.steps[(node, attempt)] for node, attempt in snapshot["failing"]}
+        fold.failing_began = list(snapshot["failing_began"])
+        fold.cancel = CancelFence(*snapshot["cancel"])
+        fold.finished_status = snapshot["finished_status"]
+        fold.degraded = snapshot["degraded"]
+        fold.boundary = dict(snapshot["boundary"])
+        fold.holding = {(k, n): (s, m) for k, n, s, m in snapshot["holding"]}
+        fold.triggered = {(k, n) for k, n in snapshot["triggered"]}
+        fold.linter = lint.Linter.restore(snapshot["lint"])
+        return fold
 
 
-def _step_message(step: StepState, what: str) -> str:
-    detail = f" ({step.error_type})" if step.error_type else ""
-    reason = f": {step.reason}" if step.reason else ""
-    return f"Node {step.node_id} {what}{detail}{reason}"
+def key_after(snapshot: dict[str, Any], event: Event) -> bool:
+    """Whether ``event`` sorts after the last event folded into ``snapshot``."""
+    ts, seq, rank, attempt, event_id = snapshot["last_key"]
+    return event_key(event) > (datetime.fromisoformat(ts), seq, rank, attempt, event_id)
+
+
+def _iso(value: datetime | None) -> str | None:
+    return value.isoformat() if value is not None else None
+
+
+def _datetime(value: str | None) -> datetime | None:
+    return datetime.fromisoformat(value) if value is not None else None
+
+
+def _result_record(event: Event, why: str) -> dict[str, Any]:
+    """A result the attempt does not show, for its history."""
+    payload = event.payload
+    record = {
+        "event_id": event.event_id,
+        "why": why,
+        "result_type": payload.get("result_type", ResultType.SUCCESS),
+        "finished_at": event.ts.isoformat(),
+    }
+    for name in ("reason", "failure_code", "error_type", "epoch"):
+        if name in payload:
+            record[name] = payload[name]
+    return record
+
+
+def _step_result_record(step: StepState) -> dict[str, Any]:
+    """The attempt's current result, when a new one takes its place."""
+    record = {
+        "event_id": step.finished_event_id,
+        "why": "stale" if step.ignored_stale else "replaced",
+        "result_type": step.result_type,
+        "finished_at": step.finished_at.isoformat(),
+    }
+    for name in ("reason", "failure_code", "error_type"):
+        if value := getattr(step, name):
+            record[name] = value
+    if step.epoch is not None:
+        record["epoch"] = step.epoch
+    return record

@@ -74,6 +74,7 @@ JOB_DEFERRED = (
     "job__finish_reason",
     "job__cancel_reason",
     "job__failing_reason",
+    "job__fold",
 )
 
 

@@ -13,6 +13,7 @@ from django.contrib.auth.decorators import login_required
 from django.db.models import Q
 from django.shortcuts import render
 from django.utils import timezone
+from django.utils.dateparse import parse_datetime
 from django.utils.http import urlencode
 from django.views.decorators.http import require_GET
 from django.views.decorators.vary import vary_on_headers
@@ -218,6 +219,7 @@ def _panel_context(request, job: Job, raw_key: str | None, root_key: str) -> tup
         ),
         "step_definition_json": _pretty(context.get("step_definition")),
         "audit_trail": [_audit_entry(entry) for entry in _as_list(step.audit_trail)],
+        "history": [_earlier_result(record) for record in _as_list(step.history)],
         "extra_json": _pretty(step.extra),
         "step_findings": findings,
         "show_raw": show_raw,
@@ -240,6 +242,18 @@ def _pretty(value) -> str:
 
 def _as_list(value) -> list:
     return value if isinstance(value, list) else []
+
+
+def _earlier_result(record: dict) -> dict:
+    """One of the attempt's earlier results (``Step.history``), as the panel lists it."""
+    result_type = record.get("result_type") or failures.ResultType.SUCCESS
+    return {
+        "result_type": result_type,
+        "segment": failures.segment_for(result_type).value,
+        "stale": record.get("why") == "stale",
+        "reason": record.get("reason", ""),
+        "finished_at": parse_datetime(record.get("finished_at") or ""),
+    }
 
 
 def _audit_entry(entry) -> str:

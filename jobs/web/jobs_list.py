@@ -30,6 +30,7 @@ LIST_DEFERRED = (
     "last_validation_error",
     "finish_reason",
     "cancel_reason",
+    "fold",
 )
 
 

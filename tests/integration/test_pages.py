@@ -442,6 +442,26 @@ def test_panel_shows_attempts_and_argument_differences(operator, release_42):
     assert panel["is_root"] is True
 
 
+def test_panel_lists_the_attempts_earlier_results_with_a_stale_one_marked(operator):
+    factories.store(
+        [
+            factories.finished("n1", "retryable_failure", "h1", at=1, reason="503"),
+            factories.finished("n1", "success", "h1", at=2),
+            factories.event("cancel_requested", "h1", at=3, epoch=2),
+            factories.finished("n1", "permanent_failure", "h1", at=4, epoch=1, reason="late"),
+        ]
+    )
+    response = operator.get("/jobs/h1/?step=n1:1")
+    history = response.context["history"]
+    assert [(h["result_type"], h["stale"], h["reason"]) for h in history] == [
+        ("retryable_failure", False, "503"),
+        ("permanent_failure", True, "late"),
+    ]
+    body = response.content.decode()
+    assert "Earlier results of attempt 1" in body
+    assert "stale: arrived after the cancel, changed nothing" in body
+
+
 def test_narrative_reads_events_in_order_and_marks_the_root_failure(operator, release_42):
     lines = operator.get("/jobs/release-42/").context["narrative_lines"]
     texts = [line["text"] for line in lines]

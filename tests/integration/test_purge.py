@@ -69,3 +69,12 @@ def test_purge_refuses_a_very_short_string(db):
 
     with pytest.raises(CommandError, match="shorter than 4"):
         call_command("purge_text", "ab")
+
+
+def test_purge_takes_ingests_job_locks(leaked, monkeypatch):
+    from jobs.ingest import purge
+
+    locked = []
+    monkeypatch.setattr(purge, "lock_jobs", lambda job_ids: locked.append(sorted(job_ids)))
+    call_command("purge_text", LEAK, stdout=None)
+    assert locked == [["j1"]]

@@ -178,7 +178,38 @@ def test_stale_success_is_not_a_duplicate_success():
 
 def test_success_repeated_in_the_same_attempt_is_not_a_duplicate_success():
     items = ids([finished("n1", at=1), finished("n1", at=2, reason="resent")])
-    assert findings(items) == []
+    assert [f[0] for f in findings(items)] == ["refinished"]
+
+
+def test_same_attempt_finished_again_is_refinished_not_a_rerun():
+    items = ids(
+        [
+            finished("n1", "permanent_failure", at=1),
+            finished("n1", "permanent_failure", at=2, reason="reported again"),
+        ]
+    )
+    assert findings(items) == [
+        (
+            "refinished",
+            "warning",
+            "n1",
+            [1],
+            ["e0", "e1"],
+            "Node n1 reported attempt 1 finished again: the later result replaces the earlier one",
+        )
+    ]
+    assert build(parsed(items)).escalation_triggers == []
+
+
+def test_attempt_gap_is_judged_over_the_whole_job():
+    items = ids(
+        [
+            finished("n1", "retryable_failure", at=1),
+            finished("n1", "retryable_failure", at=2, attempt=3),
+            finished("n1", at=3, attempt=2),
+        ]
+    )
+    assert [f[0] for f in findings(items)] == []
 
 
 def test_stale_result_after_finish_is_not_reported():

@@ -492,3 +492,121 @@ def test_steps_are_listed_in_event_order():
 def test_any_permutation_of_a_jobs_events_gives_the_same_state(data, items):
     shuffled = data.draw(st.permutations(items))
     assert build(parsed(shuffled)) == build(parsed(items))
+
+
+# --- issue 12's rulings (DESIGN.md sections 4 and 5) --------------------------------------------
+
+
+def test_stale_result_never_overwrites_an_attempt_that_finished():
+    state = replay(
+        finished("n1", at=1, payload_results={"a": 1}, event_id="ok"),
+        cancel(at=2, epoch=2),
+        finished("n1", "permanent_failure", at=3, epoch=1, reason="late", event_id="late"),
+    )
+    step = state.step("n1", 1)
+    assert (step.result_type, step.ignored_stale, step.finished_event_id) == (
+        "success",
+        False,
+        "ok",
+    )
+    assert step.payload_results == {"a": 1}
+    assert [(h["event_id"], h["why"], h["result_type"]) for h in step.history] == [
+        ("late", "stale", "permanent_failure")
+    ]
+    assert state.completed_node_ids == ["n1"]
+
+
+def test_stale_attempt_is_never_the_root_failure():
+    state = replay(
+        finished("n1", "permanent_failure", at=1, reason="the real one", failure_code="x"),
+        cancel(at=2, epoch=2),
+        finished("n1", "permanent_failure", at=3, attempt=2, epoch=1, reason="stale one"),
+    )
+    root = state.root_failure
+    assert (root.attempt, root.reason, root.failure_code) == (1, "the real one", "x")
+    assert state.failed_at == state.step("n1", 1).finished_at
+
+
+def test_started_retry_is_running_not_paused():
+    state = replay(
+        finished("n1", "retryable_failure", at=1, error_type="network"),
+        started("n1", at=2, attempt=2),
+    )
+    assert state.status == "running"
+    assert state.failing_node_ids == []
+    assert state.root_failure is None
+
+
+def test_retry_that_fails_again_makes_the_node_failing_again():
+    state = replay(
+        finished("n1", "retryable_failure", at=1, error_type="network"),
+        started("n1", at=2, attempt=2),
+        finished("n1", "retryable_failure", at=3, attempt=2, error_type="network"),
+    )
+    assert state.status == "paused:transient"
+    assert (state.failing_node_ids, state.root_failure.attempt) == (["n1"], 2)
+
+
+def test_compensation_marks_the_attempt_it_names():
+    state = replay(
+        finished("n1", "compensatable_failure", at=1),
+        finished("n1", "compensatable_failure", at=2, attempt=2),
+        event("compensation_finished", at=3, node_id="n1", attempt=1, result_type="success"),
+    )
+    assert [(s.attempt, s.compensated) for s in state.steps] == [(1, True), (2, False)]
+
+
+def test_compensation_never_marks_a_stale_attempt():
+    state = replay(
+        finished("n1", "compensatable_failure", at=1),
+        cancel(at=2, epoch=2),
+        finished("n1", "compensatable_failure", at=3, attempt=2, epoch=1),
+        event("compensation_finished", at=4, node_id="n1", result_type="success"),
+    )
+    assert [(s.attempt, s.ignored_stale, s.compensated) for s in state.steps] == [
+        (1, False, True),
+        (2, True, False),
+    ]
+
+
+def test_finish_without_state_keeps_a_checkpointed_indeterminate():
+    state = replay(
+        started("n1", at=0),
+        event("state_checkpointed", at=1, node_id="n1", state="indeterminate"),
+        finished("n1", "permanent_failure", at=2, reason="timeout mid-write"),
+    )
+    assert state.step("n1", 1).state == "indeterminate"
+    assert state.status == "paused:reconciliation"
+
+
+def test_finish_that_leaves_fields_out_keeps_the_attempts_earlier_values():
+    state = replay(
+        started("n1", at=0, step_index=4, trace_span_id="s1"),
+        finished("n1", "retryable_failure", at=1, tool="crm", duration_ms=12, reason="503"),
+        finished("n1", at=2),
+    )
+    step = state.step("n1", 1)
+    assert (step.step_index, step.trace_span_id, step.tool, step.duration_ms) == (
+        4,
+        "s1",
+        "crm",
+        12,
+    )
+    # A new finish replaces the attempt's result as a whole: the old reason is history.
+    assert (step.result_type, step.reason) == ("success", "")
+    assert [(h["why"], h["reason"]) for h in step.history] == [("replaced", "503")]
+
+
+def test_recovery_is_decided_by_replay_whatever_the_batching():
+    state = replay(
+        finished("n1", "retryable_failure", at=1, error_type="auth", event_id="f1"),
+        finished("n1", at=2, attempt=2),
+        job_finished("completed", at=3) | {"event_id": "done"},
+    )
+    assert [(r.event_id, r.escalations) for r in state.recoveries] == [
+        ("done", frozenset({("user_action", "n1")}))
+    ]
+
+
+def test_completed_job_without_escalations_records_no_recovery():
+    assert replay(finished("n1", at=1), job_finished("completed", at=2)).recoveries == []

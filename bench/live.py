@@ -1,0 +1,273 @@
+"""Live producers: what incremental projection buys, against gunicorn + PostgreSQL, in one run.
+
+Prints four figures (DESIGN.md section 2; bench/README.md says what bounds each):
+1. grouped vs live: J jobs x S steps (node_started + node_finished each) delivered job by job,
+   then the same shape delivered live (time order across jobs), in batches of B events;
+2. one long job streamed one step (two events) per request up to L steps: request latency
+   near 10 steps and near L steps;
+3. grouped ingest vs a raw COPY of the same rows into a bare copy of the event table (same
+   indexes), same run;
+4. the server's peak RSS per worker.
+
+Every phase starts on a fresh database (dropped and created here), so run it against a
+PostgreSQL server you may create databases on:
+
+    DATABASE_URL=postgres://postgres@127.0.0.1:5432/traceviz_live .venv/bin/python bench/live.py
+"""
+
+import argparse
+import json
+import os
+import statistics
+import threading
+import time
+import urllib.error
+import urllib.request
+from datetime import UTC, datetime, timedelta
+
+from ingest import rss_kib, server_pids
+from load import postgres_url, recreate_database, setup_django, start_gunicorn, stop_process
+from pgstats import analyze_periodically
+
+PORT = 8767
+
+
+def job_stream(job_id: str, steps: int, start: datetime, spacing: timedelta) -> list[dict]:
+    """job_started, then ``steps`` nodes each started and finished ``spacing`` apart (every
+    tenth a retryable failure retried once), then job_finished."""
+    at = start
+
+    def emit(kind: str, **payload) -> dict:
+        nonlocal at
+        at += spacing
+        return {"type": kind, "job_id": job_id, "ts": at.isoformat(), "payload": payload}
+
+    out = [emit("job_started", workflow="live-bench", provider="openai", model="gpt-4.1")]
+    for index in range(steps):
+        node = f"step-{index}"
+        out.append(emit("node_started", node_id=node, step_index=index))
+        if index % 10 == 9:
+            out.append(
+                emit(
+                    "node_finished",
+                    node_id=node,
+                    result_type="retryable_failure",
+                    reason="upstream 503",
+                    failure_code="provider_retryable",
+                    duration_ms=40,
+                )
+            )
+            out.append(emit("node_started", node_id=node, attempt=2, step_index=index))
+            out.append(emit("node_finished", node_id=node, attempt=2, duration_ms=35))
+        else:
+            out.append(
+                emit("node_finished", node_id=node, duration_ms=30, payload_results={"i": index})
+            )
+    out.append(emit("job_finished", status="completed"))
+    return out
+
+
+def ndjson(items: list[dict]) -> bytes:
+    return "\n".join(json.dumps(item) for item in items).encode()
+
+
+def post(url: str, token: str, body: bytes) -> float:
+    """POST one batch; returns the request's latency in seconds (503s are retried)."""
+    request = urllib.request.Request(
+        url + "/api/v1/events",
+        data=body,
+        method="POST",
+        headers={"Authorization": f"Bearer {token}", "Content-Type": "application/x-ndjson"},
+    )
+    for _ in range(20):
+        started = time.perf_counter()
+        try:
+            with urllib.request.urlopen(request, timeout=300) as response:
+                answer = json.loads(response.read())
+            if answer["rejected"]:
+                raise RuntimeError(f"events rejected: {answer['errors'][:3]}")
+            return time.perf_counter() - started
+        except urllib.error.HTTPError as error:
+            if error.code != 503:
+                raise
+            time.sleep(0.5)
+    raise RuntimeError("server kept answering 503")
+
+
+def send_all(url: str, token: str, bodies: list[bytes], producers: int) -> float:
+    """Send every body with ``producers`` threads; returns the wall time."""
+    queue = list(bodies)
+    lock = threading.Lock()
+
+    def producer():
+        while True:
+            with lock:
+                if not queue:
+                    return
+                body = queue.pop(0)
+            post(url, token, body)
+
+    started = time.perf_counter()
+    threads = [threading.Thread(target=producer) for _ in range(producers)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    return time.perf_counter() - started
+
+
+def batches(items: list[dict], size: int) -> list[bytes]:
+    return [ndjson(items[i : i + size]) for i in range(0, len(items), size)]
+
+
+class Server:
+    """gunicorn on a fresh database, with its peak RSS per worker sampled."""
+
+    def __init__(self, base: str, database: str, workers: int):
+        recreate_database(base, database)
+        self.database_url = postgres_url(database, base)
+        setup_django(self.database_url)
+        from django.db import connection
+
+        connection.close()
+        from load import issue_token
+
+        self.token = issue_token("live-bench")
+        self.process, self.url = start_gunicorn(self.database_url, PORT, workers)
+        self.peak_worker_kib = 0
+        self.done = threading.Event()
+        self.analyzing = analyze_periodically(self.database_url)
+        threading.Thread(target=self._sample, daemon=True).start()
+
+    def _sample(self):
+        while not self.done.is_set():
+            workers = server_pids(self.process.pid)[1:]
+            self.peak_worker_kib = max([self.peak_worker_kib, *(rss_kib([p]) for p in workers)])
+            time.sleep(0.2)
+
+    def stop(self):
+        self.done.set()
+        self.analyzing.set()
+        stop_process(self.process)
+
+
+def copy_rate(database_url: str, items: list[dict], batch: int) -> float:
+    """Rows/s of a raw COPY of these events, in batches, into a bare copy of the event table
+    (same columns, indexes and constraints; nothing else done per row)."""
+    import psycopg
+
+    with psycopg.connect(database_url, autocommit=True) as conn:
+        conn.execute("DROP TABLE IF EXISTS bench_raw_event")
+        conn.execute("CREATE TABLE bench_raw_event (LIKE jobs_event INCLUDING ALL)")
+        columns = "job_id, event_id, type, ts, seq, attempt, payload, received_at"
+        now = datetime.now(UTC)
+        rows = [
+            (
+                item["job_id"],
+                f"e{index}",
+                item["type"],
+                item["ts"],
+                None,
+                item["payload"].get("attempt", 1),
+                json.dumps(item["payload"]),
+                now,
+            )
+            for index, item in enumerate(items)
+        ]
+        started = time.perf_counter()
+        for start in range(0, len(rows), batch):
+            with (
+                conn.transaction(),
+                conn.cursor() as cursor,
+                cursor.copy(f"COPY bench_raw_event ({columns}) FROM STDIN") as copy,
+            ):
+                for row in rows[start : start + batch]:
+                    copy.write_row(row)
+        elapsed = time.perf_counter() - started
+        conn.execute("DROP TABLE bench_raw_event")
+    return len(rows) / elapsed
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--jobs", type=int, default=200)
+    parser.add_argument("--steps", type=int, default=100)
+    parser.add_argument("--batch", type=int, default=400, help="events per request")
+    parser.add_argument("--long-steps", type=int, default=10_000)
+    parser.add_argument("--producers", type=int, default=2)
+    parser.add_argument("--workers", type=int, default=3, help="gunicorn workers")
+    args = parser.parse_args()
+    base = os.environ.get("DATABASE_URL", "postgres://postgres@127.0.0.1:5432/traceviz_live")
+    base, _, database = base.rpartition("/")
+    start = datetime.now(UTC) - timedelta(days=1)
+    spacing = timedelta(milliseconds=50)
+
+    server = Server(base, database, args.workers)
+    try:
+        grouped = [
+            item
+            for n in range(args.jobs)
+            for item in job_stream(f"grouped-{n}", args.steps, start, spacing)
+        ]
+        grouped_s = send_all(server.url, server.token, batches(grouped, args.batch), args.producers)
+        live_items = [
+            item
+            for n in range(args.jobs)
+            for item in job_stream(f"live-{n}", args.steps, start, spacing)
+        ]
+        live_items.sort(key=lambda item: (item["ts"], item["job_id"]))
+        live_s = send_all(server.url, server.token, batches(live_items, args.batch), args.producers)
+        grouped_rate, live_rate = len(grouped) / grouped_s, len(live_items) / live_s
+        print(
+            f"1. {args.jobs} jobs x {args.steps} steps ({len(grouped):,} events, batches of "
+            f"{args.batch}, {args.producers} producers, {args.workers} workers):\n"
+            f"   grouped (job by job): {grouped_rate:,.0f} events/s\n"
+            f"   live (time order across jobs): {live_rate:,.0f} events/s\n"
+            f"   live / grouped = {live_rate / grouped_rate:.2f} (target >= 0.8)"
+        )
+
+        long_items = job_stream("long-job", args.long_steps, start, spacing)
+        first, steps = long_items[:1], long_items[1:-1]
+        post(server.url, server.token, ndjson(first))
+        latencies: list[tuple[int, float]] = []
+        done_steps, index = 0, 0
+        while index < len(steps):
+            # One step per request: its node_started and node_finished (and a retry's pair).
+            end = index + 1
+            while end < len(steps) and not (
+                steps[end]["type"] == "node_started"
+                and steps[end]["payload"].get("attempt", 1) == 1
+            ):
+                end += 1
+            latencies.append(
+                (done_steps + 1, post(server.url, server.token, ndjson(steps[index:end])))
+            )
+            done_steps, index = done_steps + 1, end
+        near_start = [s for n, s in latencies if 5 <= n <= 15]
+        near_end = [s for n, s in latencies if n > args.long_steps - 20]
+        early, late = statistics.median(near_start) * 1000, statistics.median(near_end) * 1000
+        print(
+            f"2. one job streamed one step per request up to {args.long_steps:,} steps "
+            f"({len(latencies):,} requests):\n"
+            f"   median latency at steps 5-15: {early:.1f} ms; "
+            f"at the last 20 steps: {late:.1f} ms\n"
+            f"   ratio {late / early:.2f} (target <= 2)"
+        )
+
+        copy_rows = copy_rate(server.database_url, grouped, args.batch)
+        print(
+            f"3. raw COPY of the grouped phase's {len(grouped):,} rows into a bare copy of the "
+            f"event table: {copy_rows:,.0f} rows/s\n"
+            f"   grouped ingest / raw COPY = {grouped_rate / copy_rows:.2f} (target >= 0.4)"
+        )
+        print(
+            f"4. server peak RSS: {server.peak_worker_kib / 1024:,.0f} MiB per worker "
+            "(target < 300 MB)"
+        )
+    finally:
+        server.stop()
+        recreate_database(base, database, drop_only=True)
+
+
+if __name__ == "__main__":
+    main()

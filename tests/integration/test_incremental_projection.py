@@ -1,0 +1,163 @@
+"""Incremental projection (DESIGN.md section 2): new events that sort after a job's snapshot are
+folded onto it, out-of-order ones replay the job, and the rows are the same either way."""
+
+from datetime import timedelta
+
+import pytest
+from django.core.management import call_command
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from jobs.contract import bodies
+from jobs.ingest import counters, parity
+from jobs.ingest.store import store_batch
+from jobs.models import Counter, Escalation, EscalationEntry, Event, Job, Step
+from jobs.replay import walk
+from tests.factories import BASE_TS, event, finished, started, store
+from tests.strategies import job_events
+
+pytestmark = pytest.mark.django_db
+
+HYPOTHESIS = settings(
+    max_examples=25,
+    deadline=None,
+    suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
+)
+
+
+def projections(path: str) -> int:
+    series = Counter.objects.filter(
+        name=counters.PROJECTIONS, labels=counters.labels_key(path=path)
+    ).first()
+    return int(series.value) if series else 0
+
+
+def step_ids(job_id: str) -> dict[tuple, int]:
+    return {(s.node_id, s.attempt): s.pk for s in Step.objects.filter(job__job_id=job_id)}
+
+
+def test_events_after_the_snapshot_are_folded_incrementally():
+    store([event("job_started", at=0), started("n1", at=1), finished("n1", at=2)])
+    assert (projections("full"), projections("incremental")) == (1, 0)
+    before = step_ids("j1")
+    store([started("n2", at=3)])
+    store([finished("n2", "retryable_failure", at=4, error_type="network")])
+    assert (projections("full"), projections("incremental")) == (1, 2)
+    # Only changed steps were written: n1's row is the same row.
+    assert step_ids("j1")[("n1", 1)] == before[("n1", 1)]
+    job = Job.objects.get(job_id="j1")
+    assert (job.status, job.step_count, job.failing_node_id) == ("paused:transient", 2, "n2")
+    assert parity.differences("j1") == []
+
+
+def test_event_sorting_before_the_snapshot_replays_the_whole_job():
+    store([finished("n1", at=5), finished("n2", at=6)])
+    store([event("cancel_requested", at=4, epoch=2)])
+    assert (projections("full"), projections("incremental")) == (2, 0)
+    assert Job.objects.get().completed_node_ids == []
+    assert parity.differences("j1") == []
+
+
+def test_snapshot_of_another_fold_version_replays_the_whole_job():
+    store([finished("n1", at=1)])
+    Job.objects.update(fold={**Job.objects.get().fold, "version": walk.FOLD_VERSION - 1})
+    store([finished("n2", at=2)])
+    assert (projections("full"), projections("incremental")) == (2, 0)
+    assert Job.objects.get().fold["version"] == walk.FOLD_VERSION
+    assert parity.differences("j1") == []
+
+
+def test_long_job_streamed_one_step_per_batch_stays_exact():
+    for index in range(60):
+        store(
+            [
+                started(f"n{index}", at=2 * index),
+                finished(
+                    f"n{index}", "success" if index % 7 else "retryable_failure", at=2 * index + 1
+                ),
+            ]
+        )
+    assert projections("incremental") == 59
+    assert Job.objects.get().step_count == 60
+    assert parity.differences("j1") == []
+
+
+# --- the same events through every path give the same rows -------------------------------------
+
+
+def ordered_items(items: list[dict]) -> list[dict]:
+    """Items sorted as replay orders them (in-order delivery of a live producer)."""
+    batch = bodies.parse_items(items, max_events=1000)
+    order = sorted(range(len(batch.events)), key=lambda i: walk.event_key(batch.events[i][1]))
+    return [items[batch.events[i][0]] for i in order]
+
+
+def deliver(items: list[dict], sizes: list[int]) -> None:
+    start, index = 0, 0
+    while start < len(items):
+        size = sizes[index % len(sizes)]
+        store_batch(bodies.parse_items(items[start : start + size], max_events=1000))
+        start, index = start + size, index + 1
+
+
+def projection_rows() -> tuple:
+    jobs = sorted(
+        Job.objects.values(
+            *[
+                f.attname
+                for f in Job._meta.concrete_fields
+                if f.attname not in ("id", "last_received_at")
+            ]
+        ),
+        key=lambda row: row["job_id"],
+    )
+    steps = sorted(
+        Step.objects.values(
+            "job__job_id",
+            *[f.attname for f in Step._meta.concrete_fields if f.attname not in ("id", "job_id")],
+        ),
+        key=lambda row: (row["job__job_id"], row["position"]),
+    )
+    live = sorted(
+        Escalation.objects.exclude(status="resolved").values_list(
+            "job__job_id", "kind", "node_id", "severity", "status"
+        )
+    )
+    return jobs, steps, live
+
+
+def clear() -> None:
+    for model in (EscalationEntry, Escalation, Event, Job):
+        model.objects.all().delete()
+
+
+@HYPOTHESIS
+@given(
+    data=st.data(),
+    jobs=st.lists(st.sampled_from(["a", "b", "c"]), min_size=1, max_size=3, unique=True),
+)
+def test_incremental_shuffled_and_rebuilt_rows_are_identical(db, data, jobs):
+    items = [item for job_id in jobs for item in data.draw(job_events(job_id, max_size=16))]
+    sizes = data.draw(st.lists(st.integers(1, 5), min_size=1, max_size=4))
+
+    clear()
+    deliver(ordered_items(items), sizes)
+    in_order = projection_rows()
+    for job_id in jobs:
+        assert parity.differences(job_id) == []
+
+    clear()
+    deliver(data.draw(st.permutations(items)), sizes)
+    shuffled = projection_rows()
+
+    call_command("rebuild_projections", stdout=None, stderr=None)
+    rebuilt = projection_rows()
+    assert in_order == shuffled == rebuilt
+
+
+def test_job_page_times_are_the_same_after_a_rebuild():
+    store([finished("n1", at=1), finished("n1", "permanent_failure", at=2, attempt=2)])
+    before = Job.objects.values("failed_at", "last_event_at").get()
+    call_command("rebuild_projections", stdout=None, stderr=None)
+    assert Job.objects.values("failed_at", "last_event_at").get() == before
+    assert before["failed_at"] == BASE_TS + timedelta(seconds=2)

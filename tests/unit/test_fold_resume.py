@@ -1,0 +1,142 @@
+"""A fold stopped after any event and resumed from its snapshot (through JSON, with only the
+steps of the nodes the remaining events need) ends exactly where a full replay ends."""
+
+import copy
+import json
+from dataclasses import replace
+
+import pytest
+from hypothesis import event as hypothesis_event
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from jobs.replay.walk import Fold, NeedsFullReplay, build, sort_events
+from tests.factories import event, finished, parsed, started
+from tests.strategies import job_events
+
+
+def through_json(value):
+    """What storing a value in a JSON column and reading it back gives."""
+    return json.loads(json.dumps(value))
+
+
+def stored(step):
+    """A step as its Step row gives it back: its JSON columns through JSON."""
+    return replace(
+        copy.deepcopy(step),
+        payload_results=through_json(step.payload_results),
+        context=through_json(step.context),
+        audit_trail=through_json(step.audit_trail),
+        extra=through_json(step.extra),
+        history=through_json(step.history),
+        marks=through_json(step.marks),
+    )
+
+
+def resumed(events, cut: int):
+    """Fold ``events[:cut]``, snapshot, resume with only the needed steps, fold the rest."""
+    head, tail = events[:cut], events[cut:]
+    first = Fold.of(head)
+    first_state = first.finish()
+    snapshot = through_json(first.snapshot())
+    nodes = Fold.nodes_needed(snapshot, tail)
+    fold = Fold.resume(
+        head[0].job_id,
+        snapshot,
+        steps=[stored(s) for s in first_state.steps if s.node_id in nodes],
+        nodes=nodes,
+        completed_node_ids=through_json(first_state.completed_node_ids),
+        payload_results=through_json(first_state.payload_results),
+        metadata=through_json(first_state.metadata),
+    )
+    for item in tail:
+        fold.apply(item)
+    return first_state, fold
+
+
+def comparable(state) -> dict:
+    return {
+        "status": state.status,
+        "completed_node_ids": state.completed_node_ids,
+        "cursor_node": state.cursor_node,
+        "payload_results": state.payload_results,
+        "attributes": state.attributes,
+        "findings": state.findings,
+        "failing_node_ids": state.failing_node_ids,
+        "root": state.root_failure,
+        "failed_at": state.failed_at,
+        "counts": (state.event_count, state.step_count, state.max_attempt),
+        "segments": {k: v for k, v in state.segment_counts.items() if v},
+        "strip": state.strip,
+        "times": (state.started_at, state.finished_at, state.last_event_at),
+        "finish": (state.finish_code, state.finish_reason, state.cancel_reason),
+        "planner": (state.planner_parse_invalid, state.planner_degraded),
+        "validation": state.last_validation_error,
+        "triggered": state.triggered,
+    }
+
+
+@settings(max_examples=300, deadline=None)
+@given(items=job_events(min_size=2, max_size=20), data=st.data())
+def test_resumed_fold_ends_where_a_full_replay_ends(items, data):
+    events = sort_events(parsed(items))
+    cut = data.draw(st.integers(1, len(events) - 1))
+    whole = Fold.of(events)
+    expected = whole.finish()
+    try:
+        first_state, fold = resumed(events, cut)
+    except NeedsFullReplay:
+        hypothesis_event("needs a full replay")
+        return
+    state = fold.finish()
+    assert comparable(state) == comparable(expected)
+    steps = {(s.node_id, s.attempt): s for s in first_state.steps}
+    steps.update({(s.node_id, s.attempt): s for s in state.changed_steps})
+    assert sorted(steps.values(), key=lambda s: s.position) == [stored(s) for s in expected.steps]
+    assert first_state.escalation_triggers + state.escalation_triggers == (
+        expected.escalation_triggers
+    )
+    assert first_state.recoveries + state.recoveries == expected.recoveries
+    assert through_json(fold.snapshot()) == through_json(whole.snapshot())
+
+
+def test_resume_reads_only_the_nodes_it_was_given():
+    events = sort_events(parsed([finished("n1", at=1), finished("n2", at=2)]))
+    first = Fold.of(events[:1])
+    fold = Fold.resume(
+        "j1",
+        first.snapshot(),
+        steps=[],
+        nodes={"n2"},
+        completed_node_ids=["n1"],
+        payload_results={},
+        metadata={},
+    )
+    fold.apply(events[1])
+    with pytest.raises(RuntimeError, match="n1"):
+        fold.node_steps("n1")
+
+
+def test_first_node_started_after_unloaded_finishes_needs_a_full_replay():
+    events = sort_events(parsed([finished("n1", at=1), started("n2", at=2)]))
+    first = Fold.of(events[:1])
+    fold = Fold.resume(
+        "j1",
+        first.snapshot(),
+        steps=[],
+        nodes={"n2"},
+        completed_node_ids=["n1"],
+        payload_results={},
+        metadata={},
+    )
+    with pytest.raises(NeedsFullReplay):
+        fold.apply(events[1])
+    # The full replay judges n1's unstarted finish.
+    assert [f.kind for f in build(events).findings] == ["finish_without_start"]
+
+
+def test_event_sorting_before_the_last_one_folded_is_refused():
+    events = sort_events(parsed([event("job_started", at=0), finished("n1", at=1)]))
+    fold = Fold.of(events[1:])
+    with pytest.raises(ValueError, match="does not come after"):
+        fold.apply(events[0])
