@@ -58,15 +58,6 @@ class IngestResult:
             return 200
         return 207 if self.stored + self.duplicates else 400
 
-    def as_dict(self) -> dict:
-        return {
-            "received": self.received,
-            "stored": self.stored,
-            "duplicates": self.duplicates,
-            "rejected": self.rejected,
-            "errors": self.errors,
-        }
-
 
 def replay_config() -> replay.ReplayConfig:
     return replay.ReplayConfig(max_retries=settings.TRACEVIZ_MAX_RETRIES)

@@ -17,6 +17,7 @@ from jobs.ingest import counters as metrics
 from jobs.ingest import store as ingest
 from jobs.models import Job
 from jobs.replay.failures import RunStatus
+from jobs.web import schemas
 from jobs.web.decorators import (
     RETRY_AFTER_SECONDS,
     database_unavailable_is_503,
@@ -26,6 +27,7 @@ from jobs.web.decorators import (
     token_rate_limited,
 )
 from jobs.web.openapi import OPENAPI_DOCUMENT
+from jobs.web.schemas import json_response
 
 MAX_PAGE_SIZE = 500
 
@@ -62,73 +64,8 @@ def ingest_events(request):
     except bodies.BodyError as error:
         return json_error(error.status, error.message)
     result = ingest.store_batch(batch, token=request.ingest_token)
-    return JsonResponse(result.as_dict(), status=result.http_status)
-
-
-def step_json(step) -> dict:
-    return {
-        "node_id": step.node_id,
-        "attempt": step.attempt,
-        "result_type": step.result_type or None,
-        "segment": step.segment,
-        "reason": step.reason,
-        "ignored_stale": step.ignored_stale,
-        "compensated": step.compensated,
-        "failure_code": step.failure_code,
-        "error_type": step.error_type,
-        "state": step.state,
-        "step_index": step.step_index,
-        "duration_ms": step.duration_ms,
-        "started_at": step.started_at,
-        "finished_at": step.finished_at,
-        "trace_span_id": step.trace_span_id,
-        "parent_span_id": step.parent_span_id,
-        "payload_results": step.payload_results,
-    }
-
-
-def job_summary_json(job: Job) -> dict:
-    return {
-        "job_id": job.job_id,
-        "status": job.status,
-        "stalled": job.is_stalled,
-        "name": job.name,
-        "workflow": job.workflow,
-        "provider": job.provider,
-        "model": job.model,
-        "correlation_id": job.correlation_id,
-        "session_id": job.session_id,
-        "retry_of": job.retry_of or None,
-        "started_at": job.started_at,
-        "finished_at": job.finished_at,
-        "failing_node_id": job.failing_node_id or None,
-        "failing_reason": job.failing_reason or None,
-        "failure_code": job.failure_code or None,
-        "error_type": job.error_type or None,
-    }
-
-
-def job_json(job: Job) -> dict:
-    return {
-        **job_summary_json(job),
-        "completed_node_ids": job.completed_node_ids,
-        "cursor_node": job.cursor_node or None,
-        "payload_results": job.payload_results,
-        "last_validation_error": job.last_validation_error,
-        "findings": job.findings,
-        "steps": [step_json(step) for step in job.steps.order_by("position")],
-        "escalations": [
-            {
-                "id": esc.pk,
-                "kind": esc.kind,
-                "status": esc.status,
-                "severity": esc.severity,
-                "node_id": esc.node_id,
-                "message": esc.message,
-            }
-            for esc in job.escalations.order_by("created_at", "pk")
-        ],
-    }
+    answer = schemas.IngestResult.model_validate(result, from_attributes=True)
+    return json_response(answer, result.http_status)
 
 
 def _encode_cursor(job: Job) -> str:
@@ -159,7 +96,7 @@ def jobs_list(request):
     if statuses:
         jobs = jobs.filter(status__in=statuses)
     try:
-        limit = int(request.GET.get("limit", 50))
+        limit = int(request.GET.get("limit", schemas.DEFAULT_PAGE_SIZE))
     except ValueError:
         return json_error(400, "limit must be an integer")
     if not 1 <= limit <= MAX_PAGE_SIZE:
@@ -173,11 +110,11 @@ def jobs_list(request):
     page = list(jobs[: limit + 1])
     more = len(page) > limit
     page = page[:limit]
-    return JsonResponse(
-        {
-            "jobs": [job_summary_json(job) for job in page],
-            "next_cursor": _encode_cursor(page[-1]) if more else None,
-        }
+    return json_response(
+        schemas.JobPage(
+            jobs=[schemas.JobSummary.from_job(job) for job in page],
+            next_cursor=_encode_cursor(page[-1]) if more else None,
+        )
     )
 
 
@@ -191,7 +128,7 @@ def job_detail(request, job_id: str):
         job = get_object_or_404(Job, job_id=job_id)
     except Http404:
         return json_error(404, f"no job {job_id!r}")
-    return JsonResponse(job_json(job))
+    return json_response(schemas.Job.from_job(job))
 
 
 @csrf_exempt
@@ -209,7 +146,7 @@ def healthz(request):
         with connection.cursor() as cursor:
             cursor.execute("SELECT 1")
     except Exception:
-        response = JsonResponse({"status": "unavailable", "database": "unreachable"}, status=503)
+        response = json_response(schemas.Health(status="unavailable", database="unreachable"), 503)
         response["Retry-After"] = RETRY_AFTER_SECONDS
         return response
-    return JsonResponse({"status": "ok", "database": "ok"})
+    return json_response(schemas.Health(status="ok", database="ok"))
