@@ -26,10 +26,8 @@ from jobs.web.decorators import (
     token_or_login_required,
     token_rate_limited,
 )
-from jobs.web.openapi import OPENAPI_DOCUMENT
+from jobs.web.openapi import openapi_document
 from jobs.web.schemas import json_response
-
-MAX_PAGE_SIZE = 500
 
 
 def read_body(request, limit: int) -> bytes:
@@ -99,8 +97,9 @@ def jobs_list(request):
         limit = int(request.GET.get("limit", schemas.DEFAULT_PAGE_SIZE))
     except ValueError:
         return json_error(400, "limit must be an integer")
-    if not 1 <= limit <= MAX_PAGE_SIZE:
-        return json_error(400, f"limit must be from 1 to {MAX_PAGE_SIZE}")
+    max_limit = settings.TRACEVIZ_API_MAX_PAGE_SIZE
+    if not 1 <= limit <= max_limit:
+        return json_error(400, f"limit must be from 1 to {max_limit}")
     if cursor := request.GET.get("cursor"):
         try:
             started, pk = _decode_cursor(cursor)
@@ -134,7 +133,7 @@ def job_detail(request, job_id: str):
 @csrf_exempt
 @require_GET
 def openapi(request):
-    return JsonResponse(OPENAPI_DOCUMENT)
+    return JsonResponse(openapi_document())
 
 
 @csrf_exempt

@@ -173,7 +173,7 @@ def _summary_fields(job: models.Job) -> dict[str, Any]:
 
 
 class Job(JobSummary):
-    """A job's replayed state (DESIGN.md section 6)."""
+    """A job's replayed state: completed nodes, results, steps, escalations and findings."""
 
     completed_node_ids: list[str]
     """In completion order, without repeats."""

@@ -9,7 +9,7 @@ import schemathesis
 from hypothesis import HealthCheck, settings
 
 from jobs.models import IngestToken
-from jobs.web.openapi import OPENAPI_DOCUMENT
+from jobs.web.openapi import openapi_document
 from tests.factories import event, finished, started, store
 
 # Invalid data is refused with these; 413 is the documented answer to a batch over the limit.
@@ -38,7 +38,7 @@ CONFIG = schemathesis.config.SchemathesisConfig.from_dict(
         ],
     }
 )
-schema = schemathesis.openapi.from_dict(OPENAPI_DOCUMENT, config=CONFIG)
+schema = schemathesis.openapi.from_dict(openapi_document(), config=CONFIG)
 
 
 @schemathesis.serializer("application/x-protobuf")
