@@ -104,6 +104,49 @@ def test_ingest_answers_match_the_document(client, send, body, status):
     assert documented_errors(served_document(client), "/api/v1/events", "post", response) == []
 
 
+def at_bound(fragment: dict, high: bool):
+    """A value the schema fragment allows, at its upper or lower bound."""
+    if "const" in fragment:
+        return fragment["const"]
+    if "enum" in fragment:
+        return fragment["enum"][-1 if high else 0]
+    kind = fragment.get("type")
+    if kind in ("integer", "number"):
+        return fragment["maximum" if high else "minimum"]
+    if kind == "string":  # free text has no upper bound: a long line stands in for it
+        return "x" * (fragment.get("maxLength", 1000) if high else fragment.get("minLength", 0))
+    return {"object": {}, "array": [], "boolean": high}.get(kind, "any value")
+
+
+def test_an_event_at_every_documented_bound_is_stored(client, send):
+    """What the coverage phase of schemathesis would send one request at a time: every bound
+    of every field of every known type, in one batch, all stored."""
+    document = served_document(client)
+    known_types = document["components"]["schemas"]["Event"]["oneOf"][:-1]
+    batch = []
+    for branch, high in [(branch, high) for branch in known_types for high in (False, True)]:
+        envelope = branch["properties"]
+        payload = envelope["payload"]["properties"]
+        batch.append(
+            {
+                "type": at_bound(envelope["type"], high),
+                "job_id": f"bounds-{branch['title']}-{high}",
+                "event_id": at_bound(envelope["event_id"], high),
+                "seq": at_bound(envelope["seq"], high),
+                "payload": {name: at_bound(fragment, high) for name, fragment in payload.items()},
+            }
+        )
+    response = send(batch)
+    assert json.loads(response.content) == {
+        "received": len(batch),
+        "stored": len(batch),
+        "duplicates": 0,
+        "rejected": 0,
+        "errors": [],
+    }
+    assert documented_errors(document, "/api/v1/events", "post", response) == []
+
+
 def test_ingest_refusals_without_a_token_or_over_the_limit_match_the_document(
     client, send, settings
 ):
