@@ -172,6 +172,8 @@ TRACEVIZ_REPAIR_BUDGET = env_int("TRACEVIZ_REPAIR_BUDGET", 3, minimum=0)
 TRACEVIZ_STALL_AFTER = timedelta(seconds=env_int("TRACEVIZ_STALL_AFTER", 30 * 60, minimum=1))
 TRACEVIZ_RETENTION_DAYS = env_int("TRACEVIZ_RETENTION_DAYS", 0)  # 0 keeps everything
 TRACEVIZ_JOBS_PAGE_SIZE = env_int("TRACEVIZ_JOBS_PAGE_SIZE", 50, minimum=1)
+# The largest ``limit`` GET /api/v1/jobs takes (the API document states it).
+TRACEVIZ_API_MAX_PAGE_SIZE = env_int("TRACEVIZ_API_MAX_PAGE_SIZE", 500, minimum=1)
 # Requests per minute per ingest token (0: unlimited) and login attempts per address per 5 min.
 TRACEVIZ_INGEST_RATE_LIMIT = env_int("TRACEVIZ_INGEST_RATE_LIMIT", 6000)
 TRACEVIZ_LOGIN_RATE_LIMIT = env_int("TRACEVIZ_LOGIN_RATE_LIMIT", 20)

@@ -78,7 +78,22 @@ class UnreadableItem:
 
 # --- validation ---------------------------------------------------------------------------
 
-Check = Callable[[Any], str | None]
+
+@dataclass(frozen=True, slots=True, eq=False)
+class Check:
+    """One field's rule. Called with a value, it answers None or the field's error message.
+
+    ``json_schema`` states the same rule as a JSON Schema fragment: the API document's event
+    schema is built from these (``jobs.contract.schema``), so it says what validation does. One
+    difference JSON Schema cannot express: it counts ``1.0`` as an integer, the contract does not.
+    """
+
+    accepts: Callable[[Any], bool]
+    message: str
+    json_schema: dict[str, Any]
+
+    def __call__(self, value: Any) -> str | None:
+        return None if self.accepts(value) else self.message
 
 
 def _is_int(value: Any) -> bool:
@@ -91,26 +106,27 @@ def integer(lo: int, hi: int = MAX_SMALL_INT) -> Check:
         if hi == MAX_SMALL_INT
         else f"must be an integer from {lo} to {hi}"
     )
-
-    def check(value: Any) -> str | None:
-        return None if _is_int(value) and lo <= value <= hi else message
-
-    return check
+    return Check(
+        lambda value: _is_int(value) and lo <= value <= hi,
+        message,
+        {"type": "integer", "minimum": lo, "maximum": hi},
+    )
 
 
 def number(lo: float, hi: float) -> Check:
-    message = f"must be a number from {lo:g} to {hi:g}"
-
-    def check(value: Any) -> str | None:
-        ok = (
+    def accepts(value: Any) -> bool:
+        return (
             isinstance(value, int | float)
             and not isinstance(value, bool)
             and math.isfinite(value)
             and lo <= value <= hi
         )
-        return None if ok else message
 
-    return check
+    return Check(
+        accepts,
+        f"must be a number from {lo:g} to {hi:g}",
+        {"type": "number", "minimum": lo, "maximum": hi},
+    )
 
 
 def string(min_chars: int = 0, max_chars: int = MAX_ID_CHARS) -> Check:
@@ -119,44 +135,32 @@ def string(min_chars: int = 0, max_chars: int = MAX_ID_CHARS) -> Check:
         if min_chars
         else f"must be a string of at most {max_chars} characters"
     )
-
-    def check(value: Any) -> str | None:
-        return None if isinstance(value, str) and min_chars <= len(value) <= max_chars else message
-
-    return check
+    lengths = {"minLength": min_chars} if min_chars else {}
+    return Check(
+        lambda value: isinstance(value, str) and min_chars <= len(value) <= max_chars,
+        message,
+        {"type": "string", **lengths, "maxLength": max_chars},
+    )
 
 
 def one_of(*choices: str) -> Check:
-    message = "must be one of " + ", ".join(choices)
-
-    def check(value: Any) -> str | None:
-        return None if value in choices else message
-
-    return check
-
-
-def text(value: Any) -> str | None:
-    return None if isinstance(value, str) else "must be a string"
+    return Check(
+        lambda value: value in choices,
+        "must be one of " + ", ".join(choices),
+        {"type": "string", "enum": list(choices)},
+    )
 
 
-def obj(value: Any) -> str | None:
-    return None if isinstance(value, dict) else "must be an object"
-
-
-def array(value: Any) -> str | None:
-    return None if isinstance(value, list) else "must be an array"
-
-
-def boolean(value: Any) -> str | None:
-    return None if isinstance(value, bool) else "must be true or false"
-
-
-def anything(value: Any) -> str | None:
-    return None
+text = Check(lambda value: isinstance(value, str), "must be a string", {"type": "string"})
+obj = Check(lambda value: isinstance(value, dict), "must be an object", {"type": "object"})
+array = Check(lambda value: isinstance(value, list), "must be an array", {"type": "array"})
+boolean = Check(lambda value: isinstance(value, bool), "must be true or false", {"type": "boolean"})
+anything = Check(lambda value: True, "", {})
 
 
 IDENT = string(1)
 NAME = string()
+SEQ = integer(0)
 RESULT_TYPES = one_of("success", "retryable_failure", "permanent_failure", "compensatable_failure")
 REQUIRED = "required"
 
@@ -250,6 +254,7 @@ CONTEXT_FIELDS: dict[str, Check] = {
 # Free text that may be long: kept, but cut at MAX_REASON_BYTES with a visible marker.
 LONG_TEXT_FIELDS = ("reason", "message")
 ENVELOPE_FIELDS = frozenset({"type", "job_id", "event_id", "ts", "seq", "payload"})
+REQUIRED_ENVELOPE_FIELDS = ("type", "job_id")
 
 
 RFC3339 = re.compile(
@@ -345,7 +350,7 @@ def validate(item: Any, check_text: bool = True) -> tuple[Event | None, list[Fie
     if errors:
         return None, errors
     event_type, job_id = item.get("type"), item.get("job_id")
-    for name in ("type", "job_id"):
+    for name in REQUIRED_ENVELOPE_FIELDS:
         if name not in item:
             errors.append(FieldError(name, REQUIRED))
         elif problem := IDENT(item[name]):
@@ -357,7 +362,7 @@ def validate(item: Any, check_text: bool = True) -> tuple[Event | None, list[Fie
         ts = parse_timestamp(item["ts"])
         if ts is None:
             errors.append(FieldError("ts", "must be an RFC 3339 timestamp with an offset"))
-    if "seq" in item and (problem := integer(0)(item["seq"])):
+    if "seq" in item and (problem := SEQ(item["seq"])):
         errors.append(FieldError("seq", problem))
     errors.extend(
         FieldError(name, "unknown envelope field: put extra data in payload")

@@ -54,15 +54,6 @@ class IngestResult:
             return 200
         return 207 if self.stored + self.duplicates else 400
 
-    def as_dict(self) -> dict:
-        return {
-            "received": self.received,
-            "stored": self.stored,
-            "duplicates": self.duplicates,
-            "rejected": self.rejected,
-            "errors": self.errors,
-        }
-
 
 def store_batch(
     batch: ParsedBatch, *, token: IngestToken | None = None, received_at: datetime | None = None

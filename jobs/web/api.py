@@ -16,6 +16,7 @@ from jobs.contract import bodies
 from jobs.ingest import store
 from jobs.models import Job
 from jobs.replay.failures import RunStatus
+from jobs.web import schemas
 from jobs.web.decorators import (
     RETRY_AFTER_SECONDS,
     database_unavailable_is_503,
@@ -25,9 +26,8 @@ from jobs.web.decorators import (
     token_or_login_required,
     token_rate_limited,
 )
-from jobs.web.openapi import OPENAPI_DOCUMENT
-
-MAX_PAGE_SIZE = 500
+from jobs.web.openapi import openapi_document
+from jobs.web.schemas import json_response
 
 
 def read_body(request, limit: int) -> bytes:
@@ -62,73 +62,8 @@ def ingest_events(request):
     except bodies.BodyError as error:
         return json_error(error.status, error.message)
     result = store.store_batch(batch, token=request.ingest_token)
-    return JsonResponse(result.as_dict(), status=result.http_status)
-
-
-def step_json(step) -> dict:
-    return {
-        "node_id": step.node_id,
-        "attempt": step.attempt,
-        "result_type": step.result_type or None,
-        "segment": step.segment,
-        "reason": step.reason,
-        "ignored_stale": step.ignored_stale,
-        "compensated": step.compensated,
-        "failure_code": step.failure_code,
-        "error_type": step.error_type,
-        "state": step.state,
-        "step_index": step.step_index,
-        "duration_ms": step.duration_ms,
-        "started_at": step.started_at,
-        "finished_at": step.finished_at,
-        "trace_span_id": step.trace_span_id,
-        "parent_span_id": step.parent_span_id,
-        "payload_results": step.payload_results,
-    }
-
-
-def job_summary_json(job: Job) -> dict:
-    return {
-        "job_id": job.job_id,
-        "status": job.status,
-        "stalled": job.is_stalled,
-        "name": job.name,
-        "workflow": job.workflow,
-        "provider": job.provider,
-        "model": job.model,
-        "correlation_id": job.correlation_id,
-        "session_id": job.session_id,
-        "retry_of": job.retry_of or None,
-        "started_at": job.started_at,
-        "finished_at": job.finished_at,
-        "failing_node_id": job.failing_node_id or None,
-        "failing_reason": job.failing_reason or None,
-        "failure_code": job.failure_code or None,
-        "error_type": job.error_type or None,
-    }
-
-
-def job_json(job: Job) -> dict:
-    return {
-        **job_summary_json(job),
-        "completed_node_ids": job.completed_node_ids,
-        "cursor_node": job.cursor_node or None,
-        "payload_results": job.payload_results,
-        "last_validation_error": job.last_validation_error,
-        "findings": job.findings,
-        "steps": [step_json(step) for step in job.steps.order_by("position")],
-        "escalations": [
-            {
-                "id": esc.pk,
-                "kind": esc.kind,
-                "status": esc.status,
-                "severity": esc.severity,
-                "node_id": esc.node_id,
-                "message": esc.message,
-            }
-            for esc in job.escalations.order_by("created_at", "pk")
-        ],
-    }
+    answer = schemas.IngestResult.model_validate(result, from_attributes=True)
+    return json_response(answer, result.http_status)
 
 
 def _encode_cursor(job: Job) -> str:
@@ -151,7 +86,7 @@ def _decode_cursor(cursor: str) -> tuple[datetime, int]:
 @token_or_login_required
 def jobs_list(request):
     """GET /api/v1/jobs?status=failed,paused:transient&limit=50&cursor=...: newest first."""
-    jobs = Job.objects.order_by("-started_at", "-id")
+    jobs = Job.objects.defer("fold").order_by("-started_at", "-id")
     statuses = [s for s in request.GET.get("status", "").split(",") if s]
     unknown = sorted(set(statuses) - {s.value for s in RunStatus})
     if unknown:
@@ -159,11 +94,12 @@ def jobs_list(request):
     if statuses:
         jobs = jobs.filter(status__in=statuses)
     try:
-        limit = int(request.GET.get("limit", 50))
+        limit = int(request.GET.get("limit", schemas.DEFAULT_PAGE_SIZE))
     except ValueError:
         return json_error(400, "limit must be an integer")
-    if not 1 <= limit <= MAX_PAGE_SIZE:
-        return json_error(400, f"limit must be from 1 to {MAX_PAGE_SIZE}")
+    max_limit = settings.TRACEVIZ_API_MAX_PAGE_SIZE
+    if not 1 <= limit <= max_limit:
+        return json_error(400, f"limit must be from 1 to {max_limit}")
     if cursor := request.GET.get("cursor"):
         try:
             started, pk = _decode_cursor(cursor)
@@ -173,11 +109,11 @@ def jobs_list(request):
     page = list(jobs[: limit + 1])
     more = len(page) > limit
     page = page[:limit]
-    return JsonResponse(
-        {
-            "jobs": [job_summary_json(job) for job in page],
-            "next_cursor": _encode_cursor(page[-1]) if more else None,
-        }
+    return json_response(
+        schemas.JobPage(
+            jobs=[schemas.JobSummary.from_job(job) for job in page],
+            next_cursor=_encode_cursor(page[-1]) if more else None,
+        )
     )
 
 
@@ -188,16 +124,16 @@ def jobs_list(request):
 def job_detail(request, job_id: str):
     """GET /api/v1/jobs/<job_id>: replayed state, steps in event order, escalations."""
     try:
-        job = get_object_or_404(Job, job_id=job_id)
+        job = get_object_or_404(Job.objects.defer("fold"), job_id=job_id)
     except Http404:
         return json_error(404, f"no job {job_id!r}")
-    return JsonResponse(job_json(job))
+    return json_response(schemas.Job.from_job(job))
 
 
 @csrf_exempt
 @require_GET
 def openapi(request):
-    return JsonResponse(OPENAPI_DOCUMENT)
+    return JsonResponse(openapi_document())
 
 
 @csrf_exempt
@@ -209,7 +145,7 @@ def healthz(request):
         with connection.cursor() as cursor:
             cursor.execute("SELECT 1")
     except Exception:
-        response = JsonResponse({"status": "unavailable", "database": "unreachable"}, status=503)
+        response = json_response(schemas.Health(status="unavailable", database="unreachable"), 503)
         response["Retry-After"] = RETRY_AFTER_SECONDS
         return response
-    return JsonResponse({"status": "ok", "database": "ok"})
+    return json_response(schemas.Health(status="ok", database="ok"))

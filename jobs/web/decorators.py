@@ -12,13 +12,14 @@ from django.http import JsonResponse
 from jobs.ingest import counters
 from jobs.models import IngestToken
 from jobs.web import ratelimit
+from jobs.web.schemas import Error, json_response
 
 logger = logging.getLogger(__name__)
 RETRY_AFTER_SECONDS = "5"
 
 
-def json_error(status: int, message: str, **extra) -> JsonResponse:
-    return JsonResponse({"error": message, **extra}, status=status)
+def json_error(status: int, message: str) -> JsonResponse:
+    return json_response(Error(error=message), status)
 
 
 def bearer_token(request) -> str | None:

@@ -1,20 +1,65 @@
-"""The OpenAPI 3 document of the JSON API, served at /api/v1/openapi.json."""
+"""The OpenAPI 3.1 document of the JSON API, served at /api/v1/openapi.json.
 
-from jobs.replay.failures import RunStatus, Segment
+Built when asked, from the objects that do the work, so it cannot drift from them: response
+schemas from the pydantic models the views serialise through (``jobs.web.schemas``), the event
+schema from the contract's own tables (``jobs.contract.schema``), and the limits it states from
+settings. OpenAPI 3.1 because its schemas are JSON Schema 2020-12, which pydantic writes (null
+is a type there, not 3.0's ``nullable``). Only the OTLP bodies are described by hand: they are
+protobuf messages, whose JSON mapping the OTLP specification defines.
+"""
 
-ERROR = {"$ref": "#/components/schemas/Error"}
+import copy
+from functools import cache
+from typing import Any
 
+from django.conf import settings
+from pydantic.json_schema import GenerateJsonSchema, models_json_schema
 
-def _json(schema: dict, description: str) -> dict:
-    return {"description": description, "content": {"application/json": {"schema": schema}}}
+from jobs.contract.schema import event_schema
+from jobs.replay.failures import RunStatus
+from jobs.web import schemas
 
+OPENAPI_VERSION = "3.1.0"
+REF_TEMPLATE = "#/components/schemas/{model}"
 
 _STATUS = "(" + "|".join(status.value for status in RunStatus) + ")"
 # Empty items are skipped ("failed," is "failed"), so the pattern allows them too.
 STATUS_LIST = f"^{_STATUS}?(,{_STATUS}?)*$"
-# Ids and names: 1 to 200 characters, no NUL (text anywhere in an event may not hold one).
-IDENT = {"type": "string", "minLength": 1, "maxLength": 200, "pattern": "^[^\\x00]*$"}
-OTLP_STATUS = {"$ref": "#/components/schemas/OtlpStatus"}
+
+
+def ref(name: str) -> dict[str, str]:
+    return {"$ref": REF_TEMPLATE.format(model=name)}
+
+
+ERROR = ref("Error")
+OTLP_STATUS = ref("OtlpStatus")
+
+
+class _ResponseSchemas(GenerateJsonSchema):
+    """Pydantic's JSON Schema without per-field titles ("Job Id"), which only repeat the
+    property names."""
+
+    def field_title_should_be_set(self, schema) -> bool:
+        return False
+
+
+def model_schemas() -> dict[str, Any]:
+    """The component schemas of every response body, nested models included, by class name."""
+    return copy.deepcopy(_model_schemas())
+
+
+@cache  # the models cannot change while the process runs; generating takes ~25 ms
+def _model_schemas() -> dict[str, Any]:
+    _, top = models_json_schema(
+        [(body, "serialization") for body in schemas.RESPONSE_BODIES],
+        ref_template=REF_TEMPLATE,
+        schema_generator=_ResponseSchemas,
+    )
+    return top["$defs"]
+
+
+def _json(schema: dict, description: str) -> dict:
+    return {"description": description, "content": {"application/json": {"schema": schema}}}
 
 
 def _otlp(schema: dict, description: str) -> dict:
@@ -28,341 +73,205 @@ def _otlp(schema: dict, description: str) -> dict:
     }
 
 
-_error_responses = {
-    "401": _json(ERROR, "missing, invalid or revoked bearer token"),
-    "503": _json(ERROR, "database unavailable; retry after the Retry-After header's seconds"),
-}
+def _too_large() -> str:
+    return (
+        f"body over {settings.TRACEVIZ_MAX_BODY_BYTES:,} bytes (after decompression) "
+        f"or over {settings.TRACEVIZ_MAX_BATCH_EVENTS:,} events"
+    )
 
-OPENAPI_DOCUMENT = {
-    "openapi": "3.0.3",
-    "info": {
-        "title": "traceviz API",
-        "version": "1.0.0",
-        "description": "Event ingest (contract v1) and read access to replayed job state.",
-    },
-    "servers": [{"url": "/"}],
-    "security": [{"bearer": []}],
-    "paths": {
-        "/api/v1/events": {
-            "post": {
-                "operationId": "ingestEvents",
-                "summary": "Send events: a JSON object, a JSON array, or NDJSON",
-                "requestBody": {
-                    "required": True,
-                    "content": {
-                        "application/json": {
-                            "schema": {
-                                "oneOf": [
-                                    {"$ref": "#/components/schemas/Event"},
-                                    {
-                                        "type": "array",
-                                        "items": {"$ref": "#/components/schemas/Event"},
-                                        "minItems": 1,
-                                        "maxItems": 10000,
-                                    },
-                                ]
-                            }
-                        },
-                        "application/x-ndjson": {"schema": {"type": "string"}},
-                    },
-                },
-                "responses": {
-                    "200": _json({"$ref": "#/components/schemas/IngestResult"}, "all stored"),
-                    "207": _json({"$ref": "#/components/schemas/IngestResult"}, "some rejected"),
-                    "400": _json(
-                        {"oneOf": [{"$ref": "#/components/schemas/IngestResult"}, ERROR]},
-                        "nothing stored: unreadable body or every event rejected",
-                    ),
-                    "413": _json(ERROR, "body over 10 MB or batch over 10,000 events"),
-                    "415": _json(ERROR, "unsupported Content-Type or Content-Encoding"),
-                    **_error_responses,
-                },
-            }
-        },
-        "/api/v1/jobs": {
-            "get": {
-                "operationId": "listJobs",
-                "summary": "Jobs, newest first, keyset paginated",
-                "parameters": [
-                    {
-                        "name": "status",
-                        "in": "query",
-                        "description": "comma-separated run statuses",
-                        "schema": {"type": "string", "pattern": STATUS_LIST},
-                    },
-                    {
-                        "name": "limit",
-                        "in": "query",
-                        "schema": {"type": "integer", "minimum": 1, "maximum": 500},
-                    },
-                    {
-                        "name": "cursor",
-                        "in": "query",
-                        "description": "next_cursor of the previous page (opaque: any other "
-                        "value is a 400)",
-                        "schema": {"type": "string"},
-                    },
-                ],
-                "responses": {
-                    "200": _json(
-                        {
-                            "type": "object",
-                            "required": ["jobs", "next_cursor"],
-                            "properties": {
-                                "jobs": {
-                                    "type": "array",
-                                    "items": {"$ref": "#/components/schemas/JobSummary"},
-                                },
-                                "next_cursor": {"type": "string", "nullable": True},
+
+def _ingest_events() -> dict:
+    max_events = settings.TRACEVIZ_MAX_BATCH_EVENTS
+    return {
+        "operationId": "ingestEvents",
+        "summary": "Send events: a JSON object, a JSON array, or NDJSON",
+        "description": f"At most {settings.TRACEVIZ_MAX_BODY_BYTES:,} bytes and {max_events:,} "
+        "events per request; gzip or deflate Content-Encoding accepted.",
+        "requestBody": {
+            "required": True,
+            "content": {
+                "application/json": {
+                    "schema": {
+                        "oneOf": [
+                            ref("Event"),
+                            {
+                                "type": "array",
+                                "items": ref("Event"),
+                                "minItems": 1,
+                                "maxItems": max_events,
                             },
-                        },
-                        "one page of jobs",
-                    ),
-                    "400": _json(ERROR, "bad filter, limit or cursor"),
-                    **_error_responses,
-                },
-            }
-        },
-        "/api/v1/jobs/{job_id}": {
-            "get": {
-                "operationId": "getJob",
-                "summary": "A job's replayed state, steps and escalations",
-                "parameters": [
-                    {"name": "job_id", "in": "path", "required": True, "schema": {"type": "string"}}
-                ],
-                "responses": {
-                    "200": _json({"$ref": "#/components/schemas/Job"}, "the job"),
-                    "404": _json(ERROR, "no such job"),
-                    **_error_responses,
-                },
-            }
-        },
-        "/v1/traces": {
-            "post": {
-                "operationId": "exportTraces",
-                "summary": "OTLP/HTTP trace export: spans become node attempts (protobuf or JSON)",
-                "requestBody": {
-                    "required": True,
-                    "content": {
-                        "application/json": {
-                            "schema": {"$ref": "#/components/schemas/ExportTraceServiceRequest"}
-                        },
-                        "application/x-protobuf": {
-                            "schema": {"type": "string", "format": "binary"}
-                        },
-                    },
-                },
-                "responses": {
-                    "200": _otlp(
-                        {"$ref": "#/components/schemas/ExportTraceServiceResponse"},
-                        "accepted; partialSuccess counts the rejected spans",
-                    ),
-                    "400": _otlp(OTLP_STATUS, "the body does not decode"),
-                    "401": _otlp(OTLP_STATUS, "missing, invalid or revoked bearer token"),
-                    "405": _otlp(OTLP_STATUS, "not a POST"),
-                    "413": _otlp(OTLP_STATUS, "body over 10 MB or over 10,000 events"),
-                    "415": _otlp(OTLP_STATUS, "not application/x-protobuf or application/json"),
-                    "429": _otlp(OTLP_STATUS, "over the token's rate limit; see Retry-After"),
-                    "503": _otlp(OTLP_STATUS, "database unavailable; see Retry-After"),
-                },
-            }
-        },
-        "/healthz": {
-            "get": {
-                "operationId": "health",
-                "security": [],
-                "responses": {
-                    "200": _json({"$ref": "#/components/schemas/Health"}, "healthy"),
-                    "503": _json({"$ref": "#/components/schemas/Health"}, "database unreachable"),
-                },
-            }
-        },
-    },
-    "components": {
-        "securitySchemes": {"bearer": {"type": "http", "scheme": "bearer"}},
-        "schemas": {
-            "Error": {
-                "type": "object",
-                "required": ["error"],
-                "properties": {"error": {"type": "string"}},
-            },
-            "Health": {
-                "type": "object",
-                "required": ["status"],
-                "properties": {"status": {"type": "string"}, "database": {"type": "string"}},
-            },
-            "ExportTraceServiceRequest": {
-                "type": "object",
-                "description": "OTLP/JSON: ids are hex strings, times nanoseconds as strings",
-                "properties": {
-                    # null reads as no spans (proto3 JSON mapping)
-                    "resourceSpans": {
-                        "type": "array",
-                        "items": {"type": "object"},
-                        "nullable": True,
-                    },
-                },
-            },
-            "ExportTraceServiceResponse": {
-                "type": "object",
-                "properties": {
-                    "partialSuccess": {
-                        "type": "object",
-                        "properties": {
-                            "rejectedSpans": {"type": "string", "description": "int64 as text"},
-                            "errorMessage": {"type": "string"},
-                        },
+                        ]
                     }
                 },
-            },
-            "OtlpStatus": {
-                "type": "object",
-                "description": "google.rpc.Status",
-                "properties": {
-                    "code": {"type": "integer"},
-                    "message": {"type": "string"},
-                    "details": {"type": "array", "items": {"type": "object"}},
+                "application/x-ndjson": {
+                    "schema": {"type": "string", "description": "one Event per line"}
                 },
             },
-            "Event": {
-                "type": "object",
-                "required": ["type", "job_id"],
-                "properties": {
-                    "type": IDENT,
-                    "job_id": IDENT,
-                    "event_id": IDENT,
-                    "ts": {"type": "string", "format": "date-time"},
-                    "seq": {"type": "integer", "minimum": 0},
-                    "payload": {"type": "object", "additionalProperties": True},
-                },
-                "additionalProperties": False,
+        },
+        "responses": {
+            "200": _json(ref("IngestResult"), "all stored"),
+            "207": _json(ref("IngestResult"), "some rejected"),
+            "400": _json(
+                {"oneOf": [ref("IngestResult"), ERROR]},
+                "nothing stored: unreadable body or every event rejected",
+            ),
+            "401": _json(ERROR, "missing, invalid or revoked bearer token"),
+            "413": _json(ERROR, _too_large()),
+            "415": _json(ERROR, "unsupported Content-Type or Content-Encoding"),
+            "429": _json(ERROR, "over the token's rate limit; retry after Retry-After seconds"),
+            "503": _json(ERROR, "database unavailable; retry after Retry-After seconds"),
+        },
+    }
+
+
+def _list_jobs() -> dict:
+    return {
+        "operationId": "listJobs",
+        "summary": "Jobs, newest first, keyset paginated",
+        "parameters": [
+            {
+                "name": "status",
+                "in": "query",
+                "description": "comma-separated run statuses",
+                "schema": {"type": "string", "pattern": STATUS_LIST},
             },
-            "ItemError": {
-                "type": "object",
-                "required": ["index", "errors"],
-                "properties": {
-                    "index": {"type": "integer"},
-                    "errors": {
-                        "type": "array",
-                        "items": {
-                            "type": "object",
-                            "required": ["field", "message"],
-                            "properties": {
-                                "field": {"type": "string"},
-                                "message": {"type": "string"},
-                            },
-                        },
-                    },
-                },
-            },
-            "IngestResult": {
-                "type": "object",
-                "required": ["received", "stored", "duplicates", "rejected", "errors"],
-                "properties": {
-                    "received": {"type": "integer"},
-                    "stored": {"type": "integer"},
-                    "duplicates": {"type": "integer"},
-                    "rejected": {"type": "integer"},
-                    "errors": {
-                        "type": "array",
-                        "items": {"$ref": "#/components/schemas/ItemError"},
-                    },
+            {
+                "name": "limit",
+                "in": "query",
+                "schema": {
+                    "type": "integer",
+                    "minimum": 1,
+                    "maximum": settings.TRACEVIZ_API_MAX_PAGE_SIZE,
+                    "default": schemas.DEFAULT_PAGE_SIZE,
                 },
             },
-            "JobSummary": {
+            {
+                "name": "cursor",
+                "in": "query",
+                "description": "next_cursor of the previous page (opaque: any other value is "
+                "a 400)",
+                "schema": {"type": "string"},
+            },
+        ],
+        "responses": {
+            "200": _json(ref("JobPage"), "one page of jobs"),
+            "400": _json(ERROR, "bad filter, limit or cursor"),
+            "401": _json(ERROR, "missing, invalid or revoked bearer token"),
+            "503": _json(ERROR, "database unavailable; retry after Retry-After seconds"),
+        },
+    }
+
+
+def _get_job() -> dict:
+    return {
+        "operationId": "getJob",
+        "summary": "A job's replayed state, steps and escalations",
+        "parameters": [
+            {"name": "job_id", "in": "path", "required": True, "schema": {"type": "string"}}
+        ],
+        "responses": {
+            "200": _json(ref("Job"), "the job"),
+            "404": _json(ERROR, "no such job"),
+            "401": _json(ERROR, "missing, invalid or revoked bearer token"),
+            "503": _json(ERROR, "database unavailable; retry after Retry-After seconds"),
+        },
+    }
+
+
+def _export_traces() -> dict:
+    return {
+        "operationId": "exportTraces",
+        "summary": "OTLP/HTTP trace export: spans become node attempts (protobuf or JSON)",
+        "requestBody": {
+            "required": True,
+            "content": {
+                "application/json": {"schema": ref("ExportTraceServiceRequest")},
+                "application/x-protobuf": {"schema": {"type": "string", "format": "binary"}},
+            },
+        },
+        "responses": {
+            "200": _otlp(
+                ref("ExportTraceServiceResponse"),
+                "accepted; partialSuccess counts the rejected spans",
+            ),
+            "400": _otlp(OTLP_STATUS, "the body does not decode"),
+            "401": _otlp(OTLP_STATUS, "missing, invalid or revoked bearer token"),
+            "405": _otlp(OTLP_STATUS, "not a POST"),
+            "413": _otlp(OTLP_STATUS, _too_large()),
+            "415": _otlp(OTLP_STATUS, "not application/x-protobuf or application/json"),
+            "429": _otlp(OTLP_STATUS, "over the token's rate limit; see Retry-After"),
+            "503": _otlp(OTLP_STATUS, "database unavailable; see Retry-After"),
+        },
+    }
+
+
+# OTLP/HTTP bodies: the JSON mapping of the protobuf messages, as far as clients need it.
+OTLP_SCHEMAS = {
+    "ExportTraceServiceRequest": {
+        "type": "object",
+        "description": "OTLP/JSON: ids are hex strings, times nanoseconds as strings",
+        "properties": {
+            # null reads as no spans (proto3 JSON mapping)
+            "resourceSpans": {"type": ["array", "null"], "items": {"type": "object"}},
+        },
+    },
+    "ExportTraceServiceResponse": {
+        "type": "object",
+        "properties": {
+            "partialSuccess": {
                 "type": "object",
-                "required": ["job_id", "status", "stalled"],
                 "properties": {
-                    "job_id": {"type": "string"},
-                    "status": {"type": "string", "enum": [s.value for s in RunStatus]},
-                    "stalled": {"type": "boolean"},
-                    "name": {"type": "string"},
-                    "workflow": {"type": "string"},
-                    "provider": {"type": "string"},
-                    "model": {"type": "string"},
-                    "correlation_id": {"type": "string"},
-                    "session_id": {"type": "string"},
-                    "retry_of": {"type": "string", "nullable": True},
-                    "started_at": {"type": "string", "format": "date-time", "nullable": True},
-                    "finished_at": {"type": "string", "format": "date-time", "nullable": True},
-                    "failing_node_id": {"type": "string", "nullable": True},
-                    "failing_reason": {"type": "string", "nullable": True},
-                    "failure_code": {"type": "string", "nullable": True},
-                    "error_type": {"type": "string", "nullable": True},
+                    "rejectedSpans": {"type": "string", "description": "int64 as text"},
+                    "errorMessage": {"type": "string"},
                 },
-            },
-            "Step": {
-                "type": "object",
-                "required": [
-                    "node_id",
-                    "attempt",
-                    "result_type",
-                    "segment",
-                    "reason",
-                    "ignored_stale",
-                    "compensated",
-                ],
-                "properties": {
-                    "node_id": {"type": "string"},
-                    "attempt": {"type": "integer"},
-                    "result_type": {"type": "string", "nullable": True},
-                    "segment": {"type": "string", "enum": [s.value for s in Segment]},
-                    "reason": {"type": "string"},
-                    "ignored_stale": {"type": "boolean"},
-                    "compensated": {"type": "boolean"},
-                    "failure_code": {"type": "string"},
-                    "error_type": {"type": "string"},
-                    "state": {"type": "string"},
-                    "step_index": {"type": "integer", "nullable": True},
-                    "duration_ms": {"type": "number", "nullable": True},
-                    "started_at": {"type": "string", "format": "date-time", "nullable": True},
-                    "finished_at": {"type": "string", "format": "date-time", "nullable": True},
-                    "trace_span_id": {"type": "string"},
-                    "parent_span_id": {"type": "string"},
-                    "payload_results": {"type": "object", "additionalProperties": True},
-                },
-            },
-            "Job": {
-                "allOf": [
-                    {"$ref": "#/components/schemas/JobSummary"},
-                    {
-                        "type": "object",
-                        "required": [
-                            "completed_node_ids",
-                            "cursor_node",
-                            "payload_results",
-                            "steps",
-                            "escalations",
-                        ],
-                        "properties": {
-                            "completed_node_ids": {"type": "array", "items": {"type": "string"}},
-                            "cursor_node": {"type": "string", "nullable": True},
-                            "payload_results": {"type": "object", "additionalProperties": True},
-                            "last_validation_error": {"type": "object", "nullable": True},
-                            "findings": {"type": "array", "items": {"type": "object"}},
-                            "steps": {
-                                "type": "array",
-                                "items": {"$ref": "#/components/schemas/Step"},
-                            },
-                            "escalations": {
-                                "type": "array",
-                                "items": {
-                                    "type": "object",
-                                    "required": ["id", "kind", "status", "node_id"],
-                                    "properties": {
-                                        "id": {"type": "integer"},
-                                        "kind": {"type": "string"},
-                                        "status": {"type": "string"},
-                                        "severity": {"type": "string"},
-                                        "node_id": {"type": "string"},
-                                        "message": {"type": "string"},
-                                    },
-                                },
-                            },
-                        },
-                    },
-                ]
-            },
+            }
+        },
+    },
+    "OtlpStatus": {
+        "type": "object",
+        "description": "google.rpc.Status",
+        "properties": {
+            "code": {"type": "integer"},
+            "message": {"type": "string"},
+            "details": {"type": "array", "items": {"type": "object"}},
         },
     },
 }
+
+
+def openapi_document() -> dict[str, Any]:
+    """The whole document, built from the current settings (a fresh dict on every call)."""
+    return {
+        "openapi": OPENAPI_VERSION,
+        "info": {
+            "title": "traceviz API",
+            "version": "1.0.0",
+            "description": "Event ingest (contract v1) and read access to replayed job state.",
+        },
+        "servers": [{"url": "/"}],
+        "security": [{"bearer": []}],
+        "paths": {
+            "/api/v1/events": {"post": _ingest_events()},
+            "/api/v1/jobs": {"get": _list_jobs()},
+            "/api/v1/jobs/{job_id}": {"get": _get_job()},
+            "/v1/traces": {"post": _export_traces()},
+            "/healthz": {
+                "get": {
+                    "operationId": "health",
+                    "security": [],
+                    "responses": {
+                        "200": _json(ref("Health"), "healthy"),
+                        "503": _json(ref("Health"), "database unreachable"),
+                    },
+                }
+            },
+        },
+        "components": {
+            "securitySchemes": {"bearer": {"type": "http", "scheme": "bearer"}},
+            "schemas": {
+                **model_schemas(),
+                "Event": event_schema(),
+                **copy.deepcopy(OTLP_SCHEMAS),
+            },
+        },
+    }
