@@ -15,7 +15,6 @@ from jobs.escalations import actions as escalations
 from jobs.ingest import store as ingest
 from jobs.models import Escalation, EscalationEntry, Event, Job, Notification, Step
 from jobs.replay import walk as replay
-from tests.conftest import require_postgres
 from tests.factories import event, finished, started, store, user
 from tests.strategies import job_events
 
@@ -210,9 +209,10 @@ def test_late_cancel_keeps_an_escalation_someone_acknowledged():
     assert escalation_set("j1") == {("user_action", "n1", "medium", "acknowledged")}
 
 
+# Two writers at once: the in-memory SQLite test database answers "database table is locked".
+@pytest.mark.postgres
 @pytest.mark.django_db(transaction=True)
 def test_concurrent_batches_of_one_job_keep_parity():
-    require_postgres()
     first = [finished(f"n{i}", "retryable_failure", "cj", at=i, attempt=1) for i in range(0, 40, 2)]
     second = [finished(f"n{i}", "success", "cj", at=i + 1, attempt=2) for i in range(0, 40, 2)]
     errors = []
