@@ -47,6 +47,23 @@ def pytest_report_header(config):
     return header
 
 
+@pytest.fixture(scope="session")
+def django_db_modify_db_settings(django_db_modify_db_settings_parallel_suffix, tmp_path_factory):
+    """On SQLite, test in a database file (one per xdist worker, under pytest's temporary
+    directory) in WAL mode, as ``make run`` does, rather than Django's default shared-cache
+    in-memory database: there a write that meets another connection's read (a Celery worker's
+    thread, the live server's) fails at once with "database table is locked"."""
+    from django.conf import settings
+
+    database = settings.DATABASES["default"]
+    if database["ENGINE"] == "django.db.backends.sqlite3" and not database.get("TEST", {}).get(
+        "NAME"
+    ):
+        database.setdefault("TEST", {})["NAME"] = str(
+            tmp_path_factory.mktemp("database") / "test.sqlite3"
+        )
+
+
 # pytest-xdist deselects in its workers and its closing line counts no deselected tests, so the
 # SQLite pass would not say it left the postgres tests out: workers hand their node ids to the
 # controller, which counts them like pytest does without xdist ("1028 passed, 1 deselected").

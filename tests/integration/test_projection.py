@@ -209,7 +209,7 @@ def test_late_cancel_keeps_an_escalation_someone_acknowledged():
     assert escalation_set("j1") == {("user_action", "n1", "medium", "acknowledged")}
 
 
-# Two writers at once: the in-memory SQLite test database answers "database table is locked".
+# Exercises the PostgreSQL advisory locks of ingest._lock_jobs (SQLite serialises writers itself).
 @pytest.mark.postgres
 @pytest.mark.django_db(transaction=True)
 def test_concurrent_batches_of_one_job_keep_parity():
