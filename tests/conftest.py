@@ -1,8 +1,14 @@
 """Shared fixtures. Outside CI the suite falls back to SQLite and skips what needs absent
-services, saying so; with CI=true a missing PostgreSQL or Redis is a failure, never a skip."""
+services, saying so; with CI=true a missing PostgreSQL or Redis is a failure, never a skip.
+
+CI runs the suite twice (``make test``): on PostgreSQL, and on SQLite, the embedded default
+``make run`` uses. ``TRACEVIZ_TEST_DATABASE`` names the database a pass must run on; the SQLite
+pass sets it to ``sqlite`` and deselects the tests marked ``postgres`` (``-m "not postgres"``).
+"""
 
 import json
 import os
+from types import SimpleNamespace
 
 import pytest
 from django.db import connection
@@ -11,27 +17,98 @@ from jobs.models import IngestToken
 
 IN_CI = os.environ.get("CI") == "true"
 REDIS_URL = os.environ.get("TRACEVIZ_TEST_REDIS_URL", "")
+DATABASES = ("postgresql", "sqlite")
+TEST_DATABASE = os.environ.get("TRACEVIZ_TEST_DATABASE", "")
+# The database this run must use: TRACEVIZ_TEST_DATABASE's, else PostgreSQL in CI, else any.
+EXPECTED_DATABASE = TEST_DATABASE or ("postgresql" if IN_CI else "")
 
 
 def pytest_sessionstart(session):
-    if not IN_CI:
-        return
-    if connection.vendor != "postgresql":
-        raise pytest.UsageError("CI=true: the suite must run on PostgreSQL (set DATABASE_URL)")
-    if not REDIS_URL:
+    if TEST_DATABASE not in ("", *DATABASES):
+        raise pytest.UsageError(
+            f"TRACEVIZ_TEST_DATABASE must be one of {', '.join(DATABASES)}, got {TEST_DATABASE!r}"
+        )
+    if EXPECTED_DATABASE and connection.vendor != EXPECTED_DATABASE:
+        because = f"TRACEVIZ_TEST_DATABASE={TEST_DATABASE}" if TEST_DATABASE else "CI=true"
+        hint = "" if TEST_DATABASE else " (or TRACEVIZ_TEST_DATABASE=sqlite for the SQLite pass)"
+        raise pytest.UsageError(
+            f"{because}: the suite must run on {EXPECTED_DATABASE}, but DATABASE_URL points at "
+            f"{connection.vendor}{hint}"
+        )
+    if IN_CI and not REDIS_URL:
         raise pytest.UsageError("CI=true: TRACEVIZ_TEST_REDIS_URL must point at Redis")
 
 
 def pytest_report_header(config):
-    return f"traceviz: database {connection.vendor}, redis {REDIS_URL or 'not configured'}"
+    header = f"traceviz: database {connection.vendor}, redis {REDIS_URL or 'not configured'}"
+    if TEST_DATABASE == "sqlite":
+        header += " (TRACEVIZ_TEST_DATABASE=sqlite: the SQLite pass, tests marked postgres "
+        header += "belong to the PostgreSQL pass)"
+    return header
+
+
+@pytest.fixture(scope="session")
+def django_db_modify_db_settings(django_db_modify_db_settings_parallel_suffix, tmp_path_factory):
+    """On SQLite, test in a database file (one per xdist worker, under pytest's temporary
+    directory) in WAL mode, as ``make run`` does, rather than Django's default shared-cache
+    in-memory database: there a write that meets another connection's read (a Celery worker's
+    thread, the live server's) fails at once with "database table is locked"."""
+    from django.conf import settings
+
+    database = settings.DATABASES["default"]
+    if database["ENGINE"] == "django.db.backends.sqlite3" and not database.get("TEST", {}).get(
+        "NAME"
+    ):
+        database.setdefault("TEST", {})["NAME"] = str(
+            tmp_path_factory.mktemp("database") / "test.sqlite3"
+        )
+
+
+# pytest-xdist deselects in its workers and its closing line counts no deselected tests, so the
+# SQLite pass would not say it left the postgres tests out: workers hand their node ids to the
+# controller, which counts them like pytest does without xdist ("1028 passed, 1 deselected").
+deselected_by_workers: set[str] = set()
+
+
+def pytest_deselected(items):
+    workeroutput = getattr(items[0].config, "workeroutput", None) if items else None
+    if workeroutput is not None:
+        workeroutput.setdefault("deselected", []).extend(item.nodeid for item in items)
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_testnodedown(node, error):
+    deselected_by_workers.update(getattr(node, "workeroutput", {}).get("deselected", ()))
+
+
+@pytest.hookimpl(trylast=True)  # after plugins that read every report in the stats
+def pytest_terminal_summary(terminalreporter):
+    if deselected_by_workers and not terminalreporter.stats.get("deselected"):
+        terminalreporter.stats["deselected"] = [
+            SimpleNamespace(nodeid=nodeid) for nodeid in sorted(deselected_by_workers)
+        ]
+
+
+def pytest_runtest_setup(item):
+    """The markers do the work: a test marked postgres or redis needs that service, so the
+    marker that deselects it in CI's SQLite pass is also the one that skips (or fails) it."""
+    if item.get_closest_marker("postgres"):
+        require_postgres()
+    if item.get_closest_marker("redis"):
+        require_redis()
 
 
 def require_postgres():
-    """Skip (outside CI) or fail (in CI) a test that needs PostgreSQL."""
+    """Skip (outside CI) or fail (in CI) a test that needs PostgreSQL. Mark such a test
+    ``@pytest.mark.postgres`` rather than calling this: CI's SQLite pass deselects the marker,
+    and an unmarked caller fails that pass."""
     if connection.vendor == "postgresql":
         return
     if IN_CI:
-        pytest.fail("CI=true and the database is not PostgreSQL")
+        pytest.fail(
+            "CI=true and the database is not PostgreSQL: the SQLite pass deselects the tests "
+            "marked postgres (-m 'not postgres'); mark every test that needs PostgreSQL"
+        )
     pytest.skip("needs PostgreSQL: set DATABASE_URL=postgres://... to run")
 
 

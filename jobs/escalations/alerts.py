@@ -67,10 +67,13 @@ def planner_activity(
         provider=KT("payload__provider"), model=KT("payload__model")
     )
     rows = rows.filter(provider__isnull=False, model__isnull=False)
+    # Compare the JSON values, not the KT() annotations: Django's exact lookup on a KT() wraps
+    # the right-hand side in JSON_EXTRACT(%s, '$') on SQLite, which a plain string is not
+    # ("malformed JSON"). The contract makes provider and model strings, so both mean the same.
     if provider:
-        rows = rows.filter(provider=provider)
+        rows = rows.filter(payload__provider=provider)
     if model:
-        rows = rows.filter(model=model)
+        rows = rows.filter(payload__model=model)
     group = ["provider", "model"]
     if bucket:
         rows = rows.annotate(bucket=Trunc("ts", bucket, tzinfo=UTC))

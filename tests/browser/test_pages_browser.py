@@ -9,8 +9,7 @@ import pytest
 from tests import factories
 from tests.browser.conftest import axe_violations, log_in, screenshot
 
-EXAMPLES = Path("/work/shared/examples")
-EXAMPLES = EXAMPLES if EXAMPLES.exists() else Path(__file__).resolve().parents[2] / "examples"
+EXAMPLES = Path(__file__).resolve().parents[1] / "examples"
 HOSTILE = "<script>alert(1)</script> and <img src=x onerror=alert(1)>"
 
 pytestmark = pytest.mark.django_db(transaction=True)

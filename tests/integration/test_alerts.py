@@ -134,6 +134,16 @@ def test_rule_fires_again_later_as_a_new_episode_and_reopens_its_escalation(degr
     assert Escalation.objects.count() == 1
 
 
+def test_rule_for_one_provider_model_measures_only_that_provider_model(degraded_rule):
+    AlertRule.objects.filter(pk=degraded_rule.pk).update(provider="openai", model="gpt-4.1")
+    planner_jobs("a", T0 - timedelta(minutes=10), jobs=5, degraded=4)
+    planner_jobs(
+        "o", T0 - timedelta(minutes=10), jobs=5, degraded=2, provider="openai", model="gpt-4.1"
+    )
+    outcome = alerts.evaluate(now=T0)
+    assert [(e.subject, e.value, e.jobs) for e in outcome.fired] == [("openai/gpt-4.1", 0.4, 5)]
+
+
 def test_too_few_jobs_do_not_fire(degraded_rule):
     planner_jobs("a", T0 - timedelta(minutes=10), jobs=4, degraded=4)
     assert alerts.evaluate(now=T0).fired == []

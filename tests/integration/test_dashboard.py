@@ -1,6 +1,8 @@
 """The dashboard's numbers against hand-counted fixtures, its links against the jobs list, and
 the page itself (access, partial rendering, empty states)."""
 
+import json
+import re
 from datetime import timedelta
 from urllib.parse import parse_qs, urlsplit
 
@@ -342,6 +344,34 @@ def test_history_restore_gets_the_whole_page(operator_client, fixture_jobs):
         CUSTOM, HTTP_HX_REQUEST="true", HTTP_HX_HISTORY_RESTORE_REQUEST="true"
     )
     assert "site-header" in response.content.decode()
+
+
+def chart_figure(html: str, chart_id: str) -> dict:
+    """The figure the page emits with json_script under ``chart_id``."""
+    match = re.search(rf'<script id="{chart_id}" type="application/json">(.*?)</script>', html)
+    assert match, f"no {chart_id} figure in the page"
+    return json.loads(match.group(1))
+
+
+@pytest.mark.parametrize(
+    "query",
+    ["provider=anthropic", "model=claude-x", "provider=anthropic&model=claude-x"],
+)
+def test_dashboard_filtered_by_provider_or_model_shows_only_its_planner_activity(
+    operator_client, fixture_jobs, query
+):
+    response = operator_client.get(f"{CUSTOM}&{query}")
+    assert response.status_code == 200
+    html = response.content.decode()
+    counts = chart_figure(html, "planner-counts")
+    assert {t["name"]: sum(t["y"]) for t in counts["data"]} == {
+        "anthropic/claude-x parse_invalid": 2,
+        "anthropic/claude-x degraded": 1,
+    }
+    rate = chart_figure(html, "planner-rate")
+    assert [t["name"] for t in rate["data"] if "/" in t["name"]] == [
+        "anthropic/claude-x degraded rate"
+    ]
 
 
 def test_empty_dashboard_shows_what_to_send_instead_of_axes(operator_client):

@@ -17,7 +17,6 @@ from jobs.ingest.store import store_batch
 from jobs.models import Escalation, EscalationEntry, Event, Job, Notification, Step
 from jobs.replay import walk
 from jobs.replay.state import JobState
-from tests.conftest import require_postgres
 from tests.factories import event, finished, started, store, user
 from tests.strategies import job_events
 
@@ -252,9 +251,10 @@ def test_withdrawn_escalation_reopens_when_its_rule_holds_again():
     assert_parity("j1")
 
 
+# Exercises the PostgreSQL advisory locks of locks.lock_jobs (SQLite serialises writers itself).
+@pytest.mark.postgres
 @pytest.mark.django_db(transaction=True)
 def test_concurrent_batches_of_one_job_keep_parity():
-    require_postgres()
     first = [finished(f"n{i}", "retryable_failure", "cj", at=i, attempt=1) for i in range(0, 40, 2)]
     second = [finished(f"n{i}", "success", "cj", at=i + 1, attempt=2) for i in range(0, 40, 2)]
     errors = []
@@ -693,9 +693,10 @@ def test_interrupted_rebuild_says_how_to_resume(monkeypatch):
         call_command("rebuild_projections", batch=1, stdout=None, stderr=None)
 
 
+# Rebuild and ingest take the same per-job locks (PostgreSQL advisory locks).
+@pytest.mark.postgres
 @pytest.mark.django_db(transaction=True)
 def test_rebuild_beside_live_ingest_keeps_parity():
-    require_postgres()
     store([finished(f"n{i}", "success", "live", at=i) for i in range(5)])
     errors = []
 
