@@ -213,6 +213,10 @@ class Job(models.Model):
     planner_degraded = models.IntegerField(default=0)
     # Tiny per-step summary for the list's segment strip: [[segment, stale], ...] in order.
     segment_strip = models.JSONField(default=list, blank=True)
+    # Summed over the job's calls (LLM calls from OpenTelemetry spans); cost in USD.
+    input_tokens = models.BigIntegerField(default=0)
+    output_tokens = models.BigIntegerField(default=0)
+    cost = models.DecimalField(max_digits=16, decimal_places=8, null=True, blank=True)
     # The replay fold's snapshot (jobs.replay.walk.Fold.snapshot): the next batch whose events
     # all sort after it is folded onto it instead of replaying the job. Never shown.
     fold = models.JSONField(default=dict, blank=True)
@@ -309,6 +313,14 @@ class Step(models.Model):
     extra = models.JSONField(default=dict, blank=True)
     started_event_id = models.CharField(max_length=200, blank=True)
     finished_event_id = models.CharField(max_length=200, blank=True)
+    exception_type = models.CharField(max_length=200, blank=True)
+    stack = models.TextField(blank=True)
+    # A failure its caller handled (drawn failed, no failing node); a result type inferred from
+    # a span's status rather than declared (jobs.replay.spans).
+    handled = models.BooleanField(default=False)
+    inferred = models.BooleanField(default=False)
+    # The OpenTelemetry span behind the step, as the step panel shows it.
+    span = models.JSONField(default=dict, blank=True)
     # Results this attempt no longer shows (stale ones kept beside it, replaced ones), oldest
     # first; and replay's bookkeeping (event positions, first success and permanent failure).
     history = models.JSONField(default=list, blank=True)
@@ -336,6 +348,55 @@ class Step(models.Model):
     @property
     def step_key(self) -> str:
         return f"{self.node_id}:{self.attempt}"
+
+
+class Call(models.Model):
+    """A call a step made (an LLM, a tool, a retriever, a message published...), from an
+    OpenTelemetry span inside the step (jobs.replay.calls). ``node_id`` "" is a call of the job
+    itself (its root span). Replay writes these rows with the job's steps."""
+
+    job = models.ForeignKey(Job, on_delete=models.CASCADE, related_name="calls")
+    node_id = models.CharField(max_length=200, blank=True)
+    attempt = models.IntegerField(null=True, blank=True)
+    position = models.IntegerField()
+    span_id = models.CharField(max_length=32)
+    parent_span_id = models.CharField(max_length=32, blank=True)
+    kind = models.CharField(max_length=32)
+    name = models.CharField(max_length=200)
+    status = models.CharField(max_length=16)
+    reason = models.TextField(blank=True)
+    exception_type = models.CharField(max_length=200, blank=True)
+    started_at = models.DateTimeField()
+    finished_at = models.DateTimeField()
+    duration_ms = models.FloatField()
+    provider = models.CharField(max_length=200, blank=True)
+    model = models.CharField(max_length=200, blank=True)
+    input_tokens = models.BigIntegerField(null=True, blank=True)
+    output_tokens = models.BigIntegerField(null=True, blank=True)
+    total_tokens = models.BigIntegerField(null=True, blank=True)
+    # USD, from genai-prices; null when it does not know the model.
+    cost = models.DecimalField(max_digits=16, decimal_places=8, null=True, blank=True)
+    # The transcript: [{direction, role, content, tool_calls}], oldest first.
+    messages = models.JSONField(default=list, blank=True)
+    input = models.JSONField(null=True, blank=True)
+    output = models.JSONField(null=True, blank=True)
+    tool = models.JSONField(null=True, blank=True)
+    # Other attributes, span events, links, stack trace.
+    detail = models.JSONField(default=dict, blank=True)
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(fields=["job", "span_id"], name="call_unique_span"),
+        ]
+        indexes = [
+            # Step panel: a step's calls in order.
+            models.Index(fields=["job", "node_id", "attempt", "position"], name="call_step"),
+            # Dashboard: tokens and cost per provider/model over a time window.
+            models.Index(fields=["started_at"], name="call_started"),
+        ]
+
+    def __str__(self):
+        return f"{self.kind} {self.name}"
 
 
 class Escalation(models.Model):

@@ -37,6 +37,7 @@ TYPE_RANK = {
 }
 OTHER_TYPE_RANK = 9
 PLANNER_TYPES = frozenset({"graph.next_step.parse_invalid", "graph.next_step.degraded"})
+SPAN_KINDS = ("internal", "server", "client", "producer", "consumer", "unspecified")
 NODE_TYPES = frozenset(
     {"node_started", "node_finished", "compensation_finished", "state_checkpointed"}
 )
@@ -151,13 +152,32 @@ def one_of(*choices: str) -> Check:
     )
 
 
+def hex_id(chars: int) -> Check:
+    """A trace or span id as OTLP/JSON writes it: ``chars`` lowercase hex digits."""
+    return Check(
+        lambda value: isinstance(value, str) and len(value) == chars and HEX.fullmatch(value),
+        f"must be {chars} lowercase hex digits",
+        {"type": "string", "pattern": f"^[0-9a-f]{{{chars}}}$"},
+    )
+
+
+def _is_timestamp(value: Any) -> bool:
+    return parse_timestamp(value) is not None
+
+
 text = Check(lambda value: isinstance(value, str), "must be a string", {"type": "string"})
+timestamp = Check(
+    _is_timestamp,
+    "must be an RFC 3339 timestamp with an offset",
+    {"type": "string", "format": "date-time"},
+)
 obj = Check(lambda value: isinstance(value, dict), "must be an object", {"type": "object"})
 array = Check(lambda value: isinstance(value, list), "must be an array", {"type": "array"})
 boolean = Check(lambda value: isinstance(value, bool), "must be true or false", {"type": "boolean"})
 anything = Check(lambda value: True, "", {})
 
 
+HEX = re.compile(r"[0-9a-f]+")
 IDENT = string(1)
 NAME = string()
 SEQ = integer(0)
@@ -239,8 +259,27 @@ PAYLOAD_FIELDS: dict[str, dict[str, Check]] = {
         "node_id": NAME,
         "severity": one_of("low", "medium", "high", "critical"),
     },
+    # One OpenTelemetry span, as POST /v1/traces stores it (DESIGN.md section 3b; the event's
+    # ts is the span's start). Replay decides what it means (job, step or call).
+    "span": {
+        "trace_id": hex_id(32),
+        "span_id": hex_id(16),
+        "parent_span_id": hex_id(16),
+        "remote_parent": boolean,
+        "name": NAME,
+        "kind": one_of(*SPAN_KINDS),
+        "end": timestamp,
+        "status": obj,
+        "attributes": obj,
+        "events": array,
+        "links": array,
+        "resource": obj,
+        "scope": obj,
+        "dropped": obj,
+    },
 }
 REQUIRED_PAYLOAD_FIELDS: dict[str, tuple[str, ...]] = {
+    "span": ("trace_id", "span_id", "end"),
     "node_started": ("node_id",),
     "node_finished": ("node_id",),
     "compensation_finished": ("node_id",),

@@ -1,19 +1,25 @@
-"""OpenTelemetry traces as traceviz events (OTLP/HTTP ``POST /v1/traces``, issue 6).
+"""OpenTelemetry traces as traceviz events (OTLP/HTTP ``POST /v1/traces``; DESIGN.md section 3b).
 
 Pure: bytes and decoded ``ExportTraceServiceRequest`` messages in, event dicts, a
-``ParsedBatch`` and per-span errors out; no models, no HTTP. Every span becomes ordinary
-events (a ``node_started`` at its start, a ``node_finished`` at its end, and a ``job_started``
-where it carries job attributes), validated by ``events.validate`` like any producer's events,
-so the ingest path, replay, escalations and pages need nothing OTLP-specific.
+``ParsedBatch`` and per-span errors out; no models, no HTTP. Each span becomes one ``span`` event
+that keeps the whole span (name, kind, times, status, attributes, span events, links, resource),
+bounded, with its start as the event's ts: what it means (the job, a step or a call inside a
+step, which attempt, which result) depends on the rest of the trace, so replay decides it
+(``jobs.replay.spans``), in any arrival order, and ``rebuild_projections`` applies a changed
+mapping to the stored spans. Span events named like the planner's events (source 001) also
+become planner events of the job, so counters, the dashboard and alerts see them as if they had
+been sent to ``/api/v1/events``.
 
 Event ids are derived from the trace and span ids, so a resent export request stores nothing
-twice. A span that cannot be mapped (wrong attribute types, bad ids or times, a field the event
-contract refuses) is rejected whole: none of its events are stored, and it is counted in the
-response's ``partial_success``.
+twice. A span is never rejected for a long string: names and ids are cut with a marker,
+inputs and outputs at 64 KiB each, the remaining attributes at 16 KiB per span. A span that
+cannot be read at all (bad ids or times) is rejected and counted in the response's
+``partial_success``; the other spans are stored.
 """
 
 import base64
 import json
+import math
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -30,51 +36,58 @@ from jobs.contract.bodies import BodyError, ParsedBatch
 PROTOBUF = "application/x-protobuf"
 JSON = "application/json"
 CONTENT_TYPES = (PROTOBUF, JSON)
-PREFIX = "traceviz."
 MAX_ERRORS_IN_MESSAGE = 10
-NANOS_PER_MS = 1_000_000
 EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 # Span.flags bits 8 and 9: the parent's is_remote is known, and true (a service's entry span).
 REMOTE_PARENT = SpanFlags.SPAN_FLAGS_CONTEXT_HAS_IS_REMOTE_MASK | (
     SpanFlags.SPAN_FLAGS_CONTEXT_IS_REMOTE_MASK
 )
-# The OTel SDK's default service.name when the producer set none: not a workflow name.
-UNKNOWN_SERVICE = "unknown_service"
-
-# Where each job_started field comes from, first present attribute wins (span over resource).
-JOB_SOURCES: dict[str, tuple[str, ...]] = {
-    "name": ("traceviz.job_name",),
-    "workflow": ("traceviz.workflow", "service.name"),
-    "correlation_id": ("traceviz.correlation_id",),
-    "session_id": ("traceviz.session_id", "session.id"),
-    "provider": ("traceviz.provider", "gen_ai.provider.name", "gen_ai.system"),
-    "model": ("traceviz.model", "gen_ai.response.model", "gen_ai.request.model"),
-    "plan_hash": ("traceviz.plan_hash",),
-    "retry_of": ("traceviz.retry_of",),
+PREFIX = "traceviz."
+JOB_ID_KEY = PREFIX + "job_id"
+KIND_NAMES = {
+    Span.SpanKind.SPAN_KIND_INTERNAL: "internal",
+    Span.SpanKind.SPAN_KIND_SERVER: "server",
+    Span.SpanKind.SPAN_KIND_CLIENT: "client",
+    Span.SpanKind.SPAN_KIND_PRODUCER: "producer",
+    Span.SpanKind.SPAN_KIND_CONSUMER: "consumer",
 }
-# Job fields a span other than the job's entry span may set: the others describe the whole
-# run, and a child span's plan_hash is its own (a mismatch is a boundary violation).
-CHILD_JOB_FIELDS = ("provider", "model")
+STATUS_NAMES = {
+    Status.StatusCode.STATUS_CODE_OK: "ok",
+    Status.StatusCode.STATUS_CODE_ERROR: "error",
+}
 
-# node_finished fields read from ``traceviz.<field>`` attributes, by the attribute type they need.
-# (result_type, reason, node_id and attempt have fallbacks of their own, read separately.)
-STRING_FIELDS = ("failure_code", "error_type", "tool", "source", "plan_hash", "state")
-INT_FIELDS = ("step_index", "epoch", "step_epoch")
-BOOL_FIELDS = ("continue_on_error",)
-JSON_OBJECT_FIELDS = ("payload_results", "context")
-
-
-class Unmappable(Exception):
-    """A span that cannot become events; the message says which attribute or field."""
-
-
-@dataclass(slots=True)
-class SpanEvents:
-    """The events one span maps to, or why it cannot be mapped (``errors`` non-empty)."""
-
-    label: str
-    items: list[dict[str, Any]] = field(default_factory=list)
-    errors: list[str] = field(default_factory=list)
+# Bounds (DESIGN.md section 3b). Inputs, outputs, messages and stack traces are cut at
+# MAX_VALUE_BYTES each; every other attribute of a span shares MAX_ATTRIBUTES_BYTES.
+MAX_VALUE_BYTES = 64 * 1024
+MAX_ATTRIBUTES_BYTES = 16 * 1024
+MAX_SPAN_EVENTS = 256
+MAX_LINKS = 64
+# Attributes that carry what a call read and wrote (OpenInference and gen_ai conventions).
+VALUE_KEY_PREFIXES = (
+    "input.",
+    "output.",
+    "llm.input_messages.",
+    "llm.output_messages.",
+    "llm.prompts",
+    "llm.invocation_parameters",
+    "llm.prompt_template.",
+    "llm.tools.",
+    "gen_ai.input.",
+    "gen_ai.output.",
+    "gen_ai.prompt",
+    "gen_ai.completion",
+    "gen_ai.system_instructions",
+    "gen_ai.tool.",
+    "tool.parameters",
+    "tool.json_schema",
+    "tool_call.",
+    "retrieval.documents.",
+    "reranker.",
+    "embedding.embeddings.",
+    "message.",
+    "exception.",
+)
+DROPPED_MARKER = "… [truncated to fit the span's 16 KiB of attributes]"
 
 
 @dataclass(slots=True)
@@ -96,6 +109,10 @@ class OtlpBatch:
         shown = self.rejections[:MAX_ERRORS_IN_MESSAGE]
         more = len(self.rejections) - len(shown)
         return "; ".join(shown) + (f"; and {more} more" if more else "")
+
+
+class Unreadable(Exception):
+    """A span that cannot be read at all; the message says which field."""
 
 
 # --- decoding -----------------------------------------------------------------------------
@@ -220,25 +237,55 @@ def _ids_rewritten(item: dict[str, Any], path: str) -> dict[str, Any]:
 # --- mapping ------------------------------------------------------------------------------
 
 
-def map_request(request: ExportTraceServiceRequest) -> list[SpanEvents]:
-    """Every span of the request, in order, with its event dicts or its errors."""
+@dataclass(slots=True)
+class MappedSpan:
+    label: str
+    items: list[dict[str, Any]] = field(default_factory=list)
+    error: str = ""
+
+
+def map_request(request: ExportTraceServiceRequest) -> list[MappedSpan]:
+    """Every span of the request, in order, with its event dicts or why it is unreadable."""
+    job_ids = _job_ids_by_trace(request)
     mapped = []
     for resource_spans in request.resource_spans:
-        resource_attrs = attributes(resource_spans.resource.attributes)
+        resource = attributes(resource_spans.resource.attributes)
         for scope_spans in resource_spans.scope_spans:
+            scope = {"name": scope_spans.scope.name, "version": scope_spans.scope.version}
             for span in scope_spans.spans:
                 label = _label(span)
                 try:
-                    items = span_events(span, resource_attrs)
-                except Unmappable as error:
-                    mapped.append(SpanEvents(label, errors=[str(error)]))
+                    items = span_items(span, resource, scope, job_ids)
+                except Unreadable as error:
+                    mapped.append(MappedSpan(label, error=str(error)))
                 else:
-                    mapped.append(SpanEvents(label, items=items))
+                    mapped.append(MappedSpan(label, items=items))
     return mapped
 
 
+def _job_ids_by_trace(request: ExportTraceServiceRequest) -> dict[bytes, str]:
+    """traceviz.job_id by trace, from any span of the trace in this request (span attribute
+    first, then its resource's): spans of a trace that do not set it join the same job."""
+    found: dict[bytes, str] = {}
+    for resource_spans in request.resource_spans:
+        resource_job = _string_value(resource_spans.resource.attributes, JOB_ID_KEY)
+        for scope_spans in resource_spans.scope_spans:
+            for span in scope_spans.spans:
+                job_id = _string_value(span.attributes, JOB_ID_KEY) or resource_job
+                if job_id:
+                    found.setdefault(span.trace_id, job_id)
+    return found
+
+
+def _string_value(key_values, key: str) -> str | None:
+    value = next((kv.value for kv in key_values if kv.key == key), None)
+    if value is not None and value.WhichOneof("value") == "string_value":
+        return value.string_value or None
+    return None
+
+
 def to_batch(request: ExportTraceServiceRequest, max_events: int) -> OtlpBatch:
-    """Map and validate a request. A span whose events do not all validate is rejected whole.
+    """Map and validate a request; a span whose events do not validate is rejected whole.
 
     Raises ``BodyError`` (413) when the request maps to more than ``max_events`` events.
     """
@@ -253,20 +300,16 @@ def to_batch(request: ExportTraceServiceRequest, max_events: int) -> OtlpBatch:
     batch = ParsedBatch()
     rejections = []
     for span in mapped:
-        valid = []
+        valid, problems = [], []
         for item in span.items:
-            event, problems = events.validate(item)
+            event, errors = events.validate(item)
             if event is None:
-                # The span's events share most fields: say each problem once.
-                span.errors.extend(
-                    message
-                    for message in (f"{e.field}: {e.message}" for e in problems)
-                    if message not in span.errors
-                )
+                problems.extend(f"{e.field}: {e.message}" for e in errors)
             else:
                 valid.append(event)
-        if span.errors:
-            rejections.append(f"{span.label}: " + "; ".join(span.errors))
+        error = span.error or "; ".join(dict.fromkeys(problems))
+        if error:
+            rejections.append(f"{span.label}: {error}")
             continue
         batch.events.extend(enumerate(valid, start=len(batch.events)))
     return OtlpBatch(batch=batch, span_count=len(mapped), rejections=rejections)
@@ -274,60 +317,65 @@ def to_batch(request: ExportTraceServiceRequest, max_events: int) -> OtlpBatch:
 
 def _label(span: Span) -> str:
     span_id = span.span_id.hex() or "(no span id)"
-    return f"span {span_id} {span.name!r}" if span.name else f"span {span_id}"
+    name = cut(span.name, 60)
+    return f"span {span_id} {name!r}" if name else f"span {span_id}"
 
 
-def span_events(span: Span, resource_attrs: dict[str, Any]) -> list[dict[str, Any]]:
-    """The event dicts of one span (not yet validated); raises ``Unmappable``."""
-    trace_id = _span_id(span.trace_id, 16, "trace_id")
-    span_id = _span_id(span.span_id, 8, "span_id")
-    parent_span_id = span.parent_span_id.hex()
-    if parent_span_id and len(span.parent_span_id) != 8:
-        raise Unmappable("parent_span_id must be 8 bytes")
-    own_attrs = attributes(span.attributes)
-    attrs = {**resource_attrs, **own_attrs}
+def span_items(
+    span: Span,
+    resource: dict[str, Any],
+    scope: dict[str, str],
+    job_ids: dict[bytes, str] | None = None,
+) -> list[dict[str, Any]]:
+    """The event dicts of one span: its ``span`` event, and a planner event for each span event
+    named like one (source 001). Raises ``Unreadable``."""
+    trace_id = _id(span.trace_id, 16, "trace_id")
+    span_id = _id(span.span_id, 8, "span_id")
     if not span.start_time_unix_nano:
-        raise Unmappable("start_time_unix_nano is required")
-    if span.end_time_unix_nano < span.start_time_unix_nano:
-        raise Unmappable("end_time_unix_nano is before start_time_unix_nano")
-    started_at = _timestamp(span.start_time_unix_nano, "start_time_unix_nano")
-    finished_at = _timestamp(span.end_time_unix_nano, "end_time_unix_nano")
-
-    job_id = _string(attrs, "traceviz.job_id") or trace_id
-    node_id = _string(attrs, "traceviz.node_id") or span.name
-    attempt = _int(attrs, "traceviz.attempt")
-    ids = {"trace_span_id": span_id, "trace_id": trace_id}
-    if parent_span_id:
-        ids["parent_span_id"] = parent_span_id
-    node = {"node_id": node_id, "attempt": 1 if attempt is None else attempt, **ids}
-
-    finished = {**node, "result_type": _result_type(span, attrs)}
-    reason = _string(attrs, "traceviz.reason") or span.status.message or _exception_reason(span)
-    if reason:
-        finished["reason"] = reason
-    finished["duration_ms"] = (span.end_time_unix_nano - span.start_time_unix_nano) / NANOS_PER_MS
-    for name in STRING_FIELDS:
-        _put(finished, name, _string(attrs, PREFIX + name))
-    for name in INT_FIELDS:
-        _put(finished, name, _int(attrs, PREFIX + name))
-    for name in BOOL_FIELDS:
-        _put(finished, name, _bool(attrs, PREFIX + name))
-    for name in JSON_OBJECT_FIELDS:
-        _put(finished, name, _json_object(attrs, PREFIX + name))
-    job = _job_fields(span, resource_attrs, own_attrs, entry=_is_entry(span))
-    for name in CHILD_JOB_FIELDS:
-        _put(finished, name, job.get(name))
-
+        raise Unreadable("start_time_unix_nano is required")
+    started = _timestamp(span.start_time_unix_nano, "start_time_unix_nano")
+    # A span that claims to end before it starts ended, as far as anyone can tell, at once.
+    ended = _timestamp(
+        max(span.end_time_unix_nano, span.start_time_unix_nano), "end_time_unix_nano"
+    )
+    dropped: dict[str, Any] = {}
+    payload: dict[str, Any] = {"trace_id": trace_id, "span_id": span_id}
+    if span.parent_span_id:
+        payload["parent_span_id"] = _id(span.parent_span_id, 8, "parent_span_id")
+        payload["remote_parent"] = span.flags & REMOTE_PARENT == REMOTE_PARENT
+    payload |= {
+        "name": cut(span.name, events.MAX_ID_CHARS),
+        "kind": KIND_NAMES.get(span.kind, "unspecified"),
+        "end": ended,
+        "status": {
+            "code": STATUS_NAMES.get(span.status.code, "unset"),
+            "message": cut_bytes(span.status.message, MAX_VALUE_BYTES),
+        },
+        "attributes": bounded_attributes(attributes(span.attributes), dropped),
+        "events": [_span_event(event, dropped) for event in span.events[-MAX_SPAN_EVENTS:]],
+        "links": [_link(link, dropped) for link in span.links[:MAX_LINKS]],
+        "resource": bounded_attributes(resource, {}),
+        "scope": {name: cut(value, events.MAX_ID_CHARS) for name, value in scope.items() if value},
+    }
+    counts = {
+        "attributes": span.dropped_attributes_count,
+        "events": span.dropped_events_count + max(len(span.events) - MAX_SPAN_EVENTS, 0),
+        "links": span.dropped_links_count + max(len(span.links) - MAX_LINKS, 0),
+    }
+    dropped |= {name: count for name, count in counts.items() if count}
+    if dropped:
+        payload["dropped"] = dropped
+    job_id = _job_id(span, resource, trace_id, job_ids or {})
     prefix = f"otlp:{trace_id}:{span_id}"
-    items = []
-    if job:
-        items.append(_event("job_started", job_id, f"{prefix}:job_started", started_at, job))
-    items.append(_event("node_started", job_id, f"{prefix}:started", started_at, node))
-    items.append(_event("node_finished", job_id, f"{prefix}:finished", finished_at, finished))
+    items = [_item("span", job_id, prefix, started, payload)]
+    for index, event in enumerate(payload["events"]):
+        if event["name"] in events.PLANNER_TYPES:
+            planner = _planner_payload(event["attributes"])
+            items.append(_item(event["name"], job_id, f"{prefix}:{index}", event["ts"], planner))
     return items
 
 
-def _event(event_type: str, job_id: str, event_id: str, ts: str, payload: dict) -> dict[str, Any]:
+def _item(event_type: str, job_id: str, event_id: str, ts: str, payload: dict) -> dict[str, Any]:
     return {
         "type": event_type,
         "job_id": job_id,
@@ -337,69 +385,60 @@ def _event(event_type: str, job_id: str, event_id: str, ts: str, payload: dict) 
     }
 
 
-def _put(payload: dict[str, Any], name: str, value: Any) -> None:
-    if value is not None and value != "":
-        payload[name] = value
+def _job_id(span: Span, resource: dict[str, Any], trace_id: str, found: dict[bytes, str]) -> str:
+    """traceviz.job_id (the span's, its resource's, another span's of the trace in this
+    request), else the trace id; cut with a marker when too long."""
+    own = attributes(span.attributes).get(JOB_ID_KEY)
+    for candidate in (own, resource.get(JOB_ID_KEY), found.get(span.trace_id)):
+        if isinstance(candidate, str) and candidate:
+            return cut(candidate, events.MAX_ID_CHARS)
+    return trace_id
 
 
-def _is_entry(span: Span) -> bool:
-    """A root span, or the first span of this service under a remote parent."""
-    return not span.parent_span_id or span.flags & REMOTE_PARENT == REMOTE_PARENT
+def _planner_payload(attrs: dict[str, Any]) -> dict[str, Any]:
+    """The planner event's payload from its span event's attributes: the fields source 001
+    names, in the types the contract wants (anything else is dropped; the span keeps it)."""
+    payload: dict[str, Any] = {}
+    for name, check in events.PLANNER_FIELDS.items():
+        value = attrs.get(name)
+        if isinstance(value, str) and check.json_schema.get("type") == "integer":
+            value = int(value) if value.isdigit() else None
+        if isinstance(value, str) and check.json_schema.get("type") == "array":
+            value = _json_list(value)
+        if isinstance(value, str) and "maxLength" in check.json_schema:
+            value = cut(value, check.json_schema["maxLength"])
+        if value is not None and check(value) is None:
+            payload[name] = value
+    return payload
 
 
-def _job_fields(
-    span: Span, resource_attrs: dict[str, Any], own_attrs: dict[str, Any], *, entry: bool
-) -> dict[str, str]:
-    """The job_started payload this span carries: empty when it has nothing to say.
-
-    An entry span (root, or under a remote parent) describes the whole job, with resource
-    attributes and its name as the job name; another span only the provider/model it set.
-    """
-    if entry:
-        attrs = {**resource_attrs, **own_attrs}
-        names = tuple(JOB_SOURCES)
-    else:
-        attrs = own_attrs
-        names = CHILD_JOB_FIELDS
-    job = {}
-    for name in names:
-        for key in JOB_SOURCES[name]:
-            value = _string(attrs, key)
-            if value and not (key == "service.name" and value.startswith(UNKNOWN_SERVICE)):
-                job[name] = value
-                break
-    if entry and "name" not in job and span.name:
-        job["name"] = span.name
-    return job
+def _json_list(value: str) -> list | None:
+    try:
+        loaded = json.loads(value)
+    except ValueError:
+        return None
+    return loaded if isinstance(loaded, list) else None
 
 
-def _result_type(span: Span, attrs: dict[str, Any]) -> str:
-    explicit = _string(attrs, "traceviz.result_type")
-    if explicit:
-        return explicit
-    if span.status.code == Status.StatusCode.STATUS_CODE_ERROR:
-        return "permanent_failure"
-    return "success"
+def _span_event(event: Span.Event, dropped: dict[str, Any]) -> dict[str, Any]:
+    return {
+        "name": cut(event.name, events.MAX_ID_CHARS),
+        "ts": _timestamp(event.time_unix_nano, "events.time_unix_nano"),
+        "attributes": bounded_attributes(attributes(event.attributes), dropped),
+    }
 
 
-def _exception_reason(span: Span) -> str:
-    """``type: message`` of the span's last ``exception`` event (OTel semantic conventions)."""
-    for span_event in reversed(span.events):
-        if span_event.name != "exception":
-            continue
-        event_attrs = attributes(span_event.attributes)
-        parts = [
-            value
-            for value in (event_attrs.get("exception.type"), event_attrs.get("exception.message"))
-            if isinstance(value, str) and value
-        ]
-        return ": ".join(parts)
-    return ""
+def _link(link: Span.Link, dropped: dict[str, Any]) -> dict[str, Any]:
+    return {
+        "trace_id": link.trace_id.hex(),
+        "span_id": link.span_id.hex(),
+        "attributes": bounded_attributes(attributes(link.attributes), dropped),
+    }
 
 
-def _span_id(raw: bytes, size: int, name: str) -> str:
+def _id(raw: bytes, size: int, name: str) -> str:
     if len(raw) != size or not any(raw):
-        raise Unmappable(f"{name} must be {size} bytes, not all zero")
+        raise Unreadable(f"{name} must be {size} bytes, not all zero")
     return raw.hex()
 
 
@@ -407,8 +446,83 @@ def _timestamp(nanos: int, name: str) -> str:
     try:
         moment = EPOCH + timedelta(microseconds=nanos // 1000)
     except OverflowError:
-        raise Unmappable(f"{name} is out of range") from None
+        raise Unreadable(f"{name} is out of range") from None
+    if moment.year > 9999 or not nanos:
+        raise Unreadable(f"{name} is out of range")
     return moment.isoformat(timespec="microseconds").replace("+00:00", "Z")
+
+
+# --- bounds -------------------------------------------------------------------------------
+
+
+def cut(value: str, max_chars: int) -> str:
+    """``value`` at most ``max_chars`` characters, ending with a marker when cut."""
+    if len(value) <= max_chars:
+        return value
+    marker = f"… [+{len(value) - max_chars} chars]"
+    keep = max(max_chars - len(marker), 0)
+    return value[:keep] + f"… [+{len(value) - keep} chars]"
+
+
+def cut_bytes(value: str, max_bytes: int) -> str:
+    return events.truncate_text(value, max_bytes)
+
+
+def is_value_key(key: str) -> bool:
+    return key.startswith(VALUE_KEY_PREFIXES)
+
+
+def bounded_attributes(attrs: dict[str, Any], dropped: dict[str, Any]) -> dict[str, Any]:
+    """Attributes within DESIGN section 3b's bounds: each input/output value at most 64 KiB,
+    the others together at most 16 KiB (what does not fit is cut or left out, and its key is
+    listed in ``dropped["cut"]``)."""
+    kept: dict[str, Any] = {}
+    budget = MAX_ATTRIBUTES_BYTES
+    sized = []
+    for key, raw in attrs.items():
+        value = _json_safe(raw)
+        name = cut(key, events.MAX_ID_CHARS)
+        if is_value_key(key):
+            kept[name] = _bounded_value(value, MAX_VALUE_BYTES, dropped, key)
+        else:
+            size = len(json.dumps(value, ensure_ascii=False).encode("utf-8")) + len(name)
+            sized.append((size, name, value))
+    # The smallest first: the budget keeps as many attributes as it can whole.
+    for size, name, value in sorted(sized, key=lambda item: (item[0], item[1])):
+        if size <= budget:
+            kept[name] = value
+            budget -= size
+        elif isinstance(value, str) and budget > 200:
+            kept[name] = events.truncate_text(value, budget - len(name) - 100)
+            budget = 0
+            dropped.setdefault("cut", []).append(name)
+        else:
+            dropped.setdefault("cut", []).append(name)
+    return kept
+
+
+def _bounded_value(value: Any, limit: int, dropped: dict[str, Any], key: str) -> Any:
+    if isinstance(value, str):
+        cut_value = events.truncate_text(value, limit)
+        if cut_value != value:
+            dropped.setdefault("cut", []).append(key)
+        return cut_value
+    text = json.dumps(value, ensure_ascii=False)
+    if len(text.encode("utf-8")) <= limit:
+        return value
+    dropped.setdefault("cut", []).append(key)
+    return events.truncate_text(text, limit)
+
+
+def _json_safe(value: Any) -> Any:
+    """An attribute value JSON can store: non-finite floats become text."""
+    if isinstance(value, float) and not math.isfinite(value):
+        return str(value)
+    if isinstance(value, list):
+        return [_json_safe(item) for item in value]
+    if isinstance(value, dict):
+        return {key: _json_safe(item) for key, item in value.items()}
+    return value
 
 
 # --- attributes ---------------------------------------------------------------------------
@@ -430,49 +544,3 @@ def any_value(value: AnyValue) -> Any:
     if kind is None:
         return None
     return getattr(value, kind)
-
-
-def _string(attrs: dict[str, Any], key: str) -> str | None:
-    value = attrs.get(key)
-    if value is not None and not isinstance(value, str):
-        raise Unmappable(f"attribute {key} must be a string")
-    return value
-
-
-def _int(attrs: dict[str, Any], key: str) -> int | None:
-    value = attrs.get(key)
-    if value is not None and (not isinstance(value, int) or isinstance(value, bool)):
-        raise Unmappable(f"attribute {key} must be an integer")
-    return value
-
-
-def _bool(attrs: dict[str, Any], key: str) -> bool | None:
-    value = attrs.get(key)
-    if value is not None and not isinstance(value, bool):
-        raise Unmappable(f"attribute {key} must be a boolean")
-    return value
-
-
-def _json_object(attrs: dict[str, Any], key: str) -> dict[str, Any] | None:
-    """An object from a key-value list attribute, or from a string holding a JSON object (the
-    OTel SDKs only set primitive attributes)."""
-    value = attrs.get(key)
-    if value is None:
-        return None
-    if isinstance(value, str):
-        try:
-            value = json.loads(value, parse_constant=_not_json)
-        except (ValueError, RecursionError):
-            value = None
-    try:
-        # Payloads are stored as JSON: NaN and infinities from double attributes are refused.
-        json.dumps(value, allow_nan=False)
-    except ValueError:
-        value = None
-    if isinstance(value, dict):
-        return value
-    raise Unmappable(f"attribute {key} must be a JSON object (as a string or a key-value list)")
-
-
-def _not_json(name: str) -> Any:
-    raise ValueError(f"{name} is not JSON")

@@ -18,8 +18,10 @@ SECRET_KEY_NAME = re.compile(
 )
 # Keys that merely mention a secret-ish word but hold identifiers we must keep readable.
 NON_SECRET_KEYS = frozenset({"session_id", "token_name", "max_tokens", "tokens", "token_count"})
-# Token *counts* (max_tokens, prompt_tokens, total_tokens, ...) are usage figures, not secrets.
+# Token *counts* (max_tokens, prompt_tokens, total_tokens, ...) are usage figures, not secrets,
+# also as OpenInference nests them (llm.token_count.prompt, llm.token_count.total, ...).
 NON_SECRET_SUFFIXES = ("tokens", "token_count")
+NON_SECRET_PARTS = ("token_count.", "usage.")
 
 SECRET_PATTERNS: list[tuple[re.Pattern[str], str]] = [
     # Authorization: Bearer <token> / Basic <credentials>. A short letters-only word is prose
@@ -74,6 +76,8 @@ _redact_short = functools.lru_cache(maxsize=8192)(_redact_text)
 def is_secret_key(name: str) -> bool:
     lowered = name.lower()
     if lowered in NON_SECRET_KEYS or lowered.endswith(NON_SECRET_SUFFIXES):
+        return False
+    if any(part in lowered for part in NON_SECRET_PARTS):
         return False
     return bool(SECRET_KEY_NAME.search(name))
 

@@ -21,7 +21,9 @@ TIMESTAMP = {
 
 
 def _no_nul(fragment: dict[str, Any]) -> dict[str, Any]:
-    if fragment.get("type") == "string" and "enum" not in fragment:
+    """A string fragment that also refuses NUL (a pattern of its own already does, as a hex
+    id's; a timestamp's format does)."""
+    if fragment.get("type") == "string" and not {"enum", "pattern", "format"} & fragment.keys():
         return {**fragment, "pattern": NO_NUL}
     return dict(fragment)
 

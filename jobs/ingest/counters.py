@@ -25,6 +25,8 @@ STEPS = "traceviz_steps_finished_total"
 REJECTIONS = "traceviz_ingest_rejections_total"
 INGEST_LATENCY = "traceviz_ingest_request_duration_seconds"
 PROJECTIONS = "traceviz_projections_total"
+REQUESTS = "traceviz_ingest_requests_total"
+SPANS = "traceviz_otlp_spans_total"
 
 PLANNER_COUNTERS = {
     "graph.next_step.parse_invalid": PARSE_INVALID,
@@ -50,6 +52,15 @@ COUNTERS: dict[str, CounterSpec] = {
     STEPS: CounterSpec("node_finished events stored, by result_type.", ("result_type",)),
     REJECTIONS: CounterSpec(
         "Ingest items or requests refused, by field and message class.", ("field", "reason")
+    ),
+    REQUESTS: CounterSpec(
+        "Ingest requests answered, by endpoint (events: /api/v1/events, traces: /v1/traces) "
+        "and HTTP status.",
+        ("endpoint", "status"),
+    ),
+    SPANS: CounterSpec(
+        "OpenTelemetry spans received on /v1/traces, by outcome (accepted, rejected).",
+        ("outcome",),
     ),
     PROJECTIONS: CounterSpec(
         "Jobs projected, by path: incremental (new events folded onto the job's snapshot) or "
@@ -147,6 +158,25 @@ def rejection_reason(message: str) -> str:
     fixed set in ``events``; only details after a colon (JSON parser text) vary."""
     head = message.split(":", 1)[0].strip()
     return re.sub(r"\d+", "N", head)[:80] or "other"
+
+
+def span_deltas(accepted: int, rejections: list[str]) -> Tally:
+    """Counter deltas for the spans of one /v1/traces request and each rejected span's reason
+    (field "(span)")."""
+    deltas: Tally[tuple[str, str]] = Tally()
+    if accepted:
+        deltas[SPANS, labels_key(outcome="accepted")] += accepted
+    if rejections:
+        deltas[SPANS, labels_key(outcome="rejected")] += len(rejections)
+    for message in rejections:
+        # "span <id> 'name': why": the class of why.
+        why = message.split(": ", 1)[-1]
+        deltas[REJECTIONS, labels_key(field="(span)", reason=rejection_reason(why))] += 1
+    return deltas
+
+
+def request_deltas(endpoint: str, status: int) -> Tally:
+    return Tally({(REQUESTS, labels_key(endpoint=endpoint, status=str(status))): 1})
 
 
 def rejection_deltas(status: int, body: dict) -> Tally:

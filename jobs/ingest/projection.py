@@ -15,6 +15,7 @@ from collections import Counter
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, fields
 from datetime import datetime
+from decimal import Decimal
 
 from django.conf import settings
 from django.db.models import Q
@@ -23,13 +24,15 @@ from django.utils import timezone
 from jobs.contract.events import Event
 from jobs.escalations import actions, repair_budget
 from jobs.ingest import counters, database
-from jobs.models import DashboardDirtyHour, Escalation, Job, Step
+from jobs.models import Call, DashboardDirtyHour, Escalation, Job, Step
 from jobs.models import Event as EventRow
 from jobs.replay import walk
+from jobs.replay.calls import CallRecord
 from jobs.replay.failures import RunStatus, Segment
 from jobs.replay.state import JOB_ATTRIBUTES, JobState, ReplayConfig, StepState
 
 STEP_STATE_FIELDS = tuple(f.name for f in fields(StepState))
+CALL_FIELDS = tuple(f.name for f in fields(CallRecord))
 STEP_KEY = ("job_id", "node_id", "attempt")
 INCREMENTAL, FULL = "incremental", "full"
 
@@ -103,6 +106,7 @@ def project_jobs(
     # point at it).
     ids = database.upsert_rows(Job, rows, unique=("job_id",))
     _write_steps(projected, existing, ids)
+    _write_calls(projected, existing, ids)
     jobs_by_id = {row["job_id"]: Job(id=ids[(row["job_id"],)], **row) for row in rows}
     _apply_escalations(projected, jobs_by_id)
     return Counter(p.path for p in projected.values())
@@ -118,6 +122,8 @@ def _fold_onto_snapshots(
         snapshot = job.fold if job is not None else None
         if not snapshot or snapshot.get("version") != walk.FOLD_VERSION or not events:
             continue
+        if snapshot["has_spans"] or any(event.type == walk.SPAN for event in events):
+            continue  # spans are expanded with their whole trace: a full replay
         if all(walk.key_after(snapshot, event) for event in events):
             plans[job_id] = (job, snapshot, walk.sort_events(events))
     if not plans:
@@ -197,8 +203,25 @@ def job_row(
         planner_parse_invalid=state.planner_parse_invalid,
         planner_degraded=state.planner_degraded,
         segment_strip=state.strip,
+        input_tokens=sum(call.input_tokens or 0 for call in state.calls),
+        output_tokens=sum(call.output_tokens or 0 for call in state.calls),
+        cost=usd(sum(c.cost for c in state.calls if c.cost is not None))
+        if any(c.cost is not None for c in state.calls)
+        else None,
         fold=snapshot,
     )
+
+
+def usd(amount: float) -> Decimal:
+    """An amount of USD as the cost columns store it (8 decimal places)."""
+    return Decimal(f"{amount:.8f}")
+
+
+def call_row(call: CallRecord, job_pk: int) -> dict:
+    """The Call row's values: every CallRecord field has a column of the same name."""
+    values = {name: getattr(call, name) for name in CALL_FIELDS}
+    values["cost"] = usd(call.cost) if call.cost is not None else None
+    return {**values, "job_id": job_pk}
 
 
 def step_row(step: StepState, job_pk: int) -> dict:
@@ -233,6 +256,23 @@ def _write_steps(
             upserted.extend(step_row(step, job_pk) for step in p.state.changed_steps)
     database.insert_rows(Step, inserted)
     database.upsert_rows(Step, upserted, unique=STEP_KEY, returning=False)
+
+
+def _write_calls(
+    projected: dict[str, Projected], existing: dict[str, Job], ids: dict[tuple, int]
+) -> None:
+    """A full replay rewrites the job's calls (they come from its spans, expanded whole); an
+    incremental fold has no spans, so its job's calls stay as they are."""
+    replayed = [job_id for job_id, p in projected.items() if p.path == FULL]
+    known = [existing[job_id].pk for job_id in replayed if job_id in existing]
+    if known:
+        Call.objects.filter(job_id__in=known).delete()
+    rows = [
+        call_row(call, ids[(job_id,)])
+        for job_id in replayed
+        for call in projected[job_id].state.calls
+    ]
+    database.insert_rows(Call, rows)
 
 
 def _apply_escalations(projected: dict[str, Projected], jobs_by_id: dict[str, Job]) -> None:

@@ -76,16 +76,22 @@ class NodeFacts:
 
     first_success: tuple[int, int, str] | None
     first_permanent: tuple[int, int, str] | None
+    # Lint judges only what producers declared (an inferred success is no contract breach).
+    first_declared_success: tuple[int, int, str] | None = None
 
 
 def node_facts(steps: Iterable[Any]) -> NodeFacts:
-    successes, permanents = [], []
+    found: dict[str, list[tuple[int, int, str]]] = {
+        "success": [],
+        "permanent": [],
+        "declared_success": [],
+    }
     for step in steps:
-        if mark := step.marks.get("success"):
-            successes.append((mark[0], step.attempt, mark[1]))
-        if mark := step.marks.get("permanent"):
-            permanents.append((mark[0], step.attempt, mark[1]))
-    return NodeFacts(min(successes, default=None), min(permanents, default=None))
+        for name, marks in found.items():
+            if mark := step.marks.get(name):
+                marks.append((mark[0], step.attempt, mark[1]))
+    first = {name: min(marks, default=None) for name, marks in found.items()}
+    return NodeFacts(first["success"], first["permanent"], first["declared_success"])
 
 
 @dataclass(slots=True)
@@ -179,8 +185,14 @@ class Linter:
                 [event.event_id],
                 f"Node {node} ran plan {plan_hash} but the job's plan is {job_plan_hash}",
             )
-        success = facts.first_success
-        if result_type == ResultType.SUCCESS and success is not None and success[1] != attempt:
+        success = facts.first_declared_success
+        declared = not event.payload.get("inferred")
+        if (
+            declared
+            and result_type == ResultType.SUCCESS
+            and success is not None
+            and success[1] != attempt
+        ):
             self._add(
                 "duplicate_success",
                 node,

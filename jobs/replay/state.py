@@ -9,6 +9,7 @@ from datetime import datetime
 from typing import Any
 
 from jobs.replay import failures, lint
+from jobs.replay.calls import CallRecord
 from jobs.replay.failures import ResultType, RunStatus, Segment
 
 # Payload fields a step row shows in its own columns; anything else is kept in ``extra``.
@@ -34,6 +35,12 @@ STEP_FIELDS = frozenset(
         "payload_results",
         "epoch",
         "step_epoch",
+        # Filled from OpenTelemetry spans (jobs.replay.spans); a producer may send the first two.
+        "exception_type",
+        "stack",
+        "handled",
+        "inferred",
+        "span",
     }
 )
 JOB_ATTRIBUTES = (
@@ -100,6 +107,16 @@ class StepState:
     extra: dict[str, Any] = field(default_factory=dict)
     started_event_id: str = ""
     finished_event_id: str = ""
+    exception_type: str = ""
+    stack: str = ""
+    # A failure whatever called the step dealt with (its parent step ended well): drawn failed,
+    # it makes no node failing. ``inferred``: the result type was inferred from a span's status,
+    # not declared by the producer (lint's contract findings leave those alone).
+    handled: bool = False
+    inferred: bool = False
+    # What the step panel shows of the OpenTelemetry span behind the step (kind, attributes,
+    # span events, links, input and output).
+    span: dict[str, Any] = field(default_factory=dict)
     history: list[dict[str, Any]] = field(default_factory=list)
     marks: dict[str, Any] = field(default_factory=dict)
 
@@ -178,6 +195,8 @@ class JobState:
     triggered: set[tuple[str, str]] = field(default_factory=set)
     recoveries: list[Recovery] = field(default_factory=list)
     findings: list[lint.Finding] = field(default_factory=list)
+    # Calls made inside the steps (from OpenTelemetry spans), after a full replay.
+    calls: list[CallRecord] = field(default_factory=list)
     planner_parse_invalid: int = 0
     planner_degraded: int = 0
     event_count: int = 0

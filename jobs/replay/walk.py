@@ -19,7 +19,7 @@ from datetime import datetime
 from typing import Any
 
 from jobs.contract.events import Event, order_key
-from jobs.replay import lint, rules
+from jobs.replay import lint, rules, spans
 from jobs.replay.failures import ResultType, RunStatus
 from jobs.replay.state import (
     DEFAULT_CONFIG,
@@ -37,18 +37,34 @@ from jobs.replay.state import (
 
 # Bump when the fold's meaning or the snapshot's shape changes: every job then gets a full
 # replay on its next batch (and rebuild_projections refreshes them all).
-FOLD_VERSION = 1
+FOLD_VERSION = 2
+SPAN = "span"
 # A finish's result, replaced as a whole when the attempt finishes again; the other fields of a
 # finish keep the value an earlier event of the attempt gave when the finish leaves them out.
-RESULT_FIELDS = ("reason", "failure_code", "error_type", "continue_on_error", "payload_results")
 RESULT_DEFAULTS = {
     "reason": "",
     "failure_code": "",
     "error_type": "",
     "continue_on_error": False,
     "payload_results": {},
+    "exception_type": "",
+    "stack": "",
+    "handled": False,
+    "inferred": False,
 }
-KEPT_FIELDS = ("duration_ms", "state", "tool", "source", "plan_hash", "context", "audit_trail")
+# Checks of the result fields a producer cannot have validated (the contract does not name
+# them): anything else counts as absent.
+RESULT_TYPES_OF = {"handled": bool, "inferred": bool, "exception_type": str, "stack": str}
+KEPT_FIELDS = (
+    "duration_ms",
+    "state",
+    "tool",
+    "source",
+    "plan_hash",
+    "context",
+    "audit_trail",
+    "span",
+)
 ID_FIELDS = ("step_index", "trace_span_id", "parent_span_id", "epoch", "step_epoch")
 
 
@@ -120,15 +136,25 @@ class Fold:
         self.triggered: set[tuple[str, str]] = set()
         self.linter = lint.Linter()
         self.last_key: tuple | None = None
+        # The job has OpenTelemetry spans: every batch of it is replayed whole.
+        self.has_spans = False
 
     @classmethod
     def of(cls, events: Iterable[Event], config: ReplayConfig = DEFAULT_CONFIG) -> "Fold":
-        """A fold of a whole job's events (in any order): a full replay."""
-        ordered = sort_events(events)
-        if not ordered:
+        """A fold of a whole job's events (in any order): a full replay. A job's OpenTelemetry
+        spans are expanded first (``spans.expand``: what a span means depends on its whole
+        trace) into the contract events folded with the others."""
+        events = list(events)
+        if not events:
             raise ValueError("a job has at least one event")
-        fold = cls(ordered[0].job_id, config)
-        for event in ordered:
+        fold = cls(events[0].job_id, config)
+        span_events = [event for event in events if event.type == SPAN]
+        if span_events:
+            expansion = spans.expand(fold.state.job_id, span_events)
+            events = [event for event in events if event.type != SPAN] + expansion.events
+            fold.state.calls = expansion.calls
+            fold.has_spans = True
+        for event in sort_events(events):
             fold.apply(event)
         return fold
 
@@ -137,6 +163,9 @@ class Fold:
     def apply(self, event: Event) -> None:
         """Fold in the next event in event order. The same event again (same order key, so the
         same event_id) is a resend and changes nothing, as in the event log."""
+        if event.type == SPAN:
+            # Only a full replay (Fold.of) knows the whole trace a span belongs to.
+            raise NeedsFullReplay("a span is folded with its whole trace")
         key = event_key(event)
         if self.last_key is not None and key <= self.last_key:
             if key == self.last_key:
@@ -236,7 +265,10 @@ class Fold:
         mark = [self.linter.position, event.event_id]
         if step.result_type == ResultType.SUCCESS:
             step.marks.setdefault("success", mark)
-        elif step.result_type == ResultType.PERMANENT_FAILURE:
+            if not step.inferred:
+                step.marks.setdefault("declared_success", mark)
+        elif step.result_type == ResultType.PERMANENT_FAILURE and not step.inferred:
+            # Inferred failures are not contract breaches: a later run is no rerun to lint.
             step.marks.setdefault("permanent", mark)
         self.linter.node_finished(
             event,
@@ -252,8 +284,10 @@ class Fold:
                 self.state.completed_node_ids.append(node)
             self.state.payload_results.update(step.payload_results)
             self.state.cursor_node = node
-        elif step.continue_on_error:
-            self._recovered(node)  # source 004: declared in the plan, the run goes on.
+        elif step.continue_on_error or step.handled:
+            # Source 004's declared continue-on-error, or a failure its caller handled: the
+            # run goes on.
+            self._recovered(node)
         else:
             self.failing.pop(node, None)
             self.failing[node] = step
@@ -274,10 +308,13 @@ class Fold:
         step.finished_at = event.ts
         step.finished_event_id = event.event_id
         step.ignored_stale = stale
-        for name in RESULT_FIELDS:
-            setattr(step, name, payload.get(name, RESULT_DEFAULTS[name]))
+        for name, default in RESULT_DEFAULTS.items():
+            value = payload.get(name, default)
+            if name in RESULT_TYPES_OF and not isinstance(value, RESULT_TYPES_OF[name]):
+                value = default
+            setattr(step, name, value)
         for name in KEPT_FIELDS:
-            if name in payload:
+            if name in payload and (name != "span" or isinstance(payload[name], dict)):
                 setattr(step, name, payload[name])
         extra = {k: v for k, v in payload.items() if k not in STEP_FIELDS}
         if extra:
@@ -447,6 +484,7 @@ class Fold:
             "holding": [[k, n, s, m] for (k, n), (s, m) in self.holding.items()],
             "triggered": sorted([k, n] for k, n in self.triggered),
             "lint": self.linter.snapshot(),
+            "has_spans": self.has_spans,
         }
 
     @staticmethod
@@ -513,6 +551,7 @@ class Fold:
         fold.holding = {(k, n): (s, m) for k, n, s, m in snapshot["holding"]}
         fold.triggered = {(k, n) for k, n in snapshot["triggered"]}
         fold.linter = lint.Linter.restore(snapshot["lint"])
+        fold.has_spans = snapshot["has_spans"]
         return fold
 
 

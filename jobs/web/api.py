@@ -47,7 +47,7 @@ def read_body(request, limit: int) -> bytes:
 
 @csrf_exempt
 @require_POST
-@measure_ingest
+@measure_ingest("events")
 @database_unavailable_is_503
 @ingest_token_required
 @token_rate_limited

@@ -100,30 +100,41 @@ def token_rate_limited(view):
     return wrapper
 
 
-def measure_ingest(view):
-    """Ingest view decorator: observes request latency and counts refused items and requests
-    (after the view's own transaction, in one upsert)."""
+def measure_ingest(endpoint: str):
+    """Ingest view decorator: observes request latency and counts the request by status, the
+    refused items and requests, and what the view left in ``request.ingest_counts`` (spans),
+    after the view's own transaction, in one upsert. A view whose error body is not the event
+    API's JSON says why in ``request.ingest_rejection``."""
 
-    @wraps(view)
-    def wrapper(request, *args, **kwargs):
-        started = time.perf_counter()
-        response = view(request, *args, **kwargs)
-        deltas = counters.latency_deltas(time.perf_counter() - started)
-        if response.status_code in (207,) or response.status_code >= 400:
+    def decorator(view):
+        @wraps(view)
+        def wrapper(request, *args, **kwargs):
+            started = time.perf_counter()
+            response = view(request, *args, **kwargs)
+            status = response.status_code
+            deltas = counters.latency_deltas(time.perf_counter() - started)
+            deltas.update(counters.request_deltas(endpoint, status))
+            deltas.update(getattr(request, "ingest_counts", {}))
+            if status == 207 or status >= 400:
+                body = _json_object(response)
+                if why := getattr(request, "ingest_rejection", None):
+                    body = {"error": why}
+                deltas.update(counters.rejection_deltas(status, body))
             try:
-                body = json.loads(response.content)
-            except ValueError:
-                body = {}
-            deltas.update(
-                counters.rejection_deltas(
-                    response.status_code, body if isinstance(body, dict) else {}
-                )
-            )
-        try:
-            counters.increment(deltas)
-        except DatabaseError:
-            # Metrics must never turn an ingest answer (already decided) into a 500.
-            logger.warning("ingest metrics not recorded", exc_info=True)
-        return response
+                counters.increment(deltas)
+            except DatabaseError:
+                # Metrics must never turn an ingest answer (already decided) into a 500.
+                logger.warning("ingest metrics not recorded", exc_info=True)
+            return response
 
-    return wrapper
+        return wrapper
+
+    return decorator
+
+
+def _json_object(response) -> dict:
+    try:
+        body = json.loads(response.content)
+    except ValueError:
+        return {}
+    return body if isinstance(body, dict) else {}

@@ -22,7 +22,7 @@ from jobs.contract.events import Event as ReplayEvent
 from jobs.contract.events import order_key
 from jobs.models import Event, Job, Step
 from jobs.replay import failures
-from jobs.web import access, narrative, timeline
+from jobs.web import access, narrative, span_panel, timeline
 from jobs.web.access import get_job_for_user
 from jobs.web.rendering import (
     display_zone,
@@ -189,6 +189,8 @@ def _panel_context(request, job: Job, raw_key: str | None, root_key: str) -> tup
     raw_events = []
     if show_raw:
         ids = [i for i in (step.started_event_id, step.finished_event_id) if i]
+        # A step replay made of an OpenTelemetry span: its stored event is the span's.
+        ids += [i.removesuffix(":started") for i in ids if i.startswith("otlp:")]
         raw_events = [
             {
                 "type": row.type,
@@ -220,6 +222,7 @@ def _panel_context(request, job: Job, raw_key: str | None, root_key: str) -> tup
         "step_definition_json": _pretty(context.get("step_definition")),
         "audit_trail": [_audit_entry(entry) for entry in _as_list(step.audit_trail)],
         "history": [_earlier_result(record) for record in _as_list(step.history)],
+        "otel": span_panel.span_context(job, step),
         "extra_json": _pretty(step.extra),
         "step_findings": findings,
         "show_raw": show_raw,
@@ -279,8 +282,19 @@ def _narrative(job: Job, root: Step | None, stale_steps, start: int, stop: int):
         after_root = root_event is not None and order_key(
             root_event.ts, root_event.seq, root_event.type, root_event.attempt, root_event.event_id
         ) < order_key(first.ts, first.seq, first.type, first.attempt, first.event_id)
+    span_ids = [e.payload.get("span_id") for e in events if e.type == "span"]
+    span_steps = {
+        span_id: (node_id, attempt)
+        for span_id, node_id, attempt in job.steps.filter(trace_span_id__in=span_ids).values_list(
+            "trace_span_id", "node_id", "attempt"
+        )
+    }
     return narrative.lines_for(
-        events, root_event_id=root_event_id, after_root=after_root, stale_steps=stale_steps
+        events,
+        root_event_id=root_event_id,
+        after_root=after_root,
+        stale_steps=stale_steps,
+        span_steps=span_steps,
     )
 
 
@@ -351,6 +365,7 @@ def job_detail(request, job_id: str):
         "nav": "jobs",
         "job": job,
         "display_zone": display_zone(),
+        "job_cost": span_panel.format_cost(job.cost),
         "job_duration": narrative.format_duration_ms(
             (end - job.started_at).total_seconds() * 1000 if end and job.started_at else None
         ),

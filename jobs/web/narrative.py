@@ -9,7 +9,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import datetime
 
-from jobs.contract.events import Event
+from jobs.contract.events import Event, parse_timestamp
 from jobs.replay.failures import ResultType
 from jobs.replay.walk import sort_events
 
@@ -67,17 +67,22 @@ def lines_for(
     root_event_id: str = "",
     after_root: bool = False,
     stale_steps: frozenset[tuple[str, int]] | set[tuple[str, int]] = frozenset(),
+    span_steps: dict[str, tuple[str, int]] | None = None,
 ) -> list[NarrativeLine]:
     """One line per event in event order. The event ``root_event_id`` is the root failure (the
     node_finished of Job.failing_node_id's latest failing attempt); failures after it are marked
     as following from it, failures before it (earlier retries) are left plain. ``after_root``
-    says the root came before these events (a later window of a long narrative)."""
+    says the root came before these events (a later window of a long narrative).
+    ``span_steps`` maps the span id of an OpenTelemetry span to the step replay made of it."""
     lines: list[NarrativeLine] = []
     root_seen = after_root
+    span_steps = span_steps or {}
     for event in sort_events(events):
-        line = _line(event, stale_steps)
+        line = _line(event, stale_steps, span_steps)
         if line.tone in ("failed", "retryable") and line.event_type in _FAILURE_TYPES:
-            if root_event_id and event.event_id == root_event_id:
+            # A span's step finishes in a node_finished replay derived: "<span event>:finished".
+            finish_id = event.event_id + (":finished" if event.type == "span" else "")
+            if root_event_id and finish_id == root_event_id:
                 root_seen = True
                 line = _with_role(line, Role.ROOT)
             elif root_seen:
@@ -86,7 +91,7 @@ def lines_for(
     return lines
 
 
-_FAILURE_TYPES = frozenset({"node_finished", "job_finished"})
+_FAILURE_TYPES = frozenset({"node_finished", "job_finished", "span"})
 
 
 def _with_role(line: NarrativeLine, role: str) -> NarrativeLine:
@@ -99,13 +104,15 @@ def _text(value) -> str:
     return value if isinstance(value, str) else ""
 
 
-def _line(event: Event, stale_steps) -> NarrativeLine:
+def _line(event: Event, stale_steps, span_steps: dict[str, tuple[str, int]]) -> NarrativeLine:
     payload = event.payload
     node = _text(payload.get("node_id"))
     attempt = event.attempt
+    if event.type == "span":
+        node, attempt = span_steps.get(_text(payload.get("span_id")), ("", None))
     describe = _DESCRIBERS.get(event.type, _describe_other)
     text, tone = describe(payload, node, attempt, event, stale_steps)
-    node_scoped = event.type in ("node_started", "node_finished", "state_checkpointed")
+    node_scoped = event.type in ("node_started", "node_finished", "state_checkpointed", "span")
     return NarrativeLine(
         at=event.ts,
         text=text,
@@ -214,6 +221,23 @@ def _describe_job_finished(payload, node, attempt, event, stale_steps):
     return text + (f": {reason}" if reason else ""), tone
 
 
+def _describe_span(payload, node, attempt, event, stale_steps):
+    """An OpenTelemetry span: its name, kind, duration and status, and the step it is."""
+    status = payload.get("status") if isinstance(payload.get("status"), dict) else {}
+    failed = status.get("code") == "error"
+    end = parse_timestamp(payload.get("end"))
+    duration = format_duration_ms((end - event.ts).total_seconds() * 1000) if end else ""
+    kind = _text(payload.get("kind"))
+    text = _join(f"Span {_text(payload.get('name')) or '(unnamed)'}", f"({kind})" if kind else "")
+    if node:
+        text += f" · step {node} attempt {attempt}"
+    text += f" · {'error' if failed else 'done'}" + (f" in {duration}" if duration else "")
+    message = _text(status.get("message")).split("Traceback (most recent call last)")[0].strip()
+    if failed and message:
+        text += f": {message.splitlines()[0]}"
+    return text, "failed" if failed else ("ok" if node else "info")
+
+
 def _describe_other(payload, node, attempt, event, stale_steps):
     return f"Event {event.type}" + (f" on node {node}" if node else ""), "info"
 
@@ -237,4 +261,5 @@ _DESCRIBERS = {
     "graph.next_step.parse_invalid": _describe_parse_invalid,
     "graph.next_step.degraded": _describe_degraded,
     "job_finished": _describe_job_finished,
+    "span": _describe_span,
 }

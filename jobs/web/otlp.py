@@ -22,11 +22,11 @@ from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (
 )
 
 from jobs.contract import bodies, otlp
-from jobs.ingest import store
+from jobs.ingest import counters, store
 from jobs.models import IngestToken
 from jobs.web import ratelimit
 from jobs.web.api import read_body
-from jobs.web.decorators import RETRY_AFTER_SECONDS, bearer_token
+from jobs.web.decorators import RETRY_AFTER_SECONDS, bearer_token, measure_ingest
 
 MISSING_TOKEN = "missing bearer token: send Authorization: Bearer <token>"
 # The gRPC code carried in the Status body of each HTTP status this endpoint answers.
@@ -58,6 +58,7 @@ def otlp_response(message: Message, encoding: str, status: int = 200) -> HttpRes
 def otlp_error(request, status: int, message: str) -> HttpResponse:
     """A ``google.rpc.Status`` body, as the OTLP/HTTP specification asks of failures."""
     rpc_status = status_pb2.Status(code=GRPC_CODES.get(status, code_pb2.UNKNOWN), message=message)
+    request.ingest_rejection = message  # for the ingest metrics (the body may be protobuf)
     response = otlp_response(rpc_status, response_encoding(request), status)
     if status == 401:
         response["WWW-Authenticate"] = 'Bearer realm="traceviz"'
@@ -102,6 +103,7 @@ def otlp_endpoint(view):
 
 
 @csrf_exempt
+@measure_ingest("traces")
 @otlp_endpoint
 def export_traces(request):
     """POST /v1/traces: an OTLP ExportTraceServiceRequest, protobuf or JSON, maybe gzipped."""
@@ -117,6 +119,8 @@ def export_traces(request):
     except bodies.BodyError as error:
         return otlp_error(request, error.status, error.message)
     store.store_batch(traces.batch, token=request.ingest_token)
+    accepted = traces.span_count - traces.rejected_spans
+    request.ingest_counts = counters.span_deltas(accepted, traces.rejections)
     answer = ExportTraceServiceResponse()
     if traces.rejected_spans:
         answer.partial_success.CopyFrom(

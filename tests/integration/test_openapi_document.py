@@ -3,6 +3,7 @@ endpoint validate against the served document at their documented status, with n
 less; the limits it states follow settings; it is a valid OpenAPI 3.1 document."""
 
 import json
+import re
 
 import pytest
 from django.db import OperationalError
@@ -113,6 +114,10 @@ def at_bound(fragment: dict, high: bool):
     kind = fragment.get("type")
     if kind in ("integer", "number"):
         return fragment["maximum" if high else "minimum"]
+    if fragment.get("format") == "date-time":
+        return "9999-12-31T23:59:59Z" if high else "0001-01-01T00:00:00Z"
+    if hex_digits := re.fullmatch(r"\^\[0-9a-f\]\{(\d+)\}\$", fragment.get("pattern", "")):
+        return ("f" if high else "0") * int(hex_digits.group(1))
     if kind == "string":  # free text has no upper bound: a long line stands in for it
         return "x" * (fragment.get("maxLength", 1000) if high else fragment.get("minLength", 0))
     return {"object": {}, "array": [], "boolean": high}.get(kind, "any value")

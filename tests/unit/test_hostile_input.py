@@ -14,6 +14,7 @@ from opentelemetry.proto.trace.v1.trace_pb2 import ResourceSpans, ScopeSpans, Sp
 
 from jobs.contract import bodies, events, otlp
 from jobs.contract.bodies import BodyError, ParsedBatch
+from jobs.replay import walk
 
 FUZZ = settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 CONTENT_TYPES = (
@@ -172,7 +173,18 @@ def decode_and_map(body: bytes, content_type: str) -> otlp.OtlpBatch | BodyError
     assert_well_formed(traces.batch)
     assert traces.rejected_spans <= traces.span_count
     assert all(isinstance(message, str) for message in traces.rejections)
+    replay_every_job(traces.batch)
     return traces
+
+
+def replay_every_job(batch: ParsedBatch) -> None:
+    """Replay (the span expansion included) copes with whatever the batch holds."""
+    by_job: dict[str, list[events.Event]] = {}
+    for _index, event in batch.events:
+        by_job.setdefault(event.job_id, []).append(event)
+    for job_events in by_job.values():
+        state = walk.build(job_events)
+        assert state.event_count >= 1
 
 
 any_values = st.recursive(
@@ -333,3 +345,51 @@ def test_any_export_request_maps_to_events_or_span_rejections(
 )
 def test_any_json_document_decodes_to_an_otlp_batch_or_a_body_error(document):
     decode_and_map(json.dumps(document).encode("utf-8", "surrogatepass"), otlp.JSON)
+
+
+# --- span events sent straight to the event API ---------------------------------------------------
+
+SPAN_IDS = st.sampled_from(["a" * 16, "b" * 16, "c" * 16, "d" * 16])
+SPAN_KEYS = [
+    "traceviz.node_id",
+    "traceviz.attempt",
+    "traceviz.result_type",
+    "traceviz.payload_results",
+    "celery.task_name",
+    "celery.state",
+    "celery.retries",
+    "openinference.span.kind",
+    "llm.model_name",
+    "llm.token_count.prompt",
+    "llm.input_messages.0.message.content",
+    "gen_ai.input.messages",
+    "metadata",
+]
+span_payloads = st.fixed_dictionaries(
+    {
+        "trace_id": st.just("f" * 32),
+        "span_id": SPAN_IDS,
+        "end": st.sampled_from(["2026-03-02T09:00:01Z", "2026-03-02T08:00:00Z"]),
+    },
+    optional={
+        "parent_span_id": SPAN_IDS,
+        "name": nasty_text,
+        "kind": st.sampled_from(["internal", "producer", "consumer"]),
+        "status": json_values,
+        "attributes": st.dictionaries(st.sampled_from(SPAN_KEYS), json_values, max_size=5),
+        "events": json_values,
+        "links": json_values,
+        "resource": json_values,
+    },
+)
+
+
+@FUZZ
+@given(payloads=st.lists(span_payloads, min_size=1, max_size=5))
+def test_any_span_events_replay(payloads):
+    items = [
+        {"type": "span", "job_id": "spans", "ts": "2026-03-02T09:00:00Z", "payload": payload}
+        for payload in payloads
+    ]
+    batch = bodies.parse_items(items, max_events=100)
+    replay_every_job(batch)

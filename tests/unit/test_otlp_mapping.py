@@ -1,4 +1,6 @@
-"""OTLP spans as traceviz events (jobs/otlp.py): pure, no database."""
+"""OpenTelemetry spans as traceviz events (DESIGN.md section 3b): what ingest keeps of a span
+(jobs/contract/otlp.py) and what replay makes of a job's spans (jobs/replay/spans.py). Pure,
+no database; the real libraries end to end are in tests/integration/test_otel_producers.py."""
 
 import base64
 import json
@@ -76,272 +78,438 @@ def request(*spans: Span, resource=None) -> ExportTraceServiceRequest:
 
 def items_of(one_span: Span, resource=None) -> list[dict]:
     [mapped] = otlp.map_request(request(one_span, resource=resource))
-    assert not mapped.errors, mapped.errors
+    assert not mapped.error, mapped.error
     return mapped.items
 
 
-def by_type(items: list[dict]) -> dict[str, dict]:
-    return {item["type"]: item for item in items}
+def exception_event(exc_type: str, message: str, stack: str = "") -> Span.Event:
+    pairs = {"exception__type": exc_type, "exception__message": message}
+    if stack:
+        pairs["exception__stacktrace"] = stack
+    return Span.Event(name="exception", time_unix_nano=START, attributes=attrs(**pairs))
 
 
-def exception_event(exc_type: str, message: str) -> Span.Event:
-    return Span.Event(
-        name="exception",
-        time_unix_nano=START,
-        attributes=attrs(exception__type=exc_type, exception__message=message),
+ERROR = Status(code=Status.StatusCode.STATUS_CODE_ERROR, message="boom")
+OK = Status(code=Status.StatusCode.STATUS_CODE_OK)
+
+
+def sid(n: int) -> bytes:
+    return n.to_bytes(8, "big")
+
+
+def root(**fields) -> Span:
+    return span(name=fields.pop("name", "run"), span_id=ROOT_ID, parent=b"", **fields)
+
+
+def replayed(*spans: Span, resource=None):
+    """The job state replay builds from these spans, mapped as POST /v1/traces maps them."""
+    traces = otlp.to_batch(request(*spans, resource=resource), max_events=10_000)
+    assert traces.rejections == []
+    return walk.build(event for _, event in traces.batch.events)
+
+
+def steps_of(state) -> list[tuple]:
+    return [(s.node_id, s.attempt, s.result_type) for s in state.steps]
+
+
+# --- what ingest keeps of a span ---------------------------------------------------------------
+
+
+def test_span_is_stored_whole_as_one_span_event():
+    [item] = items_of(
+        span(
+            status=ERROR,
+            attributes=attrs(http__method="GET"),
+            span_events=[exception_event("ValueError", "nope")],
+            kind=Span.SpanKind.SPAN_KIND_CLIENT,
+        ),
+        resource=attrs(service__name="billing"),
     )
-
-
-def test_span_becomes_node_started_and_node_finished_with_span_ids():
-    items = by_type(items_of(span()))
-    assert set(items) == {"node_started", "node_finished"}
-    started, finished = items["node_started"], items["node_finished"]
-    assert started["event_id"] == f"otlp:{TRACE_ID.hex()}:{CHILD_ID.hex()}:started"
-    assert finished["event_id"] == f"otlp:{TRACE_ID.hex()}:{CHILD_ID.hex()}:finished"
-    assert started["ts"] == "2026-03-02T09:00:00.000000Z"
-    assert finished["ts"] == "2026-03-02T09:00:01.500000Z"
-    assert finished["payload"]["duration_ms"] == 1500
-    assert finished["payload"]["trace_span_id"] == CHILD_ID.hex()
-    assert finished["payload"]["parent_span_id"] == ROOT_ID.hex()
-    assert started["payload"] == {
-        "node_id": "fetch",
-        "attempt": 1,
-        "trace_span_id": CHILD_ID.hex(),
-        "parent_span_id": ROOT_ID.hex(),
-        "trace_id": TRACE_ID.hex(),
-    }
+    assert item["type"] == "span"
+    assert item["event_id"] == f"otlp:{TRACE_ID.hex()}:{CHILD_ID.hex()}"
+    assert item["ts"] == "2026-03-02T09:00:00.000000Z"
+    payload = item["payload"]
+    assert (payload["trace_id"], payload["span_id"], payload["parent_span_id"]) == (
+        TRACE_ID.hex(),
+        CHILD_ID.hex(),
+        ROOT_ID.hex(),
+    )
+    assert (payload["name"], payload["kind"], payload["end"]) == (
+        "fetch",
+        "client",
+        "2026-03-02T09:00:01.500000Z",
+    )
+    assert payload["status"] == {"code": "error", "message": "boom"}
+    assert payload["attributes"] == {"http.method": "GET"}
+    assert payload["resource"] == {"service.name": "billing"}
+    assert payload["events"][0]["attributes"]["exception.type"] == "ValueError"
 
 
 def test_job_is_the_trace_id_without_a_job_id_attribute():
-    assert {item["job_id"] for item in items_of(span())} == {TRACE_ID.hex()}
+    assert items_of(span())[0]["job_id"] == TRACE_ID.hex()
 
 
 def test_span_job_id_attribute_wins_over_the_resource_one():
-    items = items_of(
-        span(attributes=attrs(traceviz__job_id="run-7")), resource=attrs(traceviz__job_id="run-1")
+    [item] = items_of(
+        span(attributes=attrs(traceviz__job_id="from-span")),
+        resource=attrs(traceviz__job_id="from-resource"),
     )
-    assert {item["job_id"] for item in items} == {"run-7"}
+    assert item["job_id"] == "from-span"
 
 
-def test_resource_job_id_attribute_names_the_job():
-    items = items_of(span(), resource=attrs(traceviz__job_id="run-1"))
-    assert {item["job_id"] for item in items} == {"run-1"}
-
-
-def test_node_id_and_attempt_come_from_traceviz_attributes():
-    finished = by_type(
-        items_of(span(attributes=attrs(traceviz__node_id="n1", traceviz__attempt=3)))
-    )["node_finished"]
-    assert (finished["payload"]["node_id"], finished["payload"]["attempt"]) == ("n1", 3)
-
-
-@pytest.mark.parametrize(
-    ("code", "expected"),
-    [
-        (Status.StatusCode.STATUS_CODE_UNSET, "success"),
-        (Status.StatusCode.STATUS_CODE_OK, "success"),
-        (Status.StatusCode.STATUS_CODE_ERROR, "permanent_failure"),
-    ],
-)
-def test_span_status_decides_the_result_type(code, expected):
-    finished = by_type(items_of(span(status=Status(code=code))))["node_finished"]
-    assert finished["payload"]["result_type"] == expected
-
-
-def test_result_type_attribute_wins_over_the_status():
-    finished = by_type(
-        items_of(
-            span(
-                status=Status(code=Status.StatusCode.STATUS_CODE_ERROR),
-                attributes=attrs(traceviz__result_type="retryable_failure"),
-            )
-        )
-    )["node_finished"]
-    assert finished["payload"]["result_type"] == "retryable_failure"
-
-
-def test_reason_is_the_status_message():
-    error = Status(code=Status.StatusCode.STATUS_CODE_ERROR, message="upstream said 404")
-    finished = by_type(
-        items_of(span(status=error, span_events=[exception_event("KeyError", "x")]))
-    )["node_finished"]
-    assert finished["payload"]["reason"] == "upstream said 404"
-
-
-def test_reason_falls_back_to_the_last_exception_event():
-    error = Status(code=Status.StatusCode.STATUS_CODE_ERROR)
-    events = [
-        exception_event("KeyError", "first"),
-        exception_event("TimeoutError", "read timed out"),
-    ]
-    finished = by_type(items_of(span(status=error, span_events=events)))["node_finished"]
-    assert finished["payload"]["reason"] == "TimeoutError: read timed out"
-
-
-def test_failure_code_error_type_and_gen_ai_provider_model_are_kept():
-    finished = by_type(
-        items_of(
-            span(
-                attributes=attrs(
-                    traceviz__failure_code="adapter_timeout",
-                    traceviz__error_type="network",
-                    gen_ai__system="openai",
-                    gen_ai__request__model="gpt-x",
-                )
-            )
-        )
-    )["node_finished"]
-    payload = finished["payload"]
-    assert (payload["failure_code"], payload["error_type"]) == ("adapter_timeout", "network")
-    assert (payload["provider"], payload["model"]) == ("openai", "gpt-x")
-
-
-def test_gen_ai_provider_name_and_response_model_win_over_older_attributes():
-    items = by_type(
-        items_of(
-            span(
-                attributes=attrs(
-                    gen_ai__system="old",
-                    gen_ai__provider__name="anthropic",
-                    gen_ai__request__model="asked",
-                    gen_ai__response__model="answered",
-                )
-            )
-        )
+def test_spans_of_a_trace_join_the_job_another_span_of_it_names():
+    traces = otlp.to_batch(
+        request(root(attributes=attrs(traceviz__job_id="run-42")), span()), max_events=100
     )
-    assert items["job_started"]["payload"] == {"provider": "anthropic", "model": "answered"}
+    assert {event.job_id for _, event in traces.batch.events} == {"run-42"}
 
 
-def test_root_span_starts_the_job_with_resource_workflow_and_its_name():
-    items = by_type(
-        items_of(
-            span(name="plan-run", span_id=ROOT_ID, parent=b""),
-            resource=attrs(service__name="billing-agent"),
-        )
+def test_overlong_name_and_job_id_are_cut_with_a_marker_not_rejected():
+    traces = otlp.to_batch(
+        request(span(name="n" * 270, attributes=attrs(traceviz__job_id="j" * 300))),
+        max_events=100,
     )
-    job_started = items["job_started"]
-    assert job_started["event_id"] == f"otlp:{TRACE_ID.hex()}:{ROOT_ID.hex()}:job_started"
-    assert job_started["ts"] == items["node_started"]["ts"]
-    assert job_started["payload"] == {"name": "plan-run", "workflow": "billing-agent"}
-    assert "parent_span_id" not in items["node_started"]["payload"]
+    assert traces.rejections == []
+    [(_, stored)] = traces.batch.events
+    assert len(stored.job_id) == len(stored.payload["name"]) == 200
+    assert stored.payload["name"].endswith("… [+83 chars]")
 
 
-def test_default_service_name_is_not_a_workflow():
-    items = by_type(
-        items_of(
-            span(name="r", span_id=ROOT_ID, parent=b""),
-            resource=attrs(service__name="unknown_service:python"),
-        )
+def test_input_is_cut_at_64_kib_and_other_attributes_share_16_kib():
+    big = "x" * 100_000
+    [item] = items_of(span(attributes=attrs(input__value=big, notes=big, small="kept")))
+    kept = item["payload"]["attributes"]
+    assert len(kept["input.value"].encode()) <= otlp.MAX_VALUE_BYTES
+    assert "[truncated" in kept["input.value"]
+    assert kept["small"] == "kept"
+    assert len(json.dumps({k: v for k, v in kept.items() if k != "input.value"})) < 17_000
+    assert item["payload"]["dropped"]["cut"] == ["input.value", "notes"]
+
+
+def test_planner_span_events_become_planner_events_of_the_job():
+    planner = Span.Event(
+        name="graph.next_step.degraded",
+        time_unix_nano=START + 5_000_000,
+        attributes=attrs(provider="anthropic", model="claude-x", attempts="2", reason="bad json"),
     )
-    assert items["job_started"]["payload"] == {"name": "r"}
+    items = items_of(span(span_events=[planner]))
+    assert [item["type"] for item in items] == ["span", "graph.next_step.degraded"]
+    assert items[1]["payload"] == {
+        "provider": "anthropic",
+        "model": "claude-x",
+        "attempts": 2,
+        "reason": "bad json",
+    }
+    assert items[1]["ts"] == "2026-03-02T09:00:00.005000Z"
 
 
-def test_span_under_a_remote_parent_starts_the_job():
-    remote = (
-        SpanFlags.SPAN_FLAGS_CONTEXT_HAS_IS_REMOTE_MASK
-        | SpanFlags.SPAN_FLAGS_CONTEXT_IS_REMOTE_MASK
-    )
-    items = by_type(items_of(span(flags=remote), resource=attrs(service__name="worker")))
-    assert items["job_started"]["payload"] == {"name": "fetch", "workflow": "worker"}
-
-
-def test_child_span_without_job_attributes_does_not_start_the_job():
-    items = by_type(items_of(span(), resource=attrs(service__name="billing-agent")))
-    assert "job_started" not in items
-
-
-def test_payload_results_come_from_a_json_string_or_key_value_list():
-    as_text = by_type(items_of(span(attributes=attrs(traceviz__payload_results='{"a": 1}'))))
-    as_kvlist = by_type(items_of(span(attributes=attrs(traceviz__payload_results={"a": 1}))))
-    assert as_text["node_finished"]["payload"]["payload_results"] == {"a": 1}
-    assert as_kvlist["node_finished"]["payload"]["payload_results"] == {"a": 1}
-
-
-MUST_BE_OBJECT = "attribute traceviz.payload_results must be a JSON object"
-
-
-@pytest.mark.parametrize(
-    ("attributes", "message"),
-    [
-        (attrs(traceviz__attempt="2"), "attribute traceviz.attempt must be an integer"),
-        (attrs(traceviz__node_id=5), "attribute traceviz.node_id must be a string"),
-        (attrs(traceviz__step_index=1.5), "attribute traceviz.step_index must be an integer"),
-        (
-            attrs(traceviz__continue_on_error="yes"),
-            "attribute traceviz.continue_on_error must be a boolean",
-        ),
-        (attrs(traceviz__payload_results="[1]"), MUST_BE_OBJECT),
-        (attrs(traceviz__payload_results={"x": float("nan")}), MUST_BE_OBJECT),
-    ],
-)
-def test_attribute_of_the_wrong_type_rejects_the_span(attributes, message):
-    [mapped] = otlp.map_request(request(span(attributes=attributes)))
-    assert mapped.items == []
-    assert mapped.errors[0].startswith(message)
-
-
-def test_overlong_span_name_is_reported_once():
-    traces = otlp.to_batch(request(span(name="n" * 201)), max_events=100)
-    assert traces.error_message == (
-        f"span {CHILD_ID.hex()} '{'n' * 201}': "
-        "payload.node_id: must be a string of 1 to 200 characters"
-    )
-
-
-def test_end_before_start_rejects_the_span():
-    [mapped] = otlp.map_request(request(span(start_ms=10, end_ms=5)))
-    assert mapped.errors == ["end_time_unix_nano is before start_time_unix_nano"]
+def test_end_before_start_is_read_as_ending_at_once():
+    [item] = items_of(span(start_ms=10, end_ms=5))
+    assert item["payload"]["end"] == item["ts"]
 
 
 def test_missing_span_id_rejects_the_span():
     [mapped] = otlp.map_request(request(span(span_id=b"")))
-    assert mapped.errors == ["span_id must be 8 bytes, not all zero"]
+    assert mapped.error == "span_id must be 8 bytes, not all zero"
 
 
 def test_rejected_span_is_counted_and_the_others_kept():
-    good = span(name="good", span_id=ROOT_ID, parent=b"")
-    bad_type = span(name="bad", attributes=attrs(traceviz__attempt="x"))
-    bad_value = span(
-        name="worse", span_id=bytes(7) + b"\x01", attributes=attrs(traceviz__result_type="exploded")
-    )
-    traces = otlp.to_batch(request(good, bad_type, bad_value), max_events=100)
-    assert traces.span_count == 3
-    assert traces.rejected_spans == 2
-    assert [event.type for _, event in traces.batch.events] == [
-        "job_started",
-        "node_started",
-        "node_finished",
-    ]
-    assert [index for index, _ in traces.batch.events] == [0, 1, 2]
+    good = root()
+    bad = span(name="bad", span_id=bytes(8))
+    traces = otlp.to_batch(request(good, bad), max_events=100)
+    assert (traces.span_count, traces.rejected_spans) == (2, 1)
+    assert [event.type for _, event in traces.batch.events] == ["span"]
     assert traces.error_message == (
-        f"span {CHILD_ID.hex()} 'bad': attribute traceviz.attempt must be an integer; "
-        "span 0000000000000001 'worse': payload.result_type: must be one of "
-        "success, retryable_failure, permanent_failure, compensatable_failure"
+        "span 0000000000000000 'bad': span_id must be 8 bytes, not all zero"
     )
 
 
 def test_request_mapping_to_too_many_events_is_refused():
     with pytest.raises(BodyError) as refused:
-        otlp.to_batch(request(span(), span(span_id=ROOT_ID, parent=b"")), max_events=4)
+        otlp.to_batch(request(span(), root(), span(span_id=sid(9))), max_events=2)
     assert refused.value.status == 413
-    assert "maps to 5 events; the limit is 4 events" in refused.value.message
+    assert "maps to 3 events; the limit is 2 events" in refused.value.message
 
 
-def test_mapped_events_replay_into_steps_with_segments():
-    error = Status(code=Status.StatusCode.STATUS_CODE_ERROR, message="boom")
-    traces = otlp.to_batch(
-        request(
-            span(name="run", span_id=ROOT_ID, parent=b"", end_ms=3000),
-            span(name="fetch", status=error, start_ms=100, end_ms=900),
-        ),
-        max_events=100,
+# --- what replay makes of a job's spans -------------------------------------------------------
+
+
+def test_root_span_is_the_job_and_other_spans_are_steps():
+    state = replayed(
+        root(end_ms=3000),
+        span(name="fetch", start_ms=100, end_ms=900),
+        resource=attrs(service__name="billing", service__version="1.2"),
     )
-    state = walk.build(event for _, event in traces.batch.events)
-    assert [(s.node_id, s.segment.value, s.reason) for s in state.steps] == [
-        ("run", "ok", ""),
-        ("fetch", "failed", "boom"),
+    assert steps_of(state) == [("fetch", 1, "success")]
+    assert (state.attributes["name"], state.attributes["workflow"]) == ("run", "billing")
+    assert state.metadata == {"service.version": "1.2", "otel.trace_id": TRACE_ID.hex()}
+    assert (state.status, state.finished_at.isoformat()) == (
+        "completed",
+        "2026-03-02T09:00:03+00:00",
+    )
+
+
+def test_failed_root_fails_the_job_with_a_one_line_reason():
+    state = replayed(
+        root(
+            status=Status(
+                code=Status.StatusCode.STATUS_CODE_ERROR,
+                message="ValueError('card declined')Traceback (most recent call last):\n  x",
+            )
+        )
+    )
+    assert (state.status, state.finish_reason) == ("failed", "ValueError('card declined')")
+
+
+def test_step_reason_is_one_line_with_the_stack_and_exception_type_apart():
+    state = replayed(
+        root(status=ERROR),
+        span(
+            status=ERROR,
+            span_events=[
+                exception_event(
+                    "ConnectionError", "timeout talking to crm\nsecond line", "Traceback ..."
+                )
+            ],
+        ),
+    )
+    [step] = state.steps
+    assert step.reason == "ConnectionError: timeout talking to crm"
+    assert (step.exception_type, step.stack) == ("ConnectionError", "Traceback ...")
+    assert step.error_type == ""  # classified at the source only (source 003)
+
+
+def test_default_service_name_is_not_a_workflow():
+    state = replayed(root(), resource=attrs(service__name="unknown_service:python"))
+    assert "workflow" not in state.attributes
+
+
+def test_trace_without_its_root_uses_the_earliest_local_root():
+    flags = SpanFlags.SPAN_FLAGS_CONTEXT_HAS_IS_REMOTE_MASK | (
+        SpanFlags.SPAN_FLAGS_CONTEXT_IS_REMOTE_MASK
+    )
+    state = replayed(
+        span(name="entry", span_id=sid(1), parent=sid(99), end_ms=2000, flags=flags),
+        span(name="work", span_id=sid(2), parent=sid(1), start_ms=10, end_ms=20),
+    )
+    assert state.attributes["name"] == "entry"
+    assert steps_of(state) == [("work", 1, "success")]
+
+
+def test_retried_siblings_are_attempts_and_the_last_failure_is_permanent():
+    state = replayed(
+        root(status=ERROR, end_ms=5000),
+        span(name="flaky", span_id=sid(1), status=ERROR, start_ms=0, end_ms=10),
+        span(name="flaky", span_id=sid(2), status=ERROR, start_ms=20, end_ms=30),
+        span(name="flaky", span_id=sid(3), status=ERROR, start_ms=40, end_ms=50),
+    )
+    assert steps_of(state) == [
+        ("flaky", 1, "retryable_failure"),
+        ("flaky", 2, "retryable_failure"),
+        ("flaky", 3, "permanent_failure"),
     ]
-    assert state.attributes["name"] == "run"
+    assert state.status == "failed"
+    assert state.findings == []  # inferred failures are no contract breach
+
+
+def test_sibling_after_a_success_is_a_new_iteration():
+    state = replayed(
+        root(),
+        span(name="poll", span_id=sid(1), start_ms=0, end_ms=10),
+        span(name="poll", span_id=sid(2), start_ms=20, end_ms=30),
+        span(name="poll", span_id=sid(3), status=ERROR, start_ms=40, end_ms=50),
+        span(name="poll", span_id=sid(4), start_ms=60, end_ms=70),
+    )
+    assert steps_of(state) == [
+        ("poll", 1, "success"),
+        ("poll #2", 1, "success"),
+        ("poll #3", 1, "retryable_failure"),
+        ("poll #3", 2, "success"),
+    ]
+
+
+def test_same_name_under_different_parents_never_shares_a_step():
+    state = replayed(
+        root(),
+        span(name="a", span_id=sid(1), start_ms=0, end_ms=50),
+        span(name="b", span_id=sid(2), start_ms=60, end_ms=100),
+        span(name="fetch", span_id=sid(3), parent=sid(1), start_ms=10, end_ms=20),
+        span(name="fetch", span_id=sid(4), parent=sid(2), start_ms=70, end_ms=80),
+    )
+    assert sorted((s.node_id, s.attempt) for s in state.steps) == [
+        ("a", 1),
+        ("b", 1),
+        ("fetch", 1),
+        ("fetch #2", 1),
+    ]
+    fetch2 = state.step("fetch #2", 1)
+    assert fetch2.parent_span_id == sid(2).hex()  # nested under its own parent step
+
+
+def test_failure_the_parent_step_handled_is_drawn_failed_but_fails_nothing():
+    state = replayed(
+        root(),
+        span(name="use_tool", span_id=sid(1), start_ms=0, end_ms=100),
+        span(name="lookup", span_id=sid(2), parent=sid(1), status=ERROR, start_ms=10, end_ms=20),
+    )
+    lookup = state.step("lookup", 1)
+    assert (lookup.segment, lookup.handled) == ("failed", True)
+    assert state.failing_node_ids == []
+    assert state.status == "completed"
+
+
+def test_explicit_traceviz_attributes_beat_inferred_values():
+    state = replayed(
+        root(),
+        span(
+            name="charge",
+            status=ERROR,
+            attributes=attrs(
+                traceviz__node_id="pay",
+                traceviz__attempt=3,
+                traceviz__result_type="retryable_failure",
+                traceviz__reason="card issuer unavailable",
+                traceviz__error_type="network",
+                traceviz__failure_code="provider_retryable",
+                traceviz__payload_results='{"amount": 12}',
+            ),
+        ),
+    )
+    [step] = state.steps
+    assert (step.node_id, step.attempt, step.result_type, step.reason) == (
+        "pay",
+        3,
+        "retryable_failure",
+        "card issuer unavailable",
+    )
+    assert (step.error_type, step.failure_code, step.payload_results) == (
+        "network",
+        "provider_retryable",
+        {"amount": 12},
+    )
+    assert not step.inferred
+
+
+def llm_span(span_id, parent, model, start_ms, **extra) -> Span:
+    return span(
+        name="ChatOpenAI",
+        span_id=span_id,
+        parent=parent,
+        start_ms=start_ms,
+        end_ms=start_ms + 5,
+        attributes=attrs(
+            openinference__span__kind="LLM",
+            llm__provider="openai",
+            llm__model_name=model,
+            llm__token_count__prompt=1000,
+            llm__token_count__completion=500,
+            llm__input_messages__0__message__role="user",
+            llm__input_messages__0__message__content="plan the release",
+            llm__output_messages__0__message__role="assistant",
+            llm__output_messages__0__message__content="1. build 2. upload",
+            **extra,
+        ),
+    )
+
+
+def test_llm_spans_inside_a_step_are_its_calls_with_tokens_cost_and_transcript():
+    state = replayed(
+        root(end_ms=500),
+        span(name="plan", span_id=sid(1), start_ms=0, end_ms=100),
+        llm_span(sid(2), sid(1), "gpt-4o-mini", 10),
+    )
+    assert steps_of(state) == [("plan", 1, "success")]
+    [call] = state.calls
+    assert (call.kind, call.node_id, call.attempt) == ("llm", "plan", 1)
+    assert (call.provider, call.model, call.input_tokens, call.output_tokens) == (
+        "openai",
+        "gpt-4o-mini",
+        1000,
+        500,
+    )
+    assert call.cost == pytest.approx(0.00045)  # genai-prices: $0.15 and $0.60 per MTok
+    assert [(m["direction"], m["role"], m["content"]) for m in call.messages] == [
+        ("in", "user", "plan the release"),
+        ("out", "assistant", "1. build 2. upload"),
+    ]
+
+
+def test_job_provider_and_model_are_the_planners_first_llm_call():
+    state = replayed(
+        root(end_ms=900),
+        span(name="research", span_id=sid(1), start_ms=0, end_ms=100),
+        llm_span(sid(2), sid(1), "gpt-4o", 10),
+        span(name="planner", span_id=sid(3), start_ms=200, end_ms=300),
+        llm_span(sid(4), sid(3), "gpt-4o-mini", 210),
+        llm_span(sid(5), sid(3), "gpt-4.1", 220),
+    )
+    assert (state.attributes["provider"], state.attributes["model"]) == ("openai", "gpt-4o-mini")
+
+
+def test_marked_span_with_no_step_above_it_is_a_step_and_its_own_call():
+    state = replayed(root(), llm_span(sid(1), ROOT_ID, "gpt-4o-mini", 10))
+    assert steps_of(state) == [("ChatOpenAI", 1, "success")]
+    assert [(c.node_id, c.model) for c in state.calls] == [("ChatOpenAI", "gpt-4o-mini")]
+
+
+def test_producer_root_waits_for_the_last_consumer_run():
+    producer = root(name="apply_async/charge", kind=Span.SpanKind.SPAN_KIND_PRODUCER, end_ms=1)
+
+    def run(n, state, retries=None):
+        pairs = {"celery__task_name": "charge", "celery__state": state}
+        if retries is not None:
+            pairs["celery__retries"] = str(retries)
+        return span(
+            name="run/charge",
+            span_id=sid(n),
+            parent=ROOT_ID if n == 1 else sid(n - 1),
+            kind=Span.SpanKind.SPAN_KIND_CONSUMER,
+            start_ms=10 * n,
+            end_ms=10 * n + 5,
+            status=ERROR if state == "FAILURE" else None,
+            attributes=attrs(**pairs),
+        )
+
+    retrying = replayed(producer, run(1, "RETRY"), run(2, "RETRY", 1))
+    assert retrying.status == "paused:transient"  # waiting for its next run: never terminal
+    assert retrying.finished_at is None
+    assert steps_of(retrying) == [
+        ("charge", 1, "retryable_failure"),
+        ("charge", 2, "retryable_failure"),
+    ]
+    failed = replayed(producer, run(1, "RETRY"), run(2, "RETRY", 1), run(3, "FAILURE", 2))
+    assert (failed.status, steps_of(failed)[-1]) == ("failed", ("charge", 3, "permanent_failure"))
+
+
+def test_span_events_links_and_other_attributes_are_kept_on_the_step():
+    checkpoint = Span.Event(
+        name="cache.miss", time_unix_nano=START + 1_000, attributes=attrs(k="v")
+    )
+    link = Span.Link(trace_id=bytes.fromhex("aa" * 16), span_id=sid(7))
+    state = replayed(
+        root(),
+        span(attributes=attrs(db__system="postgresql"), span_events=[checkpoint], links=[link]),
+    )
+    [step] = state.steps
+    assert step.span["attributes"] == {"db.system": "postgresql"}
+    assert [(e["name"], e["attributes"]) for e in step.span["events"]] == [
+        ("cache.miss", {"k": "v"})
+    ]
+    assert step.span["links"] == [{"trace_id": "aa" * 16, "span_id": sid(7).hex()}]
+
+
+def test_spans_in_any_arrival_order_tell_the_same_story():
+    spans = [
+        root(status=ERROR, end_ms=900),
+        span(name="plan", span_id=sid(1), start_ms=0, end_ms=100),
+        llm_span(sid(2), sid(1), "gpt-4o-mini", 10),
+        span(name="flaky", span_id=sid(3), status=ERROR, start_ms=200, end_ms=210),
+        span(name="flaky", span_id=sid(4), status=ERROR, start_ms=220, end_ms=230),
+    ]
+    forward = replayed(*spans)
+    backward = replayed(*reversed(spans))
+    assert steps_of(forward) == steps_of(backward)
+    assert (forward.status, forward.calls) == (backward.status, backward.calls)
 
 
 def test_json_body_reads_ids_as_hex():
@@ -411,3 +579,13 @@ def test_other_content_type_is_a_415():
     with pytest.raises(BodyError) as refused:
         otlp.decode_request(b"", "text/plain")
     assert refused.value.status == 415
+
+
+def test_parent_ids_that_go_round_in_a_circle_still_replay():
+    state = replayed(
+        span(name="a", span_id=sid(1), parent=sid(2)),
+        span(name="b", span_id=sid(2), parent=sid(1), start_ms=5),
+        span(name="c", span_id=sid(3), parent=sid(3), start_ms=6),
+    )
+    assert state.attributes["name"] == "c"  # the one that names itself: no parent, the root
+    assert sorted(s.node_id for s in state.steps) == ["a", "b"]

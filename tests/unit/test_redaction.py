@@ -159,3 +159,11 @@ def test_secret_in_raw_output_preview_is_masked_before_truncation():
     cleaned = redact_payload({"raw_output_preview": preview}, 512)["raw_output_preview"]
     assert "sk-abcdefghij" not in cleaned
     assert cleaned.startswith("x" * 500 + " " + MASK)
+
+
+@pytest.mark.parametrize(
+    "key",
+    ["llm.token_count.prompt", "llm.token_count.total", "gen_ai.usage.input_tokens"],
+)
+def test_llm_token_counts_are_usage_figures_not_secrets(key):
+    assert redact({key: 1200}) == {key: 1200}

@@ -1,0 +1,533 @@
+"""OpenTelemetry spans as a job's story (DESIGN.md section 3b). Pure.
+
+``expand`` takes every ``span`` event of a job and returns the contract events replay folds
+(job_started and job_finished from the job's root span, node_started and node_finished for each
+step) and the calls made inside the steps. It looks at the whole trace at once, so what a span
+means can depend on spans that arrived later (its parent, a later attempt) and still comes out
+the same in any arrival order; the fold replays a job with spans whole (``walk.Fold.of``).
+
+First match wins, and an explicit ``traceviz.*`` attribute always beats an inferred value:
+- the root span (no parent; else the earliest span whose parent is not here) is the job;
+- a span is a step when it sets ``traceviz.node_id``, is a LangGraph node, is a Celery run, or
+  is any other non-root span not marked as a call; spans OpenInference, ``gen_ai.*`` or Celery's
+  publishing mark (LLM, tool, retriever, chain...) are calls of their nearest step ancestor
+  (a marked span with no step above it is a step, so nothing goes unseen);
+- attempts: ``traceviz.attempt``, ``celery.retries`` + 1, else by order under the same parent
+  (after a failed sibling of the same node: the next attempt; after a successful one: a new
+  iteration, ``name #2``); two spans never share (node, attempt);
+- result types: ``traceviz.result_type``, Celery's ``celery.state``, else status: ERROR is a
+  permanent failure when no later attempt of the node exists and retryable when one does;
+  an ERROR step whose parent step (or the root) ended without error was handled.
+"""
+
+import json
+import re
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any
+
+from jobs.contract.events import MAX_ID_CHARS, Event, parse_timestamp, truncate_text
+from jobs.replay import calls as call_data
+from jobs.replay.failures import ResultType
+
+PREFIX = "traceviz."
+RESULT_TYPES = frozenset(ResultType)
+CELERY_RESULTS = {
+    "RETRY": ResultType.RETRYABLE_FAILURE,
+    "FAILURE": ResultType.PERMANENT_FAILURE,
+    "SUCCESS": ResultType.SUCCESS,
+}
+# Celery states a run ends in that end its task for good (a retry is never terminal).
+TERMINAL_CELERY_STATES = frozenset({"SUCCESS", "FAILURE"})
+STRING_FIELDS = ("failure_code", "error_type", "tool", "source", "plan_hash", "state")
+INT_FIELDS = ("step_index", "epoch", "step_epoch")
+JSON_OBJECT_FIELDS = ("payload_results", "context")
+TRACEBACK = "Traceback (most recent call last)"
+# The OTel SDK's default service.name when the producer set none: not a workflow name.
+UNKNOWN_SERVICE = "unknown_service"
+# Attributes a step's display keeps apart (the rest are shown as the span's attributes).
+SHOWN_APART = frozenset({"input.value", "input.mime_type", "output.value", "output.mime_type"})
+
+
+@dataclass(slots=True)
+class SpanView:
+    """A stored span, read defensively: a ``span`` event may come from any producer."""
+
+    event_id: str
+    trace_id: str
+    span_id: str
+    parent_id: str
+    remote_parent: bool
+    name: str
+    kind: str
+    start: datetime
+    end: datetime
+    status_code: str
+    status_message: str
+    attrs: dict[str, Any]
+    events: list[dict[str, Any]]
+    links: list[dict[str, Any]]
+    resource: dict[str, Any]
+    scope: dict[str, Any]
+    dropped: dict[str, Any]
+    # Filled by expand.
+    is_step: bool = False
+    step_parent: "SpanView | None" = None
+    under_root: bool = False
+    node_id: str = ""
+    attempt: int = 1
+
+    @property
+    def error(self) -> bool:
+        return self.status_code == "error"
+
+    def text(self, key: str) -> str | None:
+        value = self.attrs.get(key)
+        return value if isinstance(value, str) and value else None
+
+    def number(self, key: str) -> int | None:
+        value = self.attrs.get(key)
+        if isinstance(value, str) and value.strip().isdigit():
+            return int(value)
+        return value if isinstance(value, int) and not isinstance(value, bool) else None
+
+
+@dataclass(slots=True)
+class Expansion:
+    events: list[Event] = field(default_factory=list)
+    calls: list[call_data.CallRecord] = field(default_factory=list)
+
+
+def read_span(event: Event) -> SpanView | None:
+    """The span a ``span`` event holds, or None when its payload cannot be used."""
+    payload = event.payload
+    end = parse_timestamp(payload.get("end"))
+    trace_id, span_id = payload.get("trace_id"), payload.get("span_id")
+    if end is None or not isinstance(trace_id, str) or not isinstance(span_id, str):
+        return None
+    status = payload.get("status") if isinstance(payload.get("status"), dict) else {}
+    parent = payload.get("parent_span_id")
+    return SpanView(
+        event_id=event.event_id,
+        trace_id=trace_id,
+        span_id=span_id,
+        # A span that names itself as its parent has none.
+        parent_id=parent if isinstance(parent, str) and parent != span_id else "",
+        remote_parent=payload.get("remote_parent") is True,
+        name=_text(payload.get("name")) or "(unnamed span)",
+        kind=_text(payload.get("kind")) or "unspecified",
+        start=event.ts,
+        end=max(end, event.ts),
+        status_code=_text(status.get("code")) or "unset",
+        status_message=_text(status.get("message")),
+        attrs=_dict(payload.get("attributes")),
+        events=[e for e in _list(payload.get("events")) if isinstance(e, dict)],
+        links=[link for link in _list(payload.get("links")) if isinstance(link, dict)],
+        resource=_dict(payload.get("resource")),
+        scope=_dict(payload.get("scope")),
+        dropped=_dict(payload.get("dropped")),
+    )
+
+
+def _text(value: Any) -> str:
+    return value if isinstance(value, str) else ""
+
+
+def _dict(value: Any) -> dict:
+    return value if isinstance(value, dict) else {}
+
+
+def _list(value: Any) -> list:
+    return value if isinstance(value, list) else []
+
+
+def expand(job_id: str, span_events: Iterable[Event]) -> Expansion:
+    """The contract events and calls a job's spans stand for."""
+    spans = {}
+    for event in span_events:
+        span = read_span(event)
+        if span is not None:
+            spans.setdefault(span.span_id, span)
+    if not spans:
+        return Expansion()
+    ordered = sorted(spans.values(), key=lambda s: (s.start, s.span_id))
+    root = _job_root(ordered, spans)
+    _classify(ordered, spans, root)
+    steps = [span for span in ordered if span.is_step]
+    _number_attempts(steps)
+    results = {span.span_id: _result(span, steps, root) for span in steps}
+    expansion = Expansion()
+    for span in steps:
+        expansion.events.extend(_step_events(job_id, span, results[span.span_id], spans, root))
+    # Calls: every span that is not a step, and the marked spans that are steps (an LLM span
+    # with no step above it is both: its own step, and the call it made).
+    call_spans = [s for s in ordered if s is not root and (not s.is_step or call_data.is_marked(s))]
+    expansion.calls = [
+        call_data.call_record(
+            span, span if span.is_step else span.step_parent, position, failure_text(span)
+        )
+        for position, span in enumerate(call_spans)
+    ]
+    if call_data.is_marked(root):
+        expansion.calls.insert(0, call_data.call_record(root, None, -1, failure_text(root)))
+    expansion.events.extend(_job_events(job_id, root, steps, results, expansion.calls))
+    return expansion
+
+
+# --- the tree -----------------------------------------------------------------------------
+
+
+def _job_root(ordered: list[SpanView], spans: dict[str, SpanView]) -> SpanView:
+    """The trace's root span (no parent), else its earliest local root (a span whose parent
+    did not reach traceviz), until a true root arrives."""
+    true_roots = [span for span in ordered if not span.parent_id]
+    if true_roots:
+        return true_roots[0]
+    local_roots = [span for span in ordered if span.parent_id not in spans]
+    # Parent ids that go round in a circle (a producer's bug) leave no root: the earliest span.
+    return local_roots[0] if local_roots else ordered[0]
+
+
+def _ancestors(span: SpanView, spans: dict[str, SpanView]) -> Iterable[SpanView]:
+    seen = {span.span_id}
+    parent = spans.get(span.parent_id)
+    while parent is not None and parent.span_id not in seen:
+        yield parent
+        seen.add(parent.span_id)
+        parent = spans.get(parent.parent_id)
+
+
+def _classify(ordered: list[SpanView], spans: dict[str, SpanView], root: SpanView) -> None:
+    """Mark the steps, from the top of the trace down (a call needs its ancestors decided)."""
+    depth = {span.span_id: sum(1 for _ in _ancestors(span, spans)) for span in ordered}
+    for span in sorted(ordered, key=lambda s: (depth[s.span_id], s.start, s.span_id)):
+        ancestors = list(_ancestors(span, spans))
+        step_ancestor = next((a for a in ancestors if a.is_step), None)
+        span.step_parent = step_ancestor
+        span.under_root = any(ancestor is root for ancestor in ancestors)
+        if span is root:
+            span.is_step = _is_explicit_step(span) and bool(span.parent_id)
+        elif _is_explicit_step(span):
+            span.is_step = True
+        else:
+            span.is_step = not call_data.is_marked(span) or step_ancestor is None
+
+
+def _is_explicit_step(span: SpanView) -> bool:
+    return bool(span.text(PREFIX + "node_id")) or _is_langgraph_node(span) or _is_celery_run(span)
+
+
+def _is_langgraph_node(span: SpanView) -> bool:
+    metadata = span.attrs.get("metadata")
+    if isinstance(metadata, str) and "langgraph_node" in metadata:
+        try:
+            metadata = json.loads(metadata)
+        except ValueError:
+            return False
+    return isinstance(metadata, dict) and metadata.get("langgraph_node") == span.name
+
+
+def _is_celery_run(span: SpanView) -> bool:
+    return span.kind == "consumer" and bool(span.text("celery.task_name"))
+
+
+# --- attempts -----------------------------------------------------------------------------
+
+
+def _base_node(span: SpanView) -> str:
+    node = span.text(PREFIX + "node_id") or (
+        span.text("celery.task_name") if _is_celery_run(span) else None
+    )
+    return _cut(node or span.name)
+
+
+def _cut(value: str) -> str:
+    if len(value) <= MAX_ID_CHARS:
+        return value
+    marker = f"… [+{len(value) - MAX_ID_CHARS} chars]"
+    keep = MAX_ID_CHARS - len(marker)
+    return value[:keep] + f"… [+{len(value) - keep} chars]"
+
+
+def _explicit_attempt(span: SpanView) -> int | None:
+    """``traceviz.attempt``, else a Celery run's retries so far + 1; None: by order."""
+    attempt = span.number(PREFIX + "attempt")
+    if attempt is not None and attempt >= 1:
+        return attempt
+    if _is_celery_run(span):
+        return (span.number("celery.retries") or 0) + 1
+    return None
+
+
+def _number_attempts(steps: list[SpanView]) -> None:
+    """Give every step a node id and an attempt, in start order; no two share both."""
+    used: set[tuple[str, int]] = set()
+    # (parent span, base node) -> (latest sibling step, its iteration)
+    latest: dict[tuple[str, str], tuple[SpanView, int]] = {}
+    for span in steps:
+        base = _base_node(span)
+        explicit = _explicit_attempt(span)
+        previous = latest.get((span.parent_id, base))
+        iteration, attempt = 1, explicit or 1
+        if explicit is None and previous is not None:
+            before, its_iteration = previous
+            failed_before = _failed(before) and before.end <= span.start
+            iteration = its_iteration if failed_before else its_iteration + 1
+            attempt = before.attempt + 1 if failed_before else 1
+        node = _iteration_node(base, iteration)
+        while (node, attempt) in used:
+            iteration += 1
+            node = _iteration_node(base, iteration)
+        used.add((node, attempt))
+        span.node_id, span.attempt = node, attempt
+        latest[(span.parent_id, base)] = (span, iteration)
+
+
+def _iteration_node(base: str, iteration: int) -> str:
+    return base if iteration == 1 else _cut(f"{base} #{iteration}")
+
+
+def _failed(span: SpanView) -> bool:
+    state = span.text("celery.state")
+    return span.error or state in ("RETRY", "FAILURE")
+
+
+# --- results ------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class Result:
+    result_type: str
+    declared: bool
+    handled: bool
+    reason: str
+    exception_type: str
+    stack: str
+
+
+def _result(span: SpanView, steps: list[SpanView], root: SpanView) -> Result:
+    reason, exception_type, stack = failure_text(span)
+    explicit = span.text(PREFIX + "result_type")
+    if explicit in RESULT_TYPES:
+        return Result(explicit, True, False, reason, exception_type, stack)
+    state = span.text("celery.state")
+    if state in CELERY_RESULTS:
+        return Result(CELERY_RESULTS[state], True, False, reason, exception_type, stack)
+    if not span.error:
+        return Result(ResultType.SUCCESS, False, False, reason, exception_type, stack)
+    later = any(other.node_id == span.node_id and other.attempt > span.attempt for other in steps)
+    result_type = ResultType.RETRYABLE_FAILURE if later else ResultType.PERMANENT_FAILURE
+    return Result(result_type, False, _handled(span, root), reason, exception_type, stack)
+
+
+def _handled(span: SpanView, root: SpanView) -> bool:
+    """An ERROR step whose parent step (or the root) ended without error: whatever called it
+    dealt with the failure. Not across a message (a Celery run's parent published it), and not
+    while the parent has not reached traceviz (it may still fail)."""
+    if span.kind == "consumer" or span.remote_parent:
+        return False
+    parent = span.step_parent or (root if span.under_root else None)
+    return parent is not None and not _failed(parent)
+
+
+def failure_text(span: SpanView) -> tuple[str, str, str]:
+    """(one-line reason, exception type, stack trace) of a span: ``traceviz.reason``,
+    ``celery.retry.reason``, the last exception event as "Type: first line", else the status
+    description cut before any traceback; the stack apart."""
+    exception = next((e for e in reversed(span.events) if e.get("name") == "exception"), None)
+    attrs = _dict(exception.get("attributes")) if exception else {}
+    exception_type = _text(attrs.get("exception.type"))
+    message = _text(attrs.get("exception.message"))
+    stack = _text(attrs.get("exception.stacktrace"))
+    description, _, rest = span.status_message.partition(TRACEBACK)
+    if not stack and rest:
+        stack = TRACEBACK + rest
+    reason = span.text(PREFIX + "reason") or span.text("celery.retry.reason") or ""
+    if not reason and (exception_type or message):
+        first_line = message.strip().splitlines()[0] if message.strip() else ""
+        reason = ": ".join(part for part in (exception_type, first_line) if part)
+    if not reason:
+        reason = description.strip().splitlines()[0] if description.strip() else ""
+    return truncate_text(reason), _cut(exception_type), truncate_text(stack)
+
+
+# --- events -------------------------------------------------------------------------------
+
+
+def _event(event_type: str, job_id: str, event_id: str, ts: datetime, payload: dict) -> Event:
+    return Event(event_type, job_id, event_id, ts, None, payload)
+
+
+def _step_events(
+    job_id: str, span: SpanView, result: Result, spans: dict[str, SpanView], root: SpanView
+) -> list[Event]:
+    parent = span.step_parent
+    node = {
+        "node_id": span.node_id,
+        "attempt": span.attempt,
+        "trace_span_id": span.span_id,
+        "parent_span_id": parent.span_id if parent else "",
+    }
+    finished = {
+        **node,
+        "result_type": result.result_type,
+        "duration_ms": (span.end - span.start).total_seconds() * 1000,
+        "span": _step_details(span),
+    }
+    if result.reason:
+        finished["reason"] = result.reason
+    if not result.declared:
+        finished["inferred"] = True
+    if result.handled:
+        finished["handled"] = True
+    if result.exception_type:
+        finished["exception_type"] = result.exception_type
+    if result.stack:
+        finished["stack"] = result.stack
+    for name in STRING_FIELDS:
+        if value := span.text(PREFIX + name):
+            finished[name] = _cut(value)
+    for name in INT_FIELDS:
+        value = span.number(PREFIX + name)
+        if value is not None and value >= 0:
+            finished[name] = value
+    if isinstance(span.attrs.get(PREFIX + "continue_on_error"), bool):
+        finished["continue_on_error"] = span.attrs[PREFIX + "continue_on_error"]
+    for name in JSON_OBJECT_FIELDS:
+        if (value := _json_object(span.attrs.get(PREFIX + name))) is not None:
+            finished[name] = value
+    prefix = f"otlp:{span.trace_id}:{span.span_id}"
+    return [
+        _event("node_started", job_id, f"{prefix}:started", span.start, node),
+        _event("node_finished", job_id, f"{prefix}:finished", span.end, finished),
+    ]
+
+
+def _json_object(value: Any) -> dict | None:
+    if isinstance(value, str):
+        try:
+            value = json.loads(value)
+        except ValueError:
+            return None
+    return value if isinstance(value, dict) else None
+
+
+def _step_details(span: SpanView) -> dict[str, Any]:
+    """What the step panel shows of the span beside the step's own fields."""
+    details: dict[str, Any] = {
+        "name": span.name,
+        "kind": span.kind,
+        "status": span.status_code,
+        "attributes": {k: v for k, v in span.attrs.items() if k not in SHOWN_APART},
+        "events": [
+            {"name": e.get("name"), "ts": e.get("ts"), "attributes": _dict(e.get("attributes"))}
+            for e in span.events
+            if e.get("name") != "exception"
+        ],
+        "links": [
+            {"trace_id": link.get("trace_id"), "span_id": link.get("span_id")}
+            for link in span.links
+        ],
+    }
+    for side in ("input", "output"):
+        if (value := span.attrs.get(f"{side}.value")) is not None:
+            details[side] = {"value": value, "mime_type": span.text(f"{side}.mime_type") or ""}
+    if span.dropped:
+        details["dropped"] = span.dropped
+    return details
+
+
+def _job_events(
+    job_id: str,
+    root: SpanView,
+    steps: list[SpanView],
+    results: dict[str, Result],
+    calls: list[call_data.CallRecord],
+) -> list[Event]:
+    prefix = f"otlp:{root.trace_id}:{root.span_id}"
+    started = {"name": _cut(root.text(PREFIX + "job_name") or root.name), **_job_fields(root)}
+    planners = {span.node_id for span in steps if planner_step(span)}
+    provider, model = call_data.job_provider_model(calls, planners)
+    if provider and "provider" not in started:
+        started["provider"] = _cut(provider)
+    if model and "model" not in started:
+        started["model"] = _cut(model)
+    for name, keys in (("session_id", SESSION_KEYS), ("correlation_id", CORRELATION_KEYS)):
+        if name not in started and (value := _first_text([root, *steps], keys)):
+            started[name] = _cut(value)
+    out = [_event("job_started", job_id, f"{prefix}:job_started", root.start, started)]
+    finished = _job_finish(root, steps, results)
+    if finished is not None:
+        at, payload = finished
+        out.append(_event("job_finished", job_id, f"{prefix}:job_finished", at, payload))
+    return out
+
+
+SESSION_KEYS = (PREFIX + "session_id", "session.id", "gen_ai.conversation.id")
+CORRELATION_KEYS = (PREFIX + "correlation_id", "messaging.message.id")
+
+
+def _first_text(spans: list[SpanView], keys: tuple[str, ...]) -> str | None:
+    for key in keys:
+        for span in spans:
+            if value := span.text(key) or _text(span.resource.get(key)):
+                return value
+    return None
+
+
+def _job_fields(root: SpanView) -> dict[str, Any]:
+    fields: dict[str, Any] = {}
+    service = _text(root.resource.get("service.name"))
+    workflow = root.text(PREFIX + "workflow") or (
+        service if not service.startswith(UNKNOWN_SERVICE) else ""
+    )
+    if workflow:
+        fields["workflow"] = _cut(workflow)
+    for name in ("plan_hash", "retry_of", "provider", "model"):
+        if value := root.text(PREFIX + name):
+            fields[name] = _cut(value)
+    metadata = {k: v for k, v in root.resource.items() if k != "service.name"}
+    metadata["otel.trace_id"] = root.trace_id
+    if root.scope.get("name"):
+        metadata["otel.scope"] = root.scope["name"]
+    fields["metadata"] = metadata
+    return fields
+
+
+def _job_finish(
+    root: SpanView, steps: list[SpanView], results: dict[str, Result]
+) -> tuple[datetime, dict] | None:
+    """When and how the job finished: its root's end (ERROR: failed with the root's reason),
+    or, for a root that published a message (Celery apply_async), the terminal state of the
+    last consumer run; None while that run is a retry (never terminal) or has not come."""
+    if root.kind == "producer":
+        runs = [span for span in steps if span.kind == "consumer"]
+        if not runs:
+            return None
+        last = max(runs, key=lambda span: (span.start, span.span_id))
+        state = last.text("celery.state")
+        if state is not None and state not in TERMINAL_CELERY_STATES:
+            return None
+        result = results[last.span_id]
+        if result.result_type == ResultType.RETRYABLE_FAILURE:
+            return None
+        if result.result_type == ResultType.SUCCESS:
+            return last.end, {"status": "completed"}
+        return last.end, _failed_payload(result.reason)
+    if root.error:
+        reason, _exception_type, _stack = failure_text(root)
+        return root.end, _failed_payload(reason)
+    return root.end, {"status": "completed"}
+
+
+def _failed_payload(reason: str) -> dict:
+    return {"status": "failed", "reason": reason} if reason else {"status": "failed"}
+
+
+def planner_step(span: SpanView) -> bool:
+    """A planner's step: named plan or planner, or it reported a planner event (source 001)."""
+    tokens = set(re.split(r"[^a-z0-9]+", span.node_id.lower()))
+    return bool(tokens & {"plan", "planner"}) or any(
+        str(e.get("name", "")).startswith("graph.next_step.") for e in span.events
+    )

@@ -1,0 +1,135 @@
+"""The step panel's OpenTelemetry part (DESIGN.md section 3b): the calls a step made (LLM calls
+with their transcript, tokens and cost; tools with their arguments and result), the span's own
+events, links and attributes, and the stack trace apart from the one-line reason.
+
+Reads Call and Job rows; replay decided everything (``jobs.replay.spans``).
+"""
+
+import json
+from decimal import Decimal
+from typing import Any
+
+from django.db.models import Q
+from django.urls import reverse
+
+from jobs.models import Call, Job, Step
+from jobs.web.narrative import format_duration_ms
+
+TRANSCRIPT_PREVIEW_CHARS = 240
+
+
+def span_context(job: Job, step: Step) -> dict[str, Any]:
+    """The panel's OTel context for ``step``: empty for a step no span made."""
+    calls = list(
+        Call.objects.filter(job=job, node_id=step.node_id, attempt=step.attempt).order_by(
+            "position"
+        )
+    )
+    span = step.span if isinstance(step.span, dict) else {}
+    if not calls and not span and not step.stack:
+        return {}
+    return {
+        "calls": [call_item(call) for call in calls],
+        "usage": usage(calls),
+        "span": {
+            "name": span.get("name", ""),
+            "kind": span.get("kind", ""),
+            "status": span.get("status", ""),
+            "events": [e for e in span.get("events", []) if isinstance(e, dict)],
+            "links": [_link(link) for link in span.get("links", []) if isinstance(link, dict)],
+            "attributes_json": _pretty(span.get("attributes")),
+            "input": _io(span.get("input")),
+            "output": _io(span.get("output")),
+            "dropped": span.get("dropped") or {},
+        },
+        "stack": step.stack,
+    }
+
+
+def usage(calls: list[Call]) -> dict[str, Any]:
+    """Tokens and cost summed over calls; cost None when no call has a known price."""
+    costs = [call.cost for call in calls if call.cost is not None]
+    return {
+        "input_tokens": sum(call.input_tokens or 0 for call in calls),
+        "output_tokens": sum(call.output_tokens or 0 for call in calls),
+        "cost": format_cost(sum(costs, Decimal(0))) if costs else "",
+        "llm_calls": sum(1 for call in calls if call.kind == "llm"),
+    }
+
+
+def format_cost(amount: Decimal | None) -> str:
+    """``$0.0045``: enough digits to see a cent's fraction, no trailing zeros."""
+    if amount is None:
+        return ""
+    if amount >= 1:
+        return f"${amount:,.2f}"
+    return "$" + (f"{amount:.6f}".rstrip("0").rstrip(".") or "0")
+
+
+def call_item(call: Call) -> dict[str, Any]:
+    messages = [m for m in call.messages if isinstance(m, dict)]
+    return {
+        "call": call,
+        "duration": format_duration_ms(call.duration_ms),
+        "cost": format_cost(call.cost),
+        "failed": call.status == "error",
+        "messages": [
+            {
+                "direction": m.get("direction", ""),
+                "role": m.get("role") or ("input" if m.get("direction") == "in" else "output"),
+                "content": str(m.get("content", "")),
+                "long": len(str(m.get("content", ""))) > TRANSCRIPT_PREVIEW_CHARS,
+                "tool_calls": [t for t in m.get("tool_calls", []) if isinstance(t, dict)],
+            }
+            for m in messages
+        ],
+        "input": _io(call.input),
+        "output": _io(call.output),
+        "tool": call.tool if isinstance(call.tool, dict) else None,
+        "tool_arguments": _pretty_text((call.tool or {}).get("arguments")),
+        "stack": (call.detail or {}).get("stack", ""),
+        "attributes_json": _pretty((call.detail or {}).get("attributes")),
+        "events": [e for e in (call.detail or {}).get("events", []) if isinstance(e, dict)],
+    }
+
+
+def _io(value: Any) -> dict[str, str] | None:
+    """An input or output value, pretty-printed when it is JSON."""
+    if not isinstance(value, dict) or value.get("value") in (None, ""):
+        return None
+    return {"text": _pretty_text(value.get("value")), "mime_type": value.get("mime_type", "")}
+
+
+def _pretty_text(value: Any) -> str:
+    if isinstance(value, str):
+        try:
+            value = json.loads(value)
+        except ValueError:
+            return value
+        if isinstance(value, str):
+            return value
+    if value is None:
+        return ""
+    return json.dumps(value, indent=2, ensure_ascii=False, sort_keys=True, default=str)
+
+
+def _pretty(value: Any) -> str:
+    return _pretty_text(value) if value else ""
+
+
+def _link(link: dict) -> dict[str, str]:
+    """A span link, with a link to the job it points at when that job is here."""
+    trace_id = str(link.get("trace_id", ""))
+    job_id = (
+        Job.objects.filter(Q(job_id=trace_id) | Q(**{"metadata__otel.trace_id": trace_id}))
+        .values_list("job_id", flat=True)
+        .first()
+        if trace_id
+        else None
+    )
+    return {
+        "trace_id": trace_id,
+        "span_id": str(link.get("span_id", "")),
+        "job_id": job_id or "",
+        "href": reverse("job", args=[job_id]) if job_id else "",
+    }
