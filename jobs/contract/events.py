@@ -237,6 +237,8 @@ PAYLOAD_FIELDS: dict[str, dict[str, Check]] = {
         "continue_on_error": boolean,
         "context": obj,
         "audit_trail": array,
+        "exception_type": NAME,
+        "stack": text,
     },
     "state_checkpointed": {"node_id": NAME, "state": anything},
     "compensation_finished": {
@@ -291,7 +293,7 @@ CONTEXT_FIELDS: dict[str, Check] = {
     "step_definition": obj,
 }
 # Free text that may be long: kept, but cut at MAX_REASON_BYTES with a visible marker.
-LONG_TEXT_FIELDS = ("reason", "message")
+LONG_TEXT_FIELDS = ("reason", "message", "stack")
 ENVELOPE_FIELDS = frozenset({"type", "job_id", "event_id", "ts", "seq", "payload"})
 REQUIRED_ENVELOPE_FIELDS = ("type", "job_id")
 

@@ -9,7 +9,8 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import datetime
 
-from jobs.contract.events import Event, parse_timestamp
+from jobs.contract.events import Event
+from jobs.replay import spans
 from jobs.replay.failures import ResultType
 from jobs.replay.walk import sort_events
 
@@ -222,20 +223,27 @@ def _describe_job_finished(payload, node, attempt, event, stale_steps):
 
 
 def _describe_span(payload, node, attempt, event, stale_steps):
-    """An OpenTelemetry span: its name, kind, duration and status, and the step it is."""
-    status = payload.get("status") if isinstance(payload.get("status"), dict) else {}
-    failed = status.get("code") == "error"
-    end = parse_timestamp(payload.get("end"))
-    duration = format_duration_ms((end - event.ts).total_seconds() * 1000) if end else ""
-    kind = _text(payload.get("kind"))
-    text = _join(f"Span {_text(payload.get('name')) or '(unnamed)'}", f"({kind})" if kind else "")
+    """An OpenTelemetry span: its name, the step replay made of it (or that it is the job's
+    root), how long it took, and on error the same one-line reason the step shows."""
+    span = spans.read_span(event)
+    if span is None:
+        return "Span (unreadable)", "info"
+    kind = f" ({span.kind})" if span.kind in INFORMATIVE_SPAN_KINDS else ""
+    text = f"Span {span.name}{kind}"
     if node:
         text += f" · step {node} attempt {attempt}"
-    text += f" · {'error' if failed else 'done'}" + (f" in {duration}" if duration else "")
-    message = _text(status.get("message")).split("Traceback (most recent call last)")[0].strip()
-    if failed and message:
-        text += f": {message.splitlines()[0]}"
-    return text, "failed" if failed else ("ok" if node else "info")
+    elif not span.parent_id:
+        text += " · the job's root"
+    duration = format_duration_ms((span.end - span.start).total_seconds() * 1000)
+    text += f" · {'error' if span.error else 'done'} in {duration}"
+    reason, _exception_type, _stack = spans.failure_text(span)
+    if span.error and reason:
+        text += f": {reason}"
+    return text, "failed" if span.error else ("ok" if node else "info")
+
+
+# Span kinds worth naming in a line (internal and unspecified say nothing).
+INFORMATIVE_SPAN_KINDS = frozenset({"server", "client", "producer", "consumer"})
 
 
 def _describe_other(payload, node, attempt, event, stale_steps):

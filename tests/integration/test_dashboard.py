@@ -392,3 +392,46 @@ def test_dashboard_query_count_does_not_grow_with_rows(
     )
     with django_assert_max_num_queries(20):
         operator_client.get(CUSTOM)
+
+
+# --- LLM tokens and cost (calls made of OpenTelemetry spans) ------------------------------------
+
+
+def test_llm_panels_sum_tokens_and_cost_per_provider_model_by_job_start(db, window):
+    from jobs.dashboard import llm_usage
+    from tests.otlp_spans import ROOT_ID, llm_span, root, sid, span, store_spans
+
+    store_spans(
+        root(end_ms=900),
+        span(name="plan", span_id=sid(1), start_ms=0, end_ms=100),
+        llm_span(sid(2), sid(1), "gpt-4o-mini", 10),
+        llm_span(sid(3), sid(1), "gpt-4o-mini", 20),
+        llm_span(sid(4), ROOT_ID, "gpt-4o", 30),
+    )
+    figures = llm_usage.panels(window)
+    tokens = {t["name"]: sum(t["y"]) for t in figures["llm_tokens"]["data"]}
+    assert tokens == {
+        "openai/gpt-4o input": 1000,
+        "openai/gpt-4o output": 500,
+        "openai/gpt-4o-mini input": 2000,
+        "openai/gpt-4o-mini output": 1000,
+    }
+    cost = {t["name"]: sum(t["y"]) for t in figures["llm_cost"]["data"]}
+    assert cost["openai/gpt-4o-mini"] == pytest.approx(2 * 0.00045)
+    # A bar's link lists the jobs started in its bucket.
+    link = figures["llm_tokens"]["data"][0]["customdata"][0][0]
+    assert "since=2026-03-02T09%3A00%3A00" in link
+
+
+def test_llm_panels_are_empty_with_a_hint_without_calls(db, window):
+    from jobs.dashboard import llm_usage
+
+    figures = llm_usage.panels(window)
+    assert figures["llm_tokens"]["data"] == []
+    assert "/v1/traces" in figures["llm_tokens"]["empty"]
+
+
+def test_dashboard_page_shows_the_llm_panels(operator_client):
+    body = operator_client.get("/dashboard/").content.decode()
+    assert "LLM tokens by provider/model" in body and "LLM cost by provider/model" in body
+    assert 'data-empty="llm-tokens"' in body  # no calls yet: the empty state says what to send

@@ -389,3 +389,25 @@ def test_over_the_token_rate_limit_is_a_429_with_retry_after(post_traces, settin
     assert response.status_code == 429
     assert int(response["Retry-After"]) >= 1
     assert rpc_status(response).code == code_pb2.RESOURCE_EXHAUSTED
+
+
+def test_traces_requests_spans_and_rejections_are_in_the_ingest_metrics(post_traces):
+    from jobs.ingest import counters
+    from jobs.models import Counter
+
+    post_traces(otlp_json(json_span("plan", ROOT_ID), json_span("ghost", "0" * 16, ROOT_ID)))
+    post_traces(b"{", HTTP_AUTHORIZATION="Bearer tvz_nope")
+
+    def value(name, **labels):
+        row = Counter.objects.filter(name=name, labels=counters.labels_key(**labels)).first()
+        return row.value if row else 0
+
+    assert value(counters.REQUESTS, endpoint="traces", status="200") == 1
+    assert value(counters.REQUESTS, endpoint="traces", status="401") == 1
+    assert value(counters.SPANS, outcome="accepted") == 1
+    assert value(counters.SPANS, outcome="rejected") == 1
+    assert (
+        value(counters.REJECTIONS, field="(span)", reason="span_id must be N bytes, not all zero")
+        == 1
+    )
+    assert value(counters.REJECTIONS, field="(request)", reason="401 invalid or revoked token") == 1

@@ -7,98 +7,31 @@ import json
 
 import pytest
 from google.protobuf import json_format
-from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
-from opentelemetry.proto.common.v1.common_pb2 import AnyValue, KeyValue, KeyValueList
 from opentelemetry.proto.trace.v1.trace_pb2 import Span, SpanFlags, Status
 
 from jobs.contract import otlp
 from jobs.contract.bodies import BodyError
 from jobs.replay import walk
-
-TRACE_ID = bytes.fromhex("5b8efff798038103d269b633813fc60c")
-ROOT_ID = bytes.fromhex("eee19b7ec3c1b174")
-CHILD_ID = bytes.fromhex("eee19b7ec3c1b173")
-START = 1_772_442_000_000_000_000  # 2026-03-02T09:00:00Z in nanoseconds
-
-
-def value(python_value) -> AnyValue:
-    if isinstance(python_value, bool):
-        return AnyValue(bool_value=python_value)
-    if isinstance(python_value, int):
-        return AnyValue(int_value=python_value)
-    if isinstance(python_value, float):
-        return AnyValue(double_value=python_value)
-    if isinstance(python_value, dict):
-        return AnyValue(
-            kvlist_value=KeyValueList(
-                values=[KeyValue(key=k, value=value(v)) for k, v in python_value.items()]
-            )
-        )
-    return AnyValue(string_value=python_value)
-
-
-def attrs(**pairs) -> list[KeyValue]:
-    return [KeyValue(key=key.replace("__", "."), value=value(v)) for key, v in pairs.items()]
-
-
-def span(
-    name="fetch",
-    span_id=CHILD_ID,
-    parent=ROOT_ID,
-    start_ms=0,
-    end_ms=1500,
-    status=None,
-    attributes=None,
-    span_events=(),
-    **fields,
-) -> Span:
-    built = Span(
-        trace_id=TRACE_ID,
-        span_id=span_id,
-        parent_span_id=parent,
-        name=name,
-        start_time_unix_nano=START + start_ms * 1_000_000,
-        end_time_unix_nano=START + end_ms * 1_000_000,
-        attributes=attributes or [],
-        events=list(span_events),
-        **fields,
-    )
-    if status is not None:
-        built.status.CopyFrom(status)
-    return built
-
-
-def request(*spans: Span, resource=None) -> ExportTraceServiceRequest:
-    message = ExportTraceServiceRequest()
-    resource_spans = message.resource_spans.add()
-    resource_spans.resource.attributes.extend(resource or [])
-    resource_spans.scope_spans.add().spans.extend(spans)
-    return message
+from tests.otlp_spans import (
+    CHILD_ID,
+    ERROR,
+    ROOT_ID,
+    START,
+    TRACE_ID,
+    attrs,
+    exception_event,
+    llm_span,
+    request,
+    root,
+    sid,
+    span,
+)
 
 
 def items_of(one_span: Span, resource=None) -> list[dict]:
     [mapped] = otlp.map_request(request(one_span, resource=resource))
     assert not mapped.error, mapped.error
     return mapped.items
-
-
-def exception_event(exc_type: str, message: str, stack: str = "") -> Span.Event:
-    pairs = {"exception__type": exc_type, "exception__message": message}
-    if stack:
-        pairs["exception__stacktrace"] = stack
-    return Span.Event(name="exception", time_unix_nano=START, attributes=attrs(**pairs))
-
-
-ERROR = Status(code=Status.StatusCode.STATUS_CODE_ERROR, message="boom")
-OK = Status(code=Status.StatusCode.STATUS_CODE_OK)
-
-
-def sid(n: int) -> bytes:
-    return n.to_bytes(8, "big")
-
-
-def root(**fields) -> Span:
-    return span(name=fields.pop("name", "run"), span_id=ROOT_ID, parent=b"", **fields)
 
 
 def replayed(*spans: Span, resource=None):
@@ -388,28 +321,6 @@ def test_explicit_traceviz_attributes_beat_inferred_values():
         {"amount": 12},
     )
     assert not step.inferred
-
-
-def llm_span(span_id, parent, model, start_ms, **extra) -> Span:
-    return span(
-        name="ChatOpenAI",
-        span_id=span_id,
-        parent=parent,
-        start_ms=start_ms,
-        end_ms=start_ms + 5,
-        attributes=attrs(
-            openinference__span__kind="LLM",
-            llm__provider="openai",
-            llm__model_name=model,
-            llm__token_count__prompt=1000,
-            llm__token_count__completion=500,
-            llm__input_messages__0__message__role="user",
-            llm__input_messages__0__message__content="plan the release",
-            llm__output_messages__0__message__role="assistant",
-            llm__output_messages__0__message__content="1. build 2. upload",
-            **extra,
-        ),
-    )
 
 
 def test_llm_spans_inside_a_step_are_its_calls_with_tokens_cost_and_transcript():

@@ -1,0 +1,102 @@
+"""The dashboard's LLM panels (DESIGN.md section 3b): tokens and cost per provider/model over
+time, from the calls replay made of OpenTelemetry spans (Call rows).
+
+A call counts in the bucket of its job's start, like every step panel, so a bar's link lists
+exactly the jobs whose calls it sums (a job's calls may use several models: the link lists the
+bucket's jobs, not only those of the bar's model). One SQL aggregate (GROUP BY provider, model,
+bucket) over the window's jobs' LLM calls.
+"""
+
+from datetime import UTC
+
+from django.db.models import Count, Sum
+from django.db.models.functions import Trunc
+
+from jobs.dashboard.charts import PLANNER_COLORS, _figure, _layout, _time_axis
+from jobs.dashboard.window import Window, jobs_url, wall
+from jobs.models import Call
+
+EMPTY = (
+    "No LLM calls in this range. Export traces from an instrumented LLM client (OpenInference "
+    "or the gen_ai.* conventions) to /v1/traces: tokens and cost show here per provider/model."
+)
+
+
+def usage_rows(window: Window) -> list[dict]:
+    """Per provider/model and bucket: calls, input and output tokens, cost (None: unknown)."""
+    calls = Call.objects.filter(
+        kind="llm", job__started_at__gte=window.start, job__started_at__lt=window.end
+    ).exclude(provider="", model="")
+    if window.provider:
+        calls = calls.filter(provider=window.provider)
+    if window.model:
+        calls = calls.filter(model=window.model)
+    return list(
+        calls.annotate(bucket=Trunc("job__started_at", window.bucket, tzinfo=UTC))
+        .values("provider", "model", "bucket")
+        .annotate(
+            calls=Count("id"),
+            input_tokens=Sum("input_tokens"),
+            output_tokens=Sum("output_tokens"),
+            cost=Sum("cost"),
+        )
+        .order_by("provider", "model", "bucket")
+    )
+
+
+def panels(window: Window) -> dict:
+    """Two figures: tokens (input and output, stacked) and cost in USD, per provider/model."""
+    series: dict[str, list[dict]] = {}
+    for row in usage_rows(window):
+        subject = "/".join(part for part in (row["provider"], row["model"]) if part)
+        series.setdefault(subject, []).append(row)
+    tokens, cost = [], []
+    for index, (subject, points) in enumerate(sorted(series.items())):
+        color = PLANNER_COLORS[index % len(PLANNER_COLORS)]
+        x = [wall(point["bucket"]) for point in points]
+        links = [jobs_url(window, *window.bucket_bounds(point["bucket"])) for point in points]
+        custom = [[link, point["calls"]] for link, point in zip(links, points, strict=True)]
+        for side, opacity in (("input", 1.0), ("output", 0.5)):
+            tokens.append(
+                {
+                    "type": "bar",
+                    "name": f"{subject} {side}",
+                    "legendgroup": subject,
+                    "x": x,
+                    "y": [point[f"{side}_tokens"] or 0 for point in points],
+                    "customdata": custom,
+                    "marker": {"color": color, "opacity": opacity},
+                    "hovertemplate": f"{subject}<br>%{{y:,}} {side} tokens in %{{customdata[1]}}"
+                    " calls<br>%{x}<extra>click to list the jobs</extra>",
+                }
+            )
+        if any(point["cost"] is not None for point in points):
+            cost.append(
+                {
+                    "type": "scatter",
+                    "mode": "lines+markers",
+                    "name": subject,
+                    "x": x,
+                    "y": [float(point["cost"] or 0) for point in points],
+                    "customdata": custom,
+                    "line": {"color": color},
+                    "hovertemplate": f"{subject}: $%{{y:.4f}} in %{{customdata[1]}} calls"
+                    "<br>%{x}<extra>click to list the jobs</extra>",
+                }
+            )
+    xaxis = _time_axis(window, "job start")
+    return {
+        "llm_tokens": _figure(
+            tokens,
+            _layout(barmode="stack", xaxis=xaxis, yaxis={"title": {"text": "tokens"}}),
+            EMPTY,
+        ),
+        "llm_cost": _figure(
+            cost,
+            _layout(
+                xaxis=xaxis,
+                yaxis={"title": {"text": "cost (USD)"}, "tickprefix": "$", "rangemode": "tozero"},
+            ),
+            EMPTY if not tokens else "No prices known for these models (genai-prices).",
+        ),
+    }

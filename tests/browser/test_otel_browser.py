@@ -1,0 +1,99 @@
+"""A job from OpenTelemetry spans in a real browser: the step panel of an LLM call shows the
+calls with their transcript, tokens and cost, a failed tool call, and the stack trace folded
+away from the one-line reason. Screenshots land in test-artifacts/."""
+
+import pytest
+
+from tests import factories
+from tests.browser.conftest import axe_violations, log_in, screenshot
+from tests.otlp_spans import (
+    ERROR,
+    TRACE_ID,
+    attrs,
+    exception_event,
+    llm_span,
+    root,
+    sid,
+    span,
+    store_spans,
+)
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+
+@pytest.fixture
+def agent_trace(transactional_db):
+    store_spans(
+        root(name="LangGraph", end_ms=2000, status=ERROR),
+        span(name="plan", span_id=sid(1), start_ms=0, end_ms=400),
+        llm_span(sid(2), sid(1), "gpt-4o-mini", 10),
+        span(name="use_tool", span_id=sid(3), start_ms=500, end_ms=900),
+        span(
+            name="lookup",
+            span_id=sid(4),
+            parent=sid(3),
+            start_ms=510,
+            end_ms=520,
+            status=ERROR,
+            attributes=attrs(openinference__span__kind="TOOL", tool__name="lookup"),
+            span_events=[
+                exception_event(
+                    "ValueError", "lookup service down: 503", "Traceback (most recent call last):"
+                )
+            ],
+        ),
+        span(
+            name="charge",
+            span_id=sid(5),
+            start_ms=1000,
+            end_ms=1500,
+            status=ERROR,
+            span_events=[
+                exception_event(
+                    "ConnectionError",
+                    "gateway timeout",
+                    'Traceback (most recent call last):\n  File "pay.py", line 9, in charge',
+                )
+            ],
+        ),
+        resource=attrs(service__name="support-agent"),
+    )
+    factories.user("eng", "engineer")
+
+
+def test_llm_call_step_panel_shows_the_transcript_tokens_and_cost(page, live_server, agent_trace):
+    log_in(page, live_server, "eng", f"/jobs/{TRACE_ID.hex()}/?step=plan:1")
+    panel = page.locator("#step-panel")
+    panel.locator(".call").first.wait_for()
+    text = panel.inner_text()
+    assert "plan the release" in text and "1. build 2. upload" in text
+    assert "1000 → 500 tokens" in text
+    assert "$0.00045" in text
+    assert "openai/gpt-4o-mini" in text
+    header = page.locator(".job-head").inner_text()
+    assert "1000 in, 500 out" in header and "$0.00045" in header
+    screenshot(page, "otel-llm-call-panel")
+    assert axe_violations(page, "#step-panel") == []
+
+
+def test_failed_step_shows_one_line_reason_and_folds_its_stack(page, live_server, agent_trace):
+    log_in(page, live_server, "eng", f"/jobs/{TRACE_ID.hex()}/?step=charge:1")
+    panel = page.locator("#step-panel")
+    assert panel.locator(".reason-full").inner_text() == "ConnectionError: gateway timeout"
+    stack = panel.locator("details.stack")
+    assert stack.locator("summary").inner_text() == "Stack trace (ConnectionError)"
+    assert not stack.locator("pre").is_visible()
+    stack.locator("summary").click()
+    assert 'File "pay.py", line 9' in stack.locator("pre").inner_text()
+    screenshot(page, "otel-failed-step-panel")
+
+
+def test_handled_tool_failure_shows_as_a_failed_call_of_a_successful_step(
+    page, live_server, agent_trace
+):
+    log_in(page, live_server, "eng", f"/jobs/{TRACE_ID.hex()}/?step=use_tool:1")
+    panel = page.locator("#step-panel")
+    call = panel.locator(".call.call-failed")
+    assert "lookup" in call.inner_text()
+    assert "ValueError: lookup service down: 503" in call.inner_text()
+    assert "Result type success" in panel.inner_text()
