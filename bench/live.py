@@ -94,10 +94,12 @@ def post(url: str, token: str, body: bytes) -> float:
     raise RuntimeError("server kept answering 503")
 
 
-def send_all(url: str, token: str, bodies: list[bytes], producers: int) -> float:
-    """Send every body with ``producers`` threads; returns the wall time."""
+def send_all(url: str, token: str, bodies: list[bytes], producers: int, send=None) -> float:
+    """Send every body with ``producers`` threads (``send``: the function posting one, by
+    default to the event API); returns the wall time."""
     queue = list(bodies)
     lock = threading.Lock()
+    send = send or post
 
     def producer():
         while True:
@@ -105,7 +107,7 @@ def send_all(url: str, token: str, bodies: list[bytes], producers: int) -> float
                 if not queue:
                     return
                 body = queue.pop(0)
-            post(url, token, body)
+            send(url, token, body)
 
     started = time.perf_counter()
     threads = [threading.Thread(target=producer) for _ in range(producers)]

@@ -1,0 +1,161 @@
+"""OTLP ingest next to the event API, in one run against gunicorn + PostgreSQL.
+
+The same jobs go through both doors, end to end (acknowledged = stored and projected):
+J jobs of S steps each, as the event API's contract events (job_started, node_started and
+node_finished per step, job_finished) and as OpenTelemetry traces (a root span and one span per
+step, every third step with an LLM call span inside it, every tenth step failing once and
+retried), in requests of about B events or B/2 spans. Prints events/s, spans/s and their
+ratio (target: spans/s >= 0.5 x events/s).
+
+    DATABASE_URL=postgres://postgres@127.0.0.1:5432/traceviz_otlp .venv/bin/python bench/otlp.py
+"""
+
+import argparse
+import os
+import random
+import urllib.request
+from datetime import UTC, datetime, timedelta
+
+from live import Server, batches, job_stream, send_all
+from load import recreate_database
+from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
+from opentelemetry.proto.common.v1.common_pb2 import AnyValue, KeyValue
+from opentelemetry.proto.trace.v1.trace_pb2 import Span, Status
+
+
+def attribute(key: str, value) -> KeyValue:
+    if isinstance(value, int):
+        return KeyValue(key=key, value=AnyValue(int_value=value))
+    return KeyValue(key=key, value=AnyValue(string_value=value))
+
+
+def trace_spans(n: int, steps: int, start: datetime, rng: random.Random) -> list[Span]:
+    """One job's trace: its root and its steps' spans (LLM call spans inside some)."""
+    trace_id = rng.randbytes(16)
+    start_ns = int(start.timestamp() * 1e9)
+    root_id = rng.randbytes(8)
+    spans = []
+    at = start_ns
+    for index in range(steps):
+        for failed in (True, False) if index % 10 == 9 else (False,):
+            step_id = rng.randbytes(8)
+            span = Span(
+                trace_id=trace_id,
+                span_id=step_id,
+                parent_span_id=root_id,
+                name=f"step-{index}",
+                kind=Span.SpanKind.SPAN_KIND_INTERNAL,
+                start_time_unix_nano=at,
+                end_time_unix_nano=at + 30_000_000,
+                attributes=[attribute("step.index", index)],
+            )
+            if failed:
+                span.status.CopyFrom(
+                    Status(code=Status.StatusCode.STATUS_CODE_ERROR, message="upstream 503")
+                )
+            spans.append(span)
+            if index % 3 == 0 and not failed:
+                spans.append(
+                    Span(
+                        trace_id=trace_id,
+                        span_id=rng.randbytes(8),
+                        parent_span_id=step_id,
+                        name="ChatOpenAI",
+                        start_time_unix_nano=at + 1_000_000,
+                        end_time_unix_nano=at + 20_000_000,
+                        attributes=[
+                            attribute("openinference.span.kind", "LLM"),
+                            attribute("llm.provider", "openai"),
+                            attribute("llm.model_name", "gpt-4o-mini"),
+                            attribute("llm.token_count.prompt", 800),
+                            attribute("llm.token_count.completion", 60),
+                            attribute("llm.input_messages.0.message.role", "user"),
+                            attribute("llm.input_messages.0.message.content", f"step {index}?"),
+                        ],
+                    )
+                )
+            at += 50_000_000
+    spans.insert(
+        0,
+        Span(
+            trace_id=trace_id,
+            span_id=root_id,
+            name=f"otlp-bench-{n}",
+            kind=Span.SpanKind.SPAN_KIND_SERVER,
+            start_time_unix_nano=start_ns,
+            end_time_unix_nano=at,
+        ),
+    )
+    return spans
+
+
+def export_bodies(traces: list[list[Span]], spans_per_request: int) -> list[bytes]:
+    """Whole traces per request (as a BatchSpanProcessor flushing finished runs sends them)."""
+    bodies, current, count = [], ExportTraceServiceRequest(), 0
+    for spans in traces:
+        if count and count + len(spans) > spans_per_request:
+            bodies.append(current.SerializeToString())
+            current, count = ExportTraceServiceRequest(), 0
+        resource_spans = current.resource_spans.add()
+        resource_spans.resource.attributes.append(attribute("service.name", "otlp-bench"))
+        resource_spans.scope_spans.add().spans.extend(spans)
+        count += len(spans)
+    if count:
+        bodies.append(current.SerializeToString())
+    return bodies
+
+
+def post_traces(url: str, token: str, body: bytes) -> None:
+    request = urllib.request.Request(
+        url + "/v1/traces",
+        data=body,
+        method="POST",
+        headers={"Authorization": f"Bearer {token}", "Content-Type": "application/x-protobuf"},
+    )
+    with urllib.request.urlopen(request, timeout=300) as response:
+        response.read()
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--jobs", type=int, default=200)
+    parser.add_argument("--steps", type=int, default=50)
+    parser.add_argument("--batch", type=int, default=400, help="events per event API request")
+    parser.add_argument("--producers", type=int, default=2)
+    parser.add_argument("--workers", type=int, default=3, help="gunicorn workers")
+    args = parser.parse_args()
+    base = os.environ.get("DATABASE_URL", "postgres://postgres@127.0.0.1:5432/traceviz_otlp")
+    base, _, database = base.rpartition("/")
+    start = datetime.now(UTC) - timedelta(days=1)
+    rng = random.Random(7)
+
+    server = Server(base, database, args.workers)
+    try:
+        events = [
+            item
+            for n in range(args.jobs)
+            for item in job_stream(f"events-{n}", args.steps, start, timedelta(milliseconds=50))
+        ]
+        events_s = send_all(server.url, server.token, batches(events, args.batch), args.producers)
+        traces = [trace_spans(n, args.steps, start, rng) for n in range(args.jobs)]
+        span_count = sum(len(spans) for spans in traces)
+        bodies = export_bodies(traces, args.batch // 2)
+        spans_s = send_all(server.url, server.token, bodies, args.producers, post_traces)
+        event_rate, span_rate = len(events) / events_s, span_count / spans_s
+        print(
+            f"{args.jobs} jobs x {args.steps} steps, {args.producers} producers, "
+            f"{args.workers} workers:\n"
+            f"   event API: {len(events):,} events in {events_s:.1f} s = "
+            f"{event_rate:,.0f} events/s\n"
+            f"   /v1/traces: {span_count:,} spans in {len(bodies)} requests, {spans_s:.1f} s = "
+            f"{span_rate:,.0f} spans/s\n"
+            f"   spans/s / events/s = {span_rate / event_rate:.2f} (target >= 0.5)\n"
+            f"   server peak RSS: {server.peak_worker_kib / 1024:,.0f} MiB per worker"
+        )
+    finally:
+        server.stop()
+        recreate_database(base, database, drop_only=True)
+
+
+if __name__ == "__main__":
+    main()
