@@ -16,7 +16,7 @@ import random
 import urllib.request
 from datetime import UTC, datetime, timedelta
 
-from live import Server, batches, job_stream, send_all
+from live import Server, batches, deal, job_stream, send_all
 from load import recreate_database
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
 from opentelemetry.proto.common.v1.common_pb2 import AnyValue, KeyValue
@@ -136,11 +136,13 @@ def main() -> None:
             for n in range(args.jobs)
             for item in job_stream(f"events-{n}", args.steps, start, timedelta(milliseconds=50))
         ]
-        events_s = send_all(server.url, server.token, batches(events, args.batch), args.producers)
+        events_s = send_all(
+            server.url, server.token, deal(batches(events, args.batch), args.producers)
+        )
         traces = [trace_spans(n, args.steps, start, rng) for n in range(args.jobs)]
         span_count = sum(len(spans) for spans in traces)
         bodies = export_bodies(traces, args.batch // 2)
-        spans_s = send_all(server.url, server.token, bodies, args.producers, post_traces)
+        spans_s = send_all(server.url, server.token, deal(bodies, args.producers), post_traces)
         event_rate, span_rate = len(events) / events_s, span_count / spans_s
         print(
             f"{args.jobs} jobs x {args.steps} steps, {args.producers} producers, "

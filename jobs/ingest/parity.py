@@ -59,7 +59,7 @@ def differences(job_id: str) -> list[Difference]:
     fold = walk.Fold.of(events, projection.replay_config())
     state = fold.finish()
     found = []
-    expected_job = projection.job_row(state, job, None, fold.snapshot())
+    expected_job = projection.job_row(state, job.last_received_at, fold.snapshot())
     for name, value in expected_job.items():
         if name in JOB_FIELDS_NOT_REPLAYED:
             continue

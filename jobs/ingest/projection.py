@@ -18,7 +18,6 @@ from datetime import datetime
 from decimal import Decimal
 
 from django.conf import settings
-from django.db.models import Q
 from django.utils import timezone
 
 from jobs.contract.events import Event
@@ -35,6 +34,17 @@ STEP_STATE_FIELDS = tuple(f.name for f in fields(StepState))
 CALL_FIELDS = tuple(f.name for f in fields(CallRecord))
 STEP_KEY = ("job_id", "node_id", "attempt")
 INCREMENTAL, FULL = "incremental", "full"
+# The Job row columns projection reads back: the fold resumes from them (the others it rewrites).
+RESUMED_FROM = (
+    "job_id",
+    "fold",
+    "completed_node_ids",
+    "payload_results",
+    "metadata",
+    "segment_strip",
+    "started_at",
+    "last_received_at",
+)
 
 
 def replay_config() -> ReplayConfig:
@@ -81,7 +91,10 @@ def project_jobs(
         return Counter()
     config = replay_config()
     new_events = new_events or {}
-    existing = {job.job_id: job for job in Job.objects.filter(job_id__in=job_ids)}
+    existing = {
+        row["job_id"]: row
+        for row in Job.objects.filter(job_id__in=job_ids).values("id", *RESUMED_FROM)
+    }
     projected = {} if full else _fold_onto_snapshots(existing, new_events, config)
     replay_whole = [job_id for job_id in job_ids if job_id not in projected]
     # A job without a row has no other events than the new ones: no need to read them back.
@@ -95,31 +108,30 @@ def project_jobs(
     if not projected:
         return Counter()
     rows = [
-        job_row(p.state, existing.get(job_id), received_at, p.fold.snapshot())
+        job_row(p.state, _received_at(existing.get(job_id), received_at), p.fold.snapshot())
         for job_id, p in projected.items()
     ]
     # The dashboard rollup recomputes these jobs' start hours (before and after) later.
     DashboardDirtyHour.objects.mark(
-        [job.started_at for job in existing.values()] + [r["started_at"] for r in rows]
+        [job["started_at"] for job in existing.values()] + [r["started_at"] for r in rows]
     )
     # One upsert writes new and known jobs alike; a known job keeps its id (escalations
     # point at it).
     ids = database.upsert_rows(Job, rows, unique=("job_id",))
     _write_steps(projected, existing, ids)
     _write_calls(projected, existing, ids)
-    jobs_by_id = {row["job_id"]: Job(id=ids[(row["job_id"],)], **row) for row in rows}
-    _apply_escalations(projected, jobs_by_id)
+    _apply_escalations(projected, rows, ids)
     return Counter(p.path for p in projected.values())
 
 
 def _fold_onto_snapshots(
-    existing: dict[str, Job], new_events: dict[str, list[Event]], config: ReplayConfig
+    existing: dict[str, dict], new_events: dict[str, list[Event]], config: ReplayConfig
 ) -> dict[str, Projected]:
     """Fold each job's new events onto its snapshot where they all sort after it."""
     plans = {}
     for job_id, events in new_events.items():
         job = existing.get(job_id)
-        snapshot = job.fold if job is not None else None
+        snapshot = job["fold"] if job is not None else None
         if not snapshot or snapshot.get("version") != walk.FOLD_VERSION or not events:
             continue
         if snapshot["has_spans"] or any(event.type == walk.SPAN for event in events):
@@ -129,7 +141,8 @@ def _fold_onto_snapshots(
     if not plans:
         return {}
     needed = {
-        job.pk: walk.Fold.nodes_needed(snapshot, events) for job, snapshot, events in plans.values()
+        job["id"]: walk.Fold.nodes_needed(snapshot, events)
+        for job, snapshot, events in plans.values()
     }
     steps = _load_steps(needed)
     projected = {}
@@ -137,11 +150,12 @@ def _fold_onto_snapshots(
         fold = walk.Fold.resume(
             job_id,
             snapshot,
-            steps=steps.get(job.pk, []),
-            nodes=needed[job.pk],
-            completed_node_ids=job.completed_node_ids,
-            payload_results=job.payload_results,
-            metadata=job.metadata,
+            steps=steps.get(job["id"], []),
+            nodes=needed[job["id"]],
+            completed_node_ids=job["completed_node_ids"],
+            payload_results=job["payload_results"],
+            metadata=job["metadata"],
+            strip=job["segment_strip"],
             config=config,
         )
         try:
@@ -155,21 +169,23 @@ def _fold_onto_snapshots(
 
 def _load_steps(nodes_by_job: dict[int, set[str]]) -> dict[int, list[StepState]]:
     """Every step of these nodes, by job pk, in one query (the step unique index serves it)."""
-    condition = Q()
-    for job_pk, nodes in nodes_by_job.items():
-        if nodes:
-            condition |= Q(job_id=job_pk, node_id__in=sorted(nodes))
+    pairs = [(job_pk, node) for job_pk, nodes in nodes_by_job.items() for node in sorted(nodes)]
     by_job: dict[int, list[StepState]] = {}
-    if not condition:
+    if not pairs:
         return by_job
+    condition = database.pairs_in(Step, ("job", "node_id"), pairs)
     for row in Step.objects.filter(condition).values("job_id", *STEP_STATE_FIELDS):
         by_job.setdefault(row.pop("job_id"), []).append(step_state(row))
     return by_job
 
 
-def job_row(
-    state: JobState, previous: Job | None, received_at: datetime | None, snapshot: dict
-) -> dict:
+def _received_at(previous: dict | None, received_at: datetime | None) -> datetime:
+    """When the job's newest events arrived: now for a batch of new ones, else (a rebuild) what
+    its row says."""
+    return received_at or (previous["last_received_at"] if previous else timezone.now())
+
+
+def job_row(state: JobState, received_at: datetime, snapshot: dict) -> dict:
     """The Job row's values (by attname) for a replayed state."""
     root = state.root_failure
     attrs = state.attributes
@@ -186,7 +202,7 @@ def job_row(
         started_at=state.started_at,
         finished_at=state.finished_at,
         last_event_at=state.last_event_at,
-        last_received_at=received_at or (previous.last_received_at if previous else timezone.now()),
+        last_received_at=received_at,
         finish_code=state.finish_code,
         finish_reason=state.finish_reason,
         cancel_reason=state.cancel_reason,
@@ -240,11 +256,11 @@ def step_state(values: dict) -> StepState:
 
 
 def _write_steps(
-    projected: dict[str, Projected], existing: dict[str, Job], ids: dict[tuple, int]
+    projected: dict[str, Projected], existing: dict[str, dict], ids: dict[tuple, int]
 ) -> None:
     """A full replay's steps replace the job's whole; an incremental fold's changed steps are
     upserted by (job, node, attempt)."""
-    replaced = [existing[j].pk for j, p in projected.items() if p.path == FULL and j in existing]
+    replaced = [existing[j]["id"] for j, p in projected.items() if p.path == FULL and j in existing]
     if replaced:
         Step.objects.filter(job_id__in=replaced).delete()
     inserted, upserted = [], []
@@ -259,12 +275,12 @@ def _write_steps(
 
 
 def _write_calls(
-    projected: dict[str, Projected], existing: dict[str, Job], ids: dict[tuple, int]
+    projected: dict[str, Projected], existing: dict[str, dict], ids: dict[tuple, int]
 ) -> None:
     """A full replay rewrites the job's calls (they come from its spans, expanded whole); an
     incremental fold has no spans, so its job's calls stay as they are."""
     replayed = [job_id for job_id, p in projected.items() if p.path == FULL]
-    known = [existing[job_id].pk for job_id in replayed if job_id in existing]
+    known = [existing[job_id]["id"] for job_id in replayed if job_id in existing]
     if known:
         Call.objects.filter(job_id__in=known).delete()
     rows = [
@@ -275,25 +291,26 @@ def _write_calls(
     database.insert_rows(Call, rows)
 
 
-def _apply_escalations(projected: dict[str, Projected], jobs_by_id: dict[str, Job]) -> None:
+def _apply_escalations(
+    projected: dict[str, Projected], rows: list[dict], ids: dict[tuple, int]
+) -> None:
     """Open or reopen what the triggers name; after a full replay, withdraw what never held;
     note recoveries; check the repair budget of failed:logic runs."""
-    job_pks = [
-        jobs_by_id[job_id].pk
-        for job_id, p in projected.items()
-        if p.path == FULL
-        or p.state.escalation_triggers
-        or p.state.recoveries
-        or p.state.status == RunStatus.FAILED_LOGIC
-    ]
-    if not job_pks:
+    jobs_by_id = {
+        row["job_id"]: Job(id=ids[(row["job_id"],)], **row)
+        for row in rows
+        if _changes_escalations(projected[row["job_id"]])
+    }
+    if not jobs_by_id:
         return  # a live batch that changes no escalation: nothing to read
+    job_pks = [job.pk for job in jobs_by_id.values()]
     current = {
         (esc.job_id, esc.kind, esc.node_id): esc
         for esc in Escalation.objects.filter(job_id__in=job_pks)
     }
-    for job_id, p in projected.items():
-        state, job = p.state, jobs_by_id[job_id]
+    for job_id, job in jobs_by_id.items():
+        p = projected[job_id]
+        state = p.state
         for trigger in state.escalation_triggers:
             key = (job.pk, trigger.kind, trigger.node_id)
             source = "producer" if trigger.kind == "raised" else "replay"
@@ -307,6 +324,17 @@ def _apply_escalations(projected: dict[str, Projected], jobs_by_id: dict[str, Jo
             actions.note_recovery(job, recovery)
         if state.status == RunStatus.FAILED_LOGIC:
             repair_budget.check_repair_budget(job, current)
+
+
+def _changes_escalations(p: Projected) -> bool:
+    """Whether the job's escalations must be read: a full replay re-decides them all; an
+    incremental fold only when it triggers, recovers or leaves the job failed:logic."""
+    return bool(
+        p.path == FULL
+        or p.state.escalation_triggers
+        or p.state.recoveries
+        or p.state.status == RunStatus.FAILED_LOGIC
+    )
 
 
 def replay_jobs(job_ids: Iterable[str]) -> None:

@@ -37,7 +37,7 @@ from jobs.replay.state import (
 
 # Bump when the fold's meaning or the snapshot's shape changes: every job then gets a full
 # replay on its next batch (and rebuild_projections refreshes them all).
-FOLD_VERSION = 2
+FOLD_VERSION = 3
 SPAN = "span"
 # A finish's result, replaced as a whole when the attempt finishes again; the other fields of a
 # finish keep the value an earlier event of the attempt gave when the finish leaves them out.
@@ -473,7 +473,6 @@ class Fold:
                 "step_count": state.step_count,
                 "max_attempt": state.max_attempt,
                 "segment_counts": state.segment_counts,
-                "strip": state.strip,
             },
             "failing": [[node, step.attempt] for node, step in self.failing.items()],
             "failing_began": self.failing_began,
@@ -505,10 +504,12 @@ class Fold:
         completed_node_ids: list[str],
         payload_results: dict[str, Any],
         metadata: dict[str, Any],
+        strip: list[list],
         config: ReplayConfig = DEFAULT_CONFIG,
     ) -> "Fold":
         """A fold that goes on where ``snapshot`` stopped. ``steps`` are every step of
-        ``nodes`` (at least ``nodes_needed``); the three lists and dicts are the Job row's."""
+        ``nodes`` (at least ``nodes_needed``); the lists and dicts after them are the Job
+        row's (the snapshot does not repeat them)."""
         fold = cls(job_id, config)
         fold.loaded_nodes = set(nodes)
         for step in steps:
@@ -524,6 +525,7 @@ class Fold:
         state.completed_node_ids = list(completed_node_ids)
         state.payload_results = dict(payload_results)
         state.metadata = metadata
+        state.strip = list(strip)
         for name in ("started_at", "finished_at", "last_event_at"):
             setattr(state, name, _datetime(job[name]))
         for name in (
@@ -539,7 +541,6 @@ class Fold:
             "step_count",
             "max_attempt",
             "segment_counts",
-            "strip",
         ):
             setattr(state, name, job[name])
         fold.failing = {node: fold.steps[(node, attempt)] for node, attempt in snapshot["failing"]}

@@ -48,6 +48,7 @@ def resumed(events, cut: int):
         completed_node_ids=through_json(first_state.completed_node_ids),
         payload_results=through_json(first_state.payload_results),
         metadata=through_json(first_state.metadata),
+        strip=through_json(first_state.strip),
     )
     for item in tail:
         fold.apply(item)
@@ -111,6 +112,7 @@ def test_resume_reads_only_the_nodes_it_was_given():
         completed_node_ids=["n1"],
         payload_results={},
         metadata={},
+        strip=[],
     )
     fold.apply(events[1])
     with pytest.raises(RuntimeError, match="n1"):
@@ -128,6 +130,7 @@ def test_first_node_started_after_unloaded_finishes_needs_a_full_replay():
         completed_node_ids=["n1"],
         payload_results={},
         metadata={},
+        strip=[],
     )
     with pytest.raises(NeedsFullReplay):
         fold.apply(events[1])
