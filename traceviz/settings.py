@@ -81,6 +81,7 @@ MIDDLEWARE = [
     "django.middleware.common.CommonMiddleware",
     "django.middleware.csrf.CsrfViewMiddleware",
     "django.contrib.auth.middleware.AuthenticationMiddleware",
+    "traceviz.routers.ReplicaReadsMiddleware",
     "django.contrib.messages.middleware.MessageMiddleware",
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
     "django_htmx.middleware.HtmxMiddleware",
@@ -106,29 +107,40 @@ TEMPLATES = [
     },
 ]
 
-DATABASES = {
-    "default": dj_database_url.parse(
-        env_str("DATABASE_URL", f"sqlite:///{BASE_DIR / 'db.sqlite3'}"),
-        conn_max_age=env_int("DATABASE_CONN_MAX_AGE", 60),
-        conn_health_checks=True,
+
+def database(url: str) -> dict:
+    """A DATABASES entry for ``url``, with the options traceviz runs each engine with."""
+    config = dj_database_url.parse(
+        url, conn_max_age=env_int("DATABASE_CONN_MAX_AGE", 60), conn_health_checks=True
     )
-}
-if DATABASES["default"]["ENGINE"] == "django.db.backends.sqlite3":
-    # IMMEDIATE takes the write lock when a transaction starts, so two ingest requests queue
-    # instead of failing halfway; WAL lets pages read while a batch is written.
-    DATABASES["default"]["OPTIONS"] = {
-        "transaction_mode": "IMMEDIATE",
-        "timeout": 20,
-        "init_command": "PRAGMA journal_mode=WAL; PRAGMA synchronous=NORMAL;",
-    }
-    DATABASES["default"]["CONN_MAX_AGE"] = 0
-else:
-    DATABASES["default"].setdefault("OPTIONS", {}).update(
-        connect_timeout=env_int("DATABASE_CONNECT_TIMEOUT", 5, minimum=1),
-        # Ingest writes wide multi-row statements; binding on the server skips quoting every
-        # value in Python, which dominated ingest time with client-side binding.
-        server_side_binding=env_bool("DATABASE_SERVER_SIDE_BINDING", True),
-    )
+    if config["ENGINE"] == "django.db.backends.sqlite3":
+        # IMMEDIATE takes the write lock when a transaction starts, so two ingest requests queue
+        # instead of failing halfway; WAL lets pages read while a batch is written.
+        config["OPTIONS"] = {
+            "transaction_mode": "IMMEDIATE",
+            "timeout": 20,
+            "init_command": "PRAGMA journal_mode=WAL; PRAGMA synchronous=NORMAL;",
+        }
+        config["CONN_MAX_AGE"] = 0
+    else:
+        config.setdefault("OPTIONS", {}).update(
+            connect_timeout=env_int("DATABASE_CONNECT_TIMEOUT", 5, minimum=1),
+            # Ingest writes wide multi-row statements; binding on the server skips quoting every
+            # value in Python, which dominated ingest time with client-side binding.
+            server_side_binding=env_bool("DATABASE_SERVER_SIDE_BINDING", True),
+        )
+    return config
+
+
+DATABASES = {"default": database(env_str("DATABASE_URL", f"sqlite:///{BASE_DIR / 'db.sqlite3'}"))}
+# An optional read replica of the PostgreSQL primary (streaming replication): pages and the read
+# API read from it, ingest and actions never do (traceviz/routers.py).
+if replica_url := env_str("DATABASE_REPLICA_URL", ""):
+    DATABASES["replica"] = database(replica_url)
+TRACEVIZ_READ_REPLICA = "replica" if "replica" in DATABASES else ""
+# After a browser changes something, it reads the primary this long (the replica may lag).
+TRACEVIZ_REPLICA_PIN_SECONDS = env_int("TRACEVIZ_REPLICA_PIN_SECONDS", 10)
+DATABASE_ROUTERS = ["traceviz.routers.ReplicaRouter"]
 
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 
