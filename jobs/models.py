@@ -8,7 +8,7 @@ import hashlib
 import hmac
 import secrets
 from collections.abc import Iterable
-from datetime import UTC, datetime
+from datetime import UTC, date, datetime
 
 import orjson
 from django.conf import settings
@@ -37,6 +37,11 @@ class JSONField(models.JSONField):
             except orjson.JSONDecodeError:
                 pass  # integers past 64 bits: the stdlib reads them
         return super().from_db_value(value, expression, connection)
+
+
+def today_utc() -> date:
+    """Today's UTC date: a new job's ``partition_day``."""
+    return timezone.now().date()
 
 
 class Role(models.TextChoices):
@@ -118,14 +123,21 @@ class Event(models.Model):
     payload = JSONField(default=dict)
     received_at = models.DateTimeField(default=timezone.now)
     token = models.ForeignKey(IngestToken, null=True, blank=True, on_delete=models.SET_NULL)
+    # The job's partition_day (ingest copies it from the Job row): on PostgreSQL the table is
+    # partitioned by it, one partition per day, so retention drops whole days.
+    partition_day = models.DateField(default=today_utc)
 
     objects = EventQuerySet.as_manager()
 
     class Meta:
         constraints = [
-            # Idempotency: a resent event (same job and event_id) is stored once. Its index also
-            # serves replay and export, which read one job's events and sort them in Python.
-            models.UniqueConstraint(fields=["job_id", "event_id"], name="event_unique_per_job"),
+            # Idempotency: a resent event (same job and event_id) is stored once. A partitioned
+            # table's unique key must hold its partition key; partition_day is a function of
+            # job_id (all of a job's rows share its day), so this is (job_id, event_id) unique.
+            # Its index also serves replay and export, which read one job's events.
+            models.UniqueConstraint(
+                fields=["job_id", "event_id", "partition_day"], name="event_unique_per_job"
+            ),
         ]
         indexes = [
             # Dashboard planner panel and planner alerts: job_started and planner events by time.
@@ -182,6 +194,14 @@ class JobQuerySet(models.QuerySet):
             cursor.execute(sql)
             return [(kind or "unknown", count) for kind, count in cursor.fetchall()]
 
+    def delete_with_steps(self) -> int:
+        """Delete these jobs, their steps (which do not cascade, see ``Step.job``) and what
+        cascades from a job; returns how many jobs."""
+        pks = list(self.values_list("pk", flat=True))
+        Step.objects.filter(job_id__in=pks).delete()
+        Job.objects.filter(pk__in=pks).delete()
+        return len(pks)
+
 
 class Job(models.Model):
     """A job's replayed state (projection of its events)."""
@@ -234,6 +254,9 @@ class Job(models.Model):
     # The replay fold's snapshot (jobs.replay.walk.Fold.snapshot): the next batch whose events
     # all sort after it is folded onto it instead of replaying the job. Never shown.
     fold = JSONField(default=dict, blank=True)
+    # The UTC day the job's first event was received (or, for a job retention kept past its
+    # day, the day it was moved on): its events and steps live in that day's partitions.
+    partition_day = models.DateField(default=today_utc)
 
     objects = JobQuerySet.as_manager()
 
@@ -248,6 +271,8 @@ class Job(models.Model):
             models.Index(fields=["retry_of"], name="job_retry_of"),
             # Stall check: running-ish jobs by last receive time.
             models.Index(fields=["status", "last_received_at"], name="job_stall"),
+            # Retention: the jobs of a day's partitions.
+            models.Index(fields=["partition_day"], name="job_partition_day"),
         ]
 
     def __str__(self):
@@ -296,7 +321,16 @@ class StepQuerySet(models.QuerySet):
 class Step(models.Model):
     """One attempt of one node of a job, as replay built it."""
 
-    job = models.ForeignKey(Job, on_delete=models.CASCADE, related_name="steps")
+    # No database constraint and no cascade: a day's steps leave with their partition (retention
+    # drops it after deleting the day's jobs); ``JobQuerySet.delete_with_steps`` deletes both
+    # otherwise. No index of its own: the unique constraint's index leads with the job.
+    job = models.ForeignKey(
+        Job,
+        on_delete=models.DO_NOTHING,
+        db_constraint=False,
+        db_index=False,
+        related_name="steps",
+    )
     node_id = models.CharField(max_length=200)
     attempt = models.IntegerField()
     position = models.IntegerField()
@@ -339,13 +373,15 @@ class Step(models.Model):
     # first; and replay's bookkeeping (event positions, first success and permanent failure).
     history = JSONField(default=list, blank=True)
     marks = JSONField(default=dict, blank=True)
+    # The job's partition_day, as for events.
+    partition_day = models.DateField(default=today_utc)
 
     objects = StepQuerySet.as_manager()
 
     class Meta:
         constraints = [
             models.UniqueConstraint(
-                fields=["job", "node_id", "attempt"], name="step_unique_attempt"
+                fields=["job", "node_id", "attempt", "partition_day"], name="step_unique_attempt"
             ),
         ]
         indexes = [

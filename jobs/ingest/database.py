@@ -12,10 +12,10 @@ bench/README.md). Both paths write the same rows.
 
 import json
 from collections.abc import Iterable, Mapping, Sequence
-from datetime import datetime
+from datetime import date, datetime, timedelta
 
 import orjson
-from django.db import connection, models
+from django.db import connection, models, transaction
 from django.db.models.expressions import RawSQL
 
 POSTGRES = "postgresql"
@@ -165,30 +165,36 @@ def upsert_rows(
 
 
 def insert_new_events(
-    model: type[models.Model],
-    columns: Sequence[str],
-    rows: Iterable[tuple],
-    key_columns=("job_id", "event_id"),
-) -> set[tuple]:
-    """Insert event rows unless (job_id, event_id) is stored already; returns the new keys.
+    model: type[models.Model], columns: Sequence[str], rows: Iterable[tuple]
+) -> set[tuple[str, str]]:
+    """Insert event rows unless (job_id, event_id) is stored already; returns the new rows'
+    (job_id, event_id).
 
-    ``rows`` hold database values in ``columns`` order, the key columns first and the payload as
-    JSON text. The caller must hold the batch's per-job locks (``locks.lock_jobs``): on
-    PostgreSQL the stored keys are read first and the new rows COPYed straight in, which is only
-    safe while nobody else can insert events of these jobs.
+    ``rows`` hold database values in ``columns`` order: job_id, event_id and partition_day
+    first (the unique key), the payload as JSON text. The caller must hold the batch's per-job
+    locks (``locks.lock_jobs``): on PostgreSQL the stored keys are read first, one query per
+    day (so each reads one partition), and the new rows COPYed straight in, which is only safe
+    while nobody else can insert events of these jobs.
     """
     table = connection.ops.quote_name(model._meta.db_table)
     rows = list(rows)
     if connection.vendor != POSTGRES:
-        keys = ", ".join(key_columns)
-        tail = f"ON CONFLICT ({keys}) DO NOTHING RETURNING {keys}"
+        keys = ", ".join(columns[:3])
+        tail = f"ON CONFLICT ({keys}) DO NOTHING RETURNING {', '.join(columns[:2])}"
         by_attname = {f.attname: f for f in model._meta.concrete_fields}
         return set(_insert_returning(table, [by_attname[c] for c in columns], rows, tail))
-    first, second = key_columns
-    condition, params = _pairs_condition(model, key_columns, [row[:2] for row in rows])
+    by_day: dict = {}
+    for row in rows:
+        by_day.setdefault(row[2], []).append(row[:2])
+    stored: set[tuple] = set()
     with connection.cursor() as cursor:
-        cursor.execute(f"SELECT {first}, {second} FROM {table} WHERE {condition}", params)
-        stored = set(map(tuple, cursor.fetchall()))
+        for day, pairs in by_day.items():
+            condition, params = _pairs_condition(model, ("job_id", "event_id"), pairs)
+            cursor.execute(
+                f"SELECT job_id, event_id FROM {table} WHERE partition_day = %s AND {condition}",
+                [day, *params],
+            )
+            stored.update(map(tuple, cursor.fetchall()))
         new_rows, new_keys = [], set()
         for row in rows:
             if (key := (row[0], row[1])) not in stored and key not in new_keys:
@@ -235,6 +241,78 @@ def count_in_window(model: type[models.Model], key: str, window_start: datetime)
         )
         (count,) = cursor.fetchone()
     return count
+
+
+# --- day partitions (PostgreSQL) -----------------------------------------------------------
+
+# The tables partitioned by range of partition_day, one partition per UTC day (migration 0015).
+PARTITIONED_TABLES = ("jobs_event", "jobs_step")
+PARTITION_LOCK_KEYS = (0x747A76, 2)  # beside the rollup's (0x747A76, 1)
+# Days whose partitions this process has seen exist.
+_partition_days: set[date] = set()
+
+
+def partition_name(table: str, day: date) -> str:
+    return f"{table}_p{day:%Y%m%d}"
+
+
+def partition_days() -> list[date]:
+    """The days that have partitions (of every partitioned table), oldest first; none on
+    SQLite, which partitions nothing."""
+    if connection.vendor != POSTGRES:
+        return []
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT c.relname FROM pg_inherits i JOIN pg_class c ON c.oid = i.inhrelid "
+            "WHERE i.inhparent = %s::regclass",
+            [PARTITIONED_TABLES[0]],
+        )
+        names = [name for (name,) in cursor.fetchall()]
+    prefix = f"{PARTITIONED_TABLES[0]}_p"
+    return sorted(
+        datetime.strptime(name.removeprefix(prefix), "%Y%m%d").date()
+        for name in names
+        if name.startswith(prefix)
+    )
+
+
+def ensure_partitions(days: Iterable[date]) -> None:
+    """Create the partitions of these days where missing. Call it outside a transaction,
+    before the one that writes rows of those days: creating a partition locks its table until
+    the creating transaction ends. Cached: once a day's partitions exist, a call costs a set
+    lookup. Nothing to do on SQLite."""
+    if connection.vendor != POSTGRES:
+        return
+    missing = set(days) - _partition_days
+    if not missing:
+        return
+    existing = set(partition_days())
+    if missing - existing:
+        with transaction.atomic():
+            lock_pair(PARTITION_LOCK_KEYS, wait=True)
+            with connection.cursor() as cursor:
+                for day in sorted(missing - existing):
+                    end = day + timedelta(days=1)
+                    for table in PARTITIONED_TABLES:
+                        cursor.execute(
+                            f"CREATE TABLE IF NOT EXISTS {partition_name(table, day)} "
+                            f"PARTITION OF {table} "
+                            f"FOR VALUES FROM ('{day.isoformat()}') TO ('{end.isoformat()}')"
+                        )
+    if not connection.in_atomic_block:  # cache only what is committed
+        _partition_days.update(existing | missing)
+
+
+def drop_partitions(day: date) -> None:
+    """Drop the day's partitions, with every row in them (the caller deleted the day's jobs
+    first, holding their locks, so no writer can still add rows of that day)."""
+    _partition_days.discard(day)
+    with connection.cursor() as cursor:
+        # Dropping a partition locks its table: give up (and retry next run) rather than queue
+        # every reader and writer behind a long query.
+        cursor.execute("SET LOCAL lock_timeout = '10s'")
+        for table in PARTITIONED_TABLES:
+            cursor.execute(f"DROP TABLE IF EXISTS {partition_name(table, day)}")
 
 
 # --- advisory locks --------------------------------------------------------------------------

@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from django.core.serializers.json import DjangoJSONEncoder
 
 from jobs.ingest import projection
+from jobs.models import Event as EventRow
 from jobs.models import Job
 from jobs.replay import rules, walk
 from jobs.replay.state import JobState
@@ -59,7 +60,9 @@ def differences(job_id: str) -> list[Difference]:
     fold = walk.Fold.of(events, projection.replay_config())
     state = fold.finish()
     found = []
-    expected_job = projection.job_row(state, job.last_received_at, fold.snapshot())
+    expected_job = projection.job_row(
+        state, job.last_received_at, fold.snapshot(), job.partition_day
+    )
     for name, value in expected_job.items():
         if name in JOB_FIELDS_NOT_REPLAYED:
             continue
@@ -76,9 +79,14 @@ def differences(job_id: str) -> list[Difference]:
             )
             continue
         row = stored_steps[key]
-        for name, value in projection.step_row(replayed_steps[key], job.pk).items():
+        expected = projection.step_row(replayed_steps[key], job.pk, job.partition_day)
+        for name, value in expected.items():
             if name != "job_id" and not _same(getattr(row, name), value):
                 found.append(Difference(job_id, where, name, getattr(row, name), value))
+    # All of a job's rows share its partition day (the unique keys rely on it).
+    days = set(EventRow.objects.filter(job_id=job_id).values_list("partition_day", flat=True))
+    if days != {job.partition_day}:
+        found.append(Difference(job_id, "events", "partition_day", sorted(days), job.partition_day))
     found.extend(_escalation_differences(job, state))
     return found
 

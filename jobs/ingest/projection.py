@@ -14,7 +14,7 @@ Callers hold the jobs' locks (``locks.lock_jobs``) inside their transaction.
 from collections import Counter
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, fields
-from datetime import datetime
+from datetime import date, datetime
 from decimal import Decimal
 
 from django.conf import settings
@@ -32,11 +32,12 @@ from jobs.replay.state import JOB_ATTRIBUTES, JobState, ReplayConfig, StepState
 
 STEP_STATE_FIELDS = tuple(f.name for f in fields(StepState))
 CALL_FIELDS = tuple(f.name for f in fields(CallRecord))
-STEP_KEY = ("job_id", "node_id", "attempt")
+STEP_KEY = ("job_id", "node_id", "attempt", "partition_day")
 INCREMENTAL, FULL = "incremental", "full"
 # The Job row columns projection reads back: the fold resumes from them (the others it rewrites).
 RESUMED_FROM = (
     "job_id",
+    "partition_day",
     "fold",
     "completed_node_ids",
     "payload_results",
@@ -60,16 +61,30 @@ class Projected:
     fold: walk.Fold
 
 
-def load_events(job_ids: Sequence[str]) -> dict[str, list[Event]]:
-    """Every stored event of these jobs, as replay takes them."""
+def load_events(
+    job_ids: Sequence[str], days: dict[str, date] | None = None
+) -> dict[str, list[Event]]:
+    """Every stored event of these jobs, as replay takes them. With ``days``, the jobs'
+    partition days (every job's), only those days' partitions are read."""
     by_job: dict[str, list[Event]] = {job_id: [] for job_id in job_ids}
-    rows = EventRow.objects.filter(job_id__in=job_ids).values_list(
-        "job_id", "event_id", "type", "ts", "seq", "payload"
-    )
+    rows = EventRow.objects.filter(job_id__in=job_ids)
+    if days is not None:
+        rows = rows.filter(partition_day__in=sorted({days[job_id] for job_id in job_ids}))
     # A plain fetch: a server-side cursor (iterator) plans for the first rows and may scan.
-    for job_id, event_id, event_type, ts, seq, payload in rows:
+    for job_id, event_id, event_type, ts, seq, payload in rows.values_list(
+        "job_id", "event_id", "type", "ts", "seq", "payload"
+    ):
         by_job[job_id].append(Event(event_type, job_id, event_id, ts, seq, payload))
     return by_job
+
+
+def event_days(job_ids: Sequence[str]) -> dict[str, date]:
+    """The partition day of these jobs' stored events (a job without a row: a rebuild)."""
+    return dict(
+        EventRow.objects.filter(job_id__in=job_ids)
+        .values_list("job_id", "partition_day")
+        .distinct()
+    )
 
 
 def project_jobs(
@@ -77,6 +92,7 @@ def project_jobs(
     *,
     received_at: datetime | None = None,
     new_events: dict[str, list[Event]] | None = None,
+    days: dict[str, date] | None = None,
     full: bool = False,
 ) -> Counter:
     """Project these jobs and write their Job, Step and Escalation rows; returns how many jobs
@@ -86,6 +102,8 @@ def project_jobs(
     snapshot when they all sort after it, else (and for ``full``, and for jobs without new
     events) the job is replayed from every stored event. ``received_at`` marks new events
     having arrived (the stall clock); a rebuild passes None and keeps each job's receive time.
+    ``days`` are the partition days the caller stored new jobs' events under (a job with a row
+    keeps its own).
     """
     if not job_ids:
         return Counter()
@@ -99,8 +117,13 @@ def project_jobs(
     replay_whole = [job_id for job_id in job_ids if job_id not in projected]
     # A job without a row has no other events than the new ones: no need to read them back.
     to_load = [j for j in replay_whole if j in existing or j not in new_events]
+    days = {
+        **(days or {}),
+        **event_days([j for j in to_load if j not in existing]),
+        **{job_id: row["partition_day"] for job_id, row in existing.items()},
+    }
     events_by_job = {**{j: new_events[j] for j in replay_whole if j not in to_load}}
-    events_by_job.update(load_events(to_load))
+    events_by_job.update(load_events(to_load, days))
     for job_id, events in events_by_job.items():
         if events:
             fold = walk.Fold.of(events, config)
@@ -108,7 +131,12 @@ def project_jobs(
     if not projected:
         return Counter()
     rows = [
-        job_row(p.state, _received_at(existing.get(job_id), received_at), p.fold.snapshot())
+        job_row(
+            p.state,
+            _received_at(existing.get(job_id), received_at),
+            p.fold.snapshot(),
+            days[job_id],
+        )
         for job_id, p in projected.items()
     ]
     # The dashboard rollup recomputes these jobs' start hours (before and after) later.
@@ -118,7 +146,7 @@ def project_jobs(
     # One upsert writes new and known jobs alike; a known job keeps its id (escalations
     # point at it).
     ids = database.upsert_rows(Job, rows, unique=("job_id",))
-    _write_steps(projected, existing, ids)
+    _write_steps(projected, existing, ids, days)
     _write_calls(projected, existing, ids)
     _apply_escalations(projected, rows, ids)
     return Counter(p.path for p in projected.values())
@@ -144,7 +172,7 @@ def _fold_onto_snapshots(
         job["id"]: walk.Fold.nodes_needed(snapshot, events)
         for job, snapshot, events in plans.values()
     }
-    steps = _load_steps(needed)
+    steps = _load_steps(needed, {job["id"]: job["partition_day"] for job, _, _ in plans.values()})
     projected = {}
     for job_id, (job, snapshot, events) in plans.items():
         fold = walk.Fold.resume(
@@ -167,15 +195,21 @@ def _fold_onto_snapshots(
     return projected
 
 
-def _load_steps(nodes_by_job: dict[int, set[str]]) -> dict[int, list[StepState]]:
-    """Every step of these nodes, by job pk, in one query (the step unique index serves it)."""
-    pairs = [(job_pk, node) for job_pk, nodes in nodes_by_job.items() for node in sorted(nodes)]
+def _load_steps(
+    nodes_by_job: dict[int, set[str]], days: dict[int, date]
+) -> dict[int, list[StepState]]:
+    """Every step of these nodes, by job pk: one query per partition day (the step unique
+    index of that day's partition serves it)."""
+    pairs_by_day: dict[date, list[tuple]] = {}
+    for job_pk, nodes in nodes_by_job.items():
+        pairs_by_day.setdefault(days[job_pk], []).extend((job_pk, n) for n in sorted(nodes))
     by_job: dict[int, list[StepState]] = {}
-    if not pairs:
-        return by_job
-    condition = database.pairs_in(Step, ("job", "node_id"), pairs)
-    for row in Step.objects.filter(condition).values("job_id", *STEP_STATE_FIELDS):
-        by_job.setdefault(row.pop("job_id"), []).append(step_state(row))
+    for day, pairs in pairs_by_day.items():
+        if not pairs:
+            continue
+        rows = Step.objects.filter(database.pairs_in(Step, ("job", "node_id"), pairs))
+        for row in rows.filter(partition_day=day).values("job_id", *STEP_STATE_FIELDS):
+            by_job.setdefault(row.pop("job_id"), []).append(step_state(row))
     return by_job
 
 
@@ -185,7 +219,7 @@ def _received_at(previous: dict | None, received_at: datetime | None) -> datetim
     return received_at or (previous["last_received_at"] if previous else timezone.now())
 
 
-def job_row(state: JobState, received_at: datetime, snapshot: dict) -> dict:
+def job_row(state: JobState, received_at: datetime, snapshot: dict, partition_day: date) -> dict:
     """The Job row's values (by attname) for a replayed state."""
     root = state.root_failure
     attrs = state.attributes
@@ -225,6 +259,7 @@ def job_row(state: JobState, received_at: datetime, snapshot: dict) -> dict:
         if any(c.cost is not None for c in state.calls)
         else None,
         fold=snapshot,
+        partition_day=partition_day,
     )
 
 
@@ -240,11 +275,12 @@ def call_row(call: CallRecord, job_pk: int) -> dict:
     return {**values, "job_id": job_pk}
 
 
-def step_row(step: StepState, job_pk: int) -> dict:
+def step_row(step: StepState, job_pk: int, partition_day: date) -> dict:
     """The Step row's values: every StepState field has a column of the same name."""
     return {
         **{name: getattr(step, name) for name in STEP_STATE_FIELDS},
         "job_id": job_pk,
+        "partition_day": partition_day,
         "segment": step.segment.value,
         "result_type": step.result_type or "",
     }
@@ -256,20 +292,26 @@ def step_state(values: dict) -> StepState:
 
 
 def _write_steps(
-    projected: dict[str, Projected], existing: dict[str, dict], ids: dict[tuple, int]
+    projected: dict[str, Projected],
+    existing: dict[str, dict],
+    ids: dict[tuple, int],
+    days: dict[str, date],
 ) -> None:
     """A full replay's steps replace the job's whole; an incremental fold's changed steps are
     upserted by (job, node, attempt)."""
-    replaced = [existing[j]["id"] for j, p in projected.items() if p.path == FULL and j in existing]
+    replaced = [j for j, p in projected.items() if p.path == FULL and j in existing]
     if replaced:
-        Step.objects.filter(job_id__in=replaced).delete()
+        Step.objects.filter(
+            job_id__in=[existing[j]["id"] for j in replaced],
+            partition_day__in=sorted({days[j] for j in replaced}),
+        ).delete()
     inserted, upserted = [], []
     for job_id, p in projected.items():
-        job_pk = ids[(job_id,)]
+        job_pk, day = ids[(job_id,)], days[job_id]
         if p.path == FULL:
-            inserted.extend(step_row(step, job_pk) for step in p.state.steps)
+            inserted.extend(step_row(step, job_pk, day) for step in p.state.steps)
         else:
-            upserted.extend(step_row(step, job_pk) for step in p.state.changed_steps)
+            upserted.extend(step_row(step, job_pk, day) for step in p.state.changed_steps)
     database.insert_rows(Step, inserted)
     database.upsert_rows(Step, upserted, unique=STEP_KEY, returning=False)
 

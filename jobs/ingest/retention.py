@@ -3,27 +3,38 @@
 A job's events go together: the Event table is the source of truth and projection replays a
 job's whole stream, so deleting part of a stream would change its projection. A job expires
 when its newest event was received before the cutoff and it has no unresolved escalation
-(support still owes those an answer); its events, steps, escalations, audit entries and
+(support still owes those an answer); its events, steps, calls, escalations, audit entries and
 notifications are deleted with it. Deleting a resolved escalation of a job whose events stay
 would make the next replay of that job open it again, so the only escalations deleted on their
 own are those with no job (alert rules) resolved before the cutoff.
 
-Everything works in bounded batches, so one run never holds long locks or a huge transaction.
+On PostgreSQL events and steps are partitioned by their job's ``partition_day`` (migration
+0015), so a whole day before the cutoff goes without deleting its rows one by one: its jobs
+that are kept (an event since the cutoff, an unresolved escalation) move to today's partitions,
+the others' Job rows are deleted, and the day's partitions are dropped. Expired jobs of the
+days the cutoff falls in (and every expired job on SQLite) are deleted row by row.
+
+Everything works in bounded batches of jobs, each under the jobs' ingest locks, so one run never
+holds long locks or a huge transaction, and an event arriving meanwhile either lands before
+its job is looked at (and the job no longer expires) or after (and starts the job afresh).
 """
 
 from dataclasses import dataclass
-from datetime import datetime, timedelta
+from datetime import UTC, date, datetime, timedelta
 
 from django.db import transaction
-from django.db.models import Exists, OuterRef
+from django.db.models import Exists, OuterRef, QuerySet
 from django.utils import timezone
 
+from jobs.ingest import database
 from jobs.ingest.locks import lock_jobs
-from jobs.models import DashboardDirtyHour, Escalation, Event, Job
+from jobs.models import DashboardDirtyHour, Escalation, Event, Job, Step
 
 JOB_BATCH = 100
 EVENT_BATCH = 5000
 MAX_BATCHES = 50
+# Jobs per transaction when a day's partitions go (their rows are not deleted one by one).
+DAY_JOB_BATCH = 1000
 
 
 @dataclass(slots=True)
@@ -31,6 +42,17 @@ class RetentionResult:
     jobs: int = 0
     events: int = 0
     escalations: int = 0
+    days: int = 0
+    moved: int = 0
+
+
+def expired(cutoff: datetime) -> QuerySet:
+    """Jobs whose newest event was received before ``cutoff`` and that have no unresolved
+    escalation."""
+    unresolved = Escalation.objects.filter(job=OuterRef("pk")).exclude(
+        status=Escalation.Status.RESOLVED
+    )
+    return Job.objects.filter(last_received_at__lt=cutoff).exclude(Exists(unresolved))
 
 
 def apply_retention(
@@ -42,33 +64,30 @@ def apply_retention(
     max_batches: int = MAX_BATCHES,
 ) -> RetentionResult:
     """Delete expired jobs (with their events) and job-less resolved escalations; at most
-    ``max_batches`` batches of each per call, so a backlog is worked off over several runs.
-    ``days`` of 0 deletes nothing."""
+    ``max_batches`` batches of each per call, so a backlog is worked off over several runs
+    (whole days on PostgreSQL go first, each in full). ``days`` of 0 deletes nothing."""
     result = RetentionResult()
     if days <= 0:
         return result
-    cutoff = (now or timezone.now()) - timedelta(days=days)
-    unresolved = Escalation.objects.filter(job=OuterRef("pk")).exclude(
-        status=Escalation.Status.RESOLVED
-    )
-    expired = (
-        Job.objects.filter(last_received_at__lt=cutoff)
-        .exclude(Exists(unresolved))
-        .order_by("last_received_at", "pk")
-    )
+    now = now or timezone.now()
+    cutoff = now - timedelta(days=days)
+    today = now.astimezone(UTC).date()
+    for day in database.partition_days():
+        if day >= cutoff.astimezone(UTC).date() or day >= today:
+            break
+        _drop_day(day, today, cutoff, result)
+    stale = expired(cutoff).order_by("last_received_at", "pk")
     for _ in range(max_batches):
-        candidates = list(expired.values_list("job_id", flat=True)[:job_batch])
+        candidates = list(stale.values_list("job_id", flat=True)[:job_batch])
         if not candidates:
             break
         with transaction.atomic():
-            # Ingest's per-job locks: an event arriving now either lands before this (and the
-            # job no longer expires) or after (and starts the job afresh).
             lock_jobs(candidates)
-            job_ids = list(expired.filter(job_id__in=candidates).values_list("job_id", flat=True))
+            job_ids = list(stale.filter(job_id__in=candidates).values_list("job_id", flat=True))
             result.events += _delete_events(job_ids, event_batch)
             doomed = Job.objects.filter(job_id__in=job_ids)
             DashboardDirtyHour.objects.mark(doomed.values_list("started_at", flat=True))
-            doomed.delete()
+            doomed.delete_with_steps()
         result.jobs += len(job_ids)
     old_resolved = Escalation.objects.filter(
         job__isnull=True, status=Escalation.Status.RESOLVED, resolved_at__lt=cutoff
@@ -90,3 +109,37 @@ def _delete_events(job_ids: list[str], batch: int) -> int:
             return deleted
         Event.objects.filter(pk__in=ids).delete()
         deleted += len(ids)
+
+
+def _drop_day(day: date, today: date, cutoff: datetime, result: RetentionResult) -> None:
+    """Move the day's kept jobs to today's partitions, delete its other jobs' rows, then drop
+    the day's partitions with every event and step in them."""
+    database.ensure_partitions([today])
+    of_day = Job.objects.filter(partition_day=day).order_by("pk")
+    while batch := list(of_day.values_list("job_id", flat=True)[:DAY_JOB_BATCH]):
+        with transaction.atomic():
+            lock_jobs(batch)
+            jobs = Job.objects.filter(job_id__in=batch, partition_day=day)
+            doomed = set(expired(cutoff).filter(pk__in=jobs).values_list("pk", flat=True))
+            kept = list(jobs.exclude(pk__in=doomed).values_list("pk", "job_id"))
+            _move(kept, day, today)
+            gone = Job.objects.filter(pk__in=doomed)
+            DashboardDirtyHour.objects.mark(gone.values_list("started_at", flat=True))
+            # Their steps and events stay until the partitions go (no row-by-row deletes).
+            gone.delete()
+        result.jobs += len(doomed)
+        result.moved += len(kept)
+    with transaction.atomic():
+        result.events += Event.objects.filter(partition_day=day).count()
+        database.drop_partitions(day)
+    result.days += 1
+
+
+def _move(jobs: list[tuple[int, str]], day: date, today: date) -> None:
+    """Move these jobs' rows from ``day``'s partitions to ``today``'s."""
+    if not jobs:
+        return
+    pks, job_ids = [pk for pk, _ in jobs], [job_id for _, job_id in jobs]
+    Event.objects.filter(job_id__in=job_ids, partition_day=day).update(partition_day=today)
+    Step.objects.filter(job_id__in=pks, partition_day=day).update(partition_day=today)
+    Job.objects.filter(pk__in=pks).update(partition_day=today)

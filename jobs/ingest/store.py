@@ -7,7 +7,7 @@ job + event_id), then ``projection.project_jobs`` over the jobs that got new eve
 
 from collections.abc import Iterable
 from dataclasses import dataclass, field
-from datetime import datetime, timedelta
+from datetime import UTC, date, datetime, timedelta
 
 from django.conf import settings
 from django.db import transaction
@@ -20,12 +20,13 @@ from jobs.ingest import counters, database
 from jobs.ingest.locks import lock_jobs
 from jobs.ingest.projection import project_jobs
 from jobs.models import Event as EventRow
-from jobs.models import IngestToken
+from jobs.models import IngestToken, Job
 
 TOKEN_USE_RESOLUTION = timedelta(minutes=1)
 EVENT_COLUMNS = (
     "job_id",
     "event_id",
+    "partition_day",
     "type",
     "ts",
     "seq",
@@ -76,15 +77,21 @@ def store_batch(
             )
     if not events:
         return result
+    # A new job's rows go to the day it arrived (known jobs keep theirs): its partitions must
+    # exist before the batch's transaction writes to them.
+    today = received_at.astimezone(UTC).date()
+    database.ensure_partitions([today])
     with transaction.atomic():
         job_ids = sorted({job_id for job_id, _ in events})
         lock_jobs(job_ids)
-        new_keys = _insert_events(events.values(), token, received_at)
+        days = dict.fromkeys(job_ids, today)
+        days.update(Job.objects.filter(job_id__in=job_ids).values_list("job_id", "partition_day"))
+        new_keys = _insert_events(events.values(), days, token, received_at)
         touched = sorted({job_id for job_id, _ in new_keys})
         new_events: dict[str, list[Event]] = {}
         for key in new_keys:
             new_events.setdefault(key[0], []).append(events[key])
-        paths = project_jobs(touched, received_at=received_at, new_events=new_events)
+        paths = project_jobs(touched, received_at=received_at, new_events=new_events, days=days)
         counters.record_batch((events[key] for key in new_keys), projections=paths)
         if token is not None and not _used_lately(token, received_at):
             IngestToken.objects.filter(pk=token.pk).update(last_used_at=received_at)
@@ -101,15 +108,20 @@ def _used_lately(token: IngestToken, now: datetime) -> bool:
 
 
 def _insert_events(
-    events: Iterable[Event], token: IngestToken | None, received_at: datetime
+    events: Iterable[Event],
+    days: dict[str, date],
+    token: IngestToken | None,
+    received_at: datetime,
 ) -> set[tuple[str, str]]:
-    """Insert event rows, skipping stored ones; returns the new rows' (job_id, event_id)."""
+    """Insert event rows (in their job's partition day), skipping stored ones; returns the new
+    rows' (job_id, event_id)."""
     adapt = database.adapt_datetime
     received, token_id = adapt(received_at), token.pk if token else None
     rows = (
         (
             event.job_id,
             event.event_id,
+            days[event.job_id],
             event.type,
             adapt(event.ts),
             event.seq,
