@@ -17,7 +17,8 @@ BASE_DIR = Path(__file__).resolve().parent.parent
 
 
 def env_str(name: str, default: str) -> str:
-    return os.environ.get(name, default)
+    """The variable's value; unset or empty gives the default (as ``NAME= make run`` means)."""
+    return os.environ.get(name) or default
 
 
 def env_bool(name: str, default: bool) -> bool:

@@ -311,6 +311,8 @@ def drop_partitions(day: date) -> None:
         # Dropping a partition locks its table: give up (and retry next run) rather than queue
         # every reader and writer behind a long query.
         cursor.execute("SET LOCAL lock_timeout = '10s'")
+        # A table with pending deferred constraint checks cannot be dropped: run them now.
+        cursor.execute("SET CONSTRAINTS ALL IMMEDIATE")
         for table in PARTITIONED_TABLES:
             cursor.execute(f"DROP TABLE IF EXISTS {partition_name(table, day)}")
 

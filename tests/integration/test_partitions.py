@@ -1,0 +1,178 @@
+"""Events and steps laid out by day (DESIGN.md section 2; migration 0015).
+
+A job's rows live in the day its first event arrived (``Job.partition_day``); on PostgreSQL that
+day is a partition of ``jobs_event`` and ``jobs_step``, and retention drops whole days. The same
+behaviour holds on SQLite, which partitions nothing: these tests run on both, and check the
+partitions themselves where there are some.
+"""
+
+from datetime import UTC, date, datetime, timedelta
+
+import pytest
+from django.db import connection
+
+from jobs.contract import bodies
+from jobs.escalations import actions
+from jobs.ingest import database, parity, retention
+from jobs.ingest.store import store_batch
+from jobs.models import Escalation, Event, Job, Step
+from tests.factories import event, finished, started, user
+
+pytestmark = pytest.mark.django_db
+
+DAY1 = datetime(2026, 3, 2, 9, 0, tzinfo=UTC)
+POSTGRES = connection.vendor == "postgresql"
+
+
+def store_at(items: list[dict], received_at: datetime):
+    return store_batch(bodies.parse_items(items, max_events=1000), received_at=received_at)
+
+
+def failing_job(job_id: str) -> list[dict]:
+    """A job whose credentials expired: it opens an escalation for support."""
+    return [
+        event("job_started", job_id, 0, event_id=f"{job_id}-s"),
+        started("n1", job_id, 1),
+        finished("n1", "retryable_failure", job_id, 2, error_type="auth", reason="token expired"),
+    ]
+
+
+def days_of(job_id: str) -> tuple[set[date], set[date]]:
+    events = set(Event.objects.filter(job_id=job_id).values_list("partition_day", flat=True))
+    steps = set(Step.objects.filter(job__job_id=job_id).values_list("partition_day", flat=True))
+    return events, steps
+
+
+def test_a_job_keeps_the_day_its_first_event_arrived():
+    store_at([event("job_started", "j1", 0), started("n1", "j1", 1)], DAY1)
+    store_at([finished("n1", "success", "j1", 2)], DAY1 + timedelta(days=1, hours=3))
+    job = Job.objects.get(job_id="j1")
+    assert job.partition_day == DAY1.date()
+    assert days_of("j1") == ({DAY1.date()}, {DAY1.date()})
+    if POSTGRES:
+        assert {DAY1.date(), DAY1.date() + timedelta(days=1)} <= set(database.partition_days())
+
+
+def test_an_event_sent_again_on_a_later_day_is_a_duplicate():
+    first = store_at([event("job_started", "j1", 0, event_id="e1")], DAY1)
+    again = store_at([event("job_started", "j1", 0, event_id="e1")], DAY1 + timedelta(days=3))
+    assert (first.stored, again.stored, again.duplicates) == (1, 0, 1)
+    assert Event.objects.filter(job_id="j1").count() == 1
+
+
+@pytest.fixture
+def support():
+    return user("support", "support")
+
+
+def test_retention_drops_whole_days_and_moves_the_jobs_it_keeps(support):
+    store_at(failing_job("resolved"), DAY1)
+    store_at(failing_job("open"), DAY1)  # an unresolved escalation keeps its job
+    store_at([event("job_started", "busy", 0), started("n1", "busy", 1)], DAY1)
+    store_at([event("job_started", "day2", 0)], DAY1 + timedelta(days=1))
+    actions.resolve(Escalation.objects.get(job__job_id="resolved"), support, "fixed")
+    now = DAY1 + timedelta(days=8, hours=1)
+    # "busy" hears from its producer a week later: it is no longer old.
+    store_at([finished("n1", "success", "busy", 2)], now - timedelta(hours=1))
+
+    result = retention.apply_retention(7, now)
+
+    assert set(Job.objects.values_list("job_id", flat=True)) == {"open", "busy"}
+    assert (result.jobs, result.events) == (2, 4)
+    assert not Event.objects.filter(job_id__in=["resolved", "day2"]).exists()
+    for job_id, node_ids in {"open": ["n1"], "busy": ["n1"]}.items():
+        assert list(Step.objects.filter(job__job_id=job_id).values_list("node_id", flat=True)) == (
+            node_ids
+        )
+        assert parity.differences(job_id) == []
+    if POSTGRES:
+        today = now.date()
+        # The cutoff's own day goes row by row: "day2" was deleted so.
+        assert (result.days, result.moved) == (1, 2)
+        assert days_of("open") == ({today}, {today})
+        assert Job.objects.get(job_id="busy").partition_day == today
+        assert DAY1.date() not in database.partition_days()
+    assert Escalation.objects.filter(job__job_id="open", status="open").exists()
+
+
+def test_a_moved_job_goes_on_where_it_was():
+    store_at(failing_job("j1"), DAY1)
+    now = DAY1 + timedelta(days=10)
+    retention.apply_retention(7, now)  # kept: its escalation is open
+    store_at([event("job_started", "j1", 0, event_id="j1-s")], now)  # sent again
+    store_at([started("n2", "j1", 3), finished("n2", "success", "j1", 4)], now)
+    assert Event.objects.filter(job_id="j1").count() == 5
+    assert list(Step.objects.filter(job__job_id="j1").order_by("pk").values_list("node_id")) == [
+        ("n1",),
+        ("n2",),
+    ]
+    assert parity.differences("j1") == []
+
+
+@pytest.mark.skipif(not POSTGRES, reason="partitions exist on PostgreSQL only")
+def test_partitions_are_created_once_and_for_every_partitioned_table():
+    day = date(2031, 1, 5)
+    database.ensure_partitions([day, day])
+    database.ensure_partitions([day])
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT relname FROM pg_class WHERE relname LIKE %s ORDER BY relname", ["%_p20310105"]
+        )
+        assert [name for (name,) in cursor.fetchall()] == [
+            "jobs_event_p20310105",
+            "jobs_step_p20310105",
+        ]
+    assert day in database.partition_days()
+    database.drop_partitions(day)
+    assert day not in database.partition_days()
+
+
+@pytest.mark.skipif(not POSTGRES, reason="partitions exist on PostgreSQL only")
+def test_the_unique_keys_hold_inside_the_partitioned_tables():
+    from django.db import IntegrityError, transaction
+
+    store_at([event("job_started", "j1", 0, event_id="e1")], DAY1)
+    row = Event.objects.get(job_id="j1")
+    with pytest.raises(IntegrityError), transaction.atomic():
+        Event.objects.create(
+            type=row.type,
+            job_id=row.job_id,
+            event_id=row.event_id,
+            ts=row.ts,
+            payload={},
+            received_at=row.received_at,
+            partition_day=row.partition_day,
+        )
+
+
+@pytest.mark.django_db(transaction=True)
+def test_the_migration_gives_stored_jobs_their_first_day_and_keeps_every_row():
+    """An install upgraded across migration 0015 keeps its events and steps, now in the day
+    its jobs started (on PostgreSQL: in that day's partitions)."""
+    from django.db.migrations.executor import MigrationExecutor
+
+    before = [("jobs", "0014_json_columns_read_with_orjson")]
+    after = [("jobs", "0015_partition_events_and_steps_by_day")]
+    executor = MigrationExecutor(connection)
+    latest = executor.loader.graph.leaf_nodes("jobs")
+    executor.migrate(before)
+    old = executor.loader.project_state(before).apps
+    received = DAY1 + timedelta(days=1)
+    job = old.get_model("jobs", "Job").objects.create(job_id="old", last_received_at=received)
+    for n, at in enumerate([received, received + timedelta(days=2)]):
+        old.get_model("jobs", "Event").objects.create(
+            job_id="old", event_id=f"e{n}", type="job_started", ts=at, payload={}, received_at=at
+        )
+    old.get_model("jobs", "Step").objects.create(job=job, node_id="n1", attempt=1, position=0)
+    try:
+        MigrationExecutor(connection).migrate(after)
+        with connection.cursor() as cursor:
+            cursor.execute("SELECT partition_day FROM jobs_job")
+            assert cursor.fetchall() == [(received.date(),)]
+            for table, rows in {"jobs_event": 2, "jobs_step": 1}.items():
+                cursor.execute(f"SELECT partition_day, count(*) FROM {table} GROUP BY 1")
+                assert cursor.fetchall() == [(received.date(), rows)]
+        if POSTGRES:
+            assert received.date() in database.partition_days()
+    finally:
+        MigrationExecutor(connection).migrate(latest)
