@@ -1,0 +1,477 @@
+"""Scale: millions of events through the real ingest path, then the pages and retention.
+
+    DATABASE_URL=postgres://postgres@127.0.0.1:5432/traceviz_scale \\
+        .venv/bin/python bench/scale.py load --events 1000000      # resumable: run it again
+    ... bench/scale.py measure                                     # pages and sizes, now
+    ... bench/scale.py retention --keep-days 7                     # then drop the older half
+    ... bench/scale.py all --events 10000000 --measure-at 1000000  # all of it in one go
+
+``load`` sends jobs in chunks of ``--chunk-jobs`` from ``--workers`` processes, each calling
+``store_batch`` (what the event API and /v1/traces call after parsing the body) on its own
+connection. The mix (seeded per chunk, so a resumed chunk sends the same events again and
+idempotency drops what was stored): the load bench's jobs (2 to 5 nodes, retries, 30 % failed
+finishes, auth and internal errors that open escalations) with four providers and their models,
+one job in ten with planner parse failures and a degradation, one in twenty sent as an
+OpenTelemetry trace (through the OTLP mapping) instead. Each job arrives in two halves, as a
+runner flushing mid-run sends it, so half of every job goes through the incremental projection.
+Receive times run over ``--days`` days ending now, so retention has whole days to drop.
+
+Progress and what each chunk measured are kept in ``bench/.scale-<database>.json``: a run that
+stops (Ctrl-C, a crash, a reboot) goes on from the last finished chunk.
+
+Figures printed: ingest rate per tenth of the load (does it sag as the tables grow?), database
+size per million events (tables and indexes), p50/p95 of the pages, and retention's time and
+what it leaves behind (dead rows, sizes).
+"""
+
+import argparse
+import json
+import multiprocessing
+import os
+import random
+import statistics
+import sys
+import time
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "bench"))
+os.environ.setdefault("DJANGO_SETTINGS_MODULE", "traceviz.settings")
+
+PROVIDERS = {
+    "openai": ["gpt-4.1", "gpt-4.1-mini"],
+    "anthropic": ["claude-sonnet-4", "claude-haiku-4"],
+    "google": ["gemini-2.5-pro"],
+    "mistral": ["mistral-large"],
+}
+EVENTS_PER_JOB = 10  # about: what the mix below averages, to size the chunk count
+BATCH_EVENTS = 500
+BIG_JOB, SMALL_JOB = "scale-steps-1000", "scale-steps-10"
+
+
+def state_path(database: str) -> Path:
+    return ROOT / "bench" / f".scale-{database}.json"
+
+
+def load_state(database: str) -> dict:
+    path = state_path(database)
+    if path.exists():
+        return json.loads(path.read_text())
+    return {"start": None, "chunks": {}, "measures": [], "retention": []}
+
+
+def save_state(database: str, state: dict) -> None:
+    path = state_path(database)
+    path.with_suffix(".tmp").write_text(json.dumps(state))
+    path.with_suffix(".tmp").replace(path)
+
+
+def setup() -> None:
+    import django
+
+    django.setup()
+
+
+def database_name() -> str:
+    from django.db import connection
+
+    return connection.settings_dict["NAME"]
+
+
+# --- the mix ------------------------------------------------------------------------------------
+
+
+def chunk_jobs(chunk: int, jobs: int, received: datetime) -> tuple[list[list[dict]], list]:
+    """The chunk's jobs as event lists (two halves each) and its OTLP traces."""
+    from load import job_events
+    from otlp import trace_spans
+
+    rng = random.Random(chunk)
+    halves, traces = [], []
+    for n in range(jobs):
+        job_id = f"scale-{chunk:06d}-{n:03d}"
+        start = received - timedelta(seconds=rng.randint(5, 600))
+        if rng.random() < 0.05:
+            traces.append(trace_spans(chunk * 1000 + n, rng.randint(3, 12), start, rng))
+            continue
+        items = job_events(job_id, start, rng)
+        provider = rng.choice(list(PROVIDERS))
+        items[0]["payload"] |= {"provider": provider, "model": rng.choice(PROVIDERS[provider])}
+        if rng.random() < 0.1:
+            items[1:1] = planner_events(job_id, items[0], rng)
+        middle = len(items) // 2
+        halves.append(items[:middle])
+        halves.append(items[middle:])
+    return halves, traces
+
+
+def planner_events(job_id: str, first: dict, rng: random.Random) -> list[dict]:
+    payload = {k: first["payload"][k] for k in ("provider", "model")}
+    at = first["ts"]
+    out = [
+        {
+            "type": "graph.next_step.parse_invalid",
+            "job_id": job_id,
+            "ts": at,
+            "payload": payload
+            | {
+                "cycle": 1,
+                "attempt": attempt,
+                "parse_error_type": rng.choice(["json_decode", "schema"]),
+                "validation_errors": ["next_step: field required"],
+                "raw_output_preview": '{"step": "deploy"}',
+            },
+        }
+        for attempt in (1, 2)
+    ]
+    if rng.random() < 0.5:
+        out.append(
+            {
+                "type": "graph.next_step.degraded",
+                "job_id": job_id,
+                "ts": at,
+                "payload": payload
+                | {"cycle": 1, "attempts": 2, "reason": "next_step_parse_failed"},
+            }
+        )
+    return out
+
+
+# --- load ---------------------------------------------------------------------------------------
+
+
+def send_chunk(chunk: int, jobs: int, received: datetime) -> int:
+    """Store the chunk's events: first halves, then second halves, in batches; returns how
+    many events were stored."""
+    from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
+
+    from jobs.contract import bodies, otlp
+    from jobs.ingest.store import store_batch
+
+    halves, traces = chunk_jobs(chunk, jobs, received)
+    stored = 0
+    for round_ in (halves[0::2], halves[1::2]):
+        items = [item for half in round_ for item in half]
+        for start in range(0, len(items), BATCH_EVENTS):
+            batch = bodies.parse_items(items[start : start + BATCH_EVENTS], max_events=10_000)
+            stored += store_batch(batch, received_at=received).stored
+    if traces:
+        request = ExportTraceServiceRequest()
+        for spans in traces:
+            scope = request.resource_spans.add().scope_spans.add()
+            scope.spans.extend(spans)
+        stored += store_batch(otlp.to_batch(request, 10_000).batch, received_at=received).stored
+    return stored
+
+
+def worker(queue, done, chunks: list[int], jobs: int, start: float, span: float, total: int):
+    setup()
+    from django.db import connection
+
+    for chunk in chunks:
+        if chunk in done:
+            continue
+        received = datetime.fromtimestamp(start + span * chunk / total, UTC)
+        began = time.perf_counter()
+        stored = send_chunk(chunk, jobs, received)
+        queue.put((chunk, stored, time.perf_counter() - began, time.time()))
+    connection.close()
+    queue.put(None)
+
+
+def load(args) -> None:
+    setup()
+    from django.core.management import call_command
+
+    from pgstats import analyze_periodically
+
+    call_command("migrate", "--noinput", verbosity=0)
+    database = database_name()
+    state = load_state(database)
+    if state["start"] is None:
+        state["start"] = time.time() - args.days * 86400
+        state["days"] = args.days
+        state["chunk_jobs"] = args.chunk_jobs
+        save_state(database, state)
+    jobs = state["chunk_jobs"]
+    # The chunk count (and so each chunk's receive time) follows the whole load's size; a
+    # milestone (--stop-at) stops early, in chunk order.
+    total = state.setdefault("total_chunks", max(1, args.events // (jobs * EVENTS_PER_JOB)))
+    done = {int(chunk) for chunk in state["chunks"]}
+    stored = sum(chunk["events"] for chunk in state["chunks"].values())
+    last = total
+    if args.stop_at:
+        last = min(total, max(1, round(total * args.stop_at / args.events)))
+    todo = [chunk for chunk in range(last) if chunk not in done]
+    print(f"load: {stored:,} events stored before; {len(todo)} of {total} chunks to go", flush=True)
+    if not todo:
+        return
+    span = time.time() - state["start"]
+    from django.db import connections
+
+    connections.close_all()  # the workers fork: each opens its own connection
+    stop = analyze_periodically(os.environ["DATABASE_URL"], every=60.0)
+    queue = multiprocessing.Queue()
+    processes = [
+        multiprocessing.Process(
+            target=worker,
+            args=(queue, done, todo[w :: args.workers], jobs, state["start"], span, total),
+        )
+        for w in range(args.workers)
+    ]
+    for process in processes:
+        process.start()
+    running, began, last_print = len(processes), time.perf_counter(), 0.0
+    try:
+        while running:
+            message = queue.get()
+            if message is None:
+                running -= 1
+                continue
+            chunk, events, seconds, ended = message
+            state["chunks"][str(chunk)] = {"events": events, "seconds": seconds, "end": ended}
+            stored += events
+            if time.perf_counter() - last_print > 10 or not running:
+                save_state(database, state)
+                last_print = time.perf_counter()
+                rate = sum(c["events"] for c in recent(state, 20)) / max(
+                    1e-9, sum(c["seconds"] for c in recent(state, 20))
+                )
+                print(
+                    f"  {stored:,} events, {len(state['chunks'])}/{total} chunks, "
+                    f"{rate * args.workers:,.0f} events/s now, "
+                    f"{time.perf_counter() - began:,.0f} s",
+                    flush=True,
+                )
+    finally:
+        save_state(database, state)
+        stop.set()
+        for process in processes:
+            process.join(timeout=5)
+            if process.is_alive():
+                process.terminate()
+    print_rates(state, args.workers)
+
+
+def recent(state: dict, count: int) -> list[dict]:
+    return sorted(state["chunks"].values(), key=lambda c: c["end"])[-count:]
+
+
+def print_rates(state: dict, workers: int) -> None:
+    """Events/s per tenth of the chunks (in load order): each worker is busy all the time, so
+    the rate is workers x events / busy seconds."""
+    chunks = [state["chunks"][key] for key in sorted(state["chunks"], key=int)]
+    if len(chunks) < 10:
+        return
+    tenth = len(chunks) // 10
+    print("ingest rate per tenth of the load (events/s):")
+    rates = []
+    for part in range(10):
+        window = chunks[part * tenth : (part + 1) * tenth]
+        events = sum(c["events"] for c in window)
+        rates.append(workers * events / sum(c["seconds"] for c in window))
+        before = sum(c["events"] for c in chunks[: part * tenth])
+        print(f"  from {before:>12,} events: {rates[-1]:8,.0f}")
+    print(f"  last tenth / first tenth: {rates[-1] / rates[0]:.2f}")
+
+
+# --- measure ------------------------------------------------------------------------------------
+
+
+def plant_jobs() -> None:
+    """A 10-step and a 1,000-step job, sent through ingest like any other."""
+    from jobs.contract import bodies
+    from jobs.ingest.store import store_batch
+    from jobs.models import Job
+
+    for job_id, steps in ((SMALL_JOB, 10), (BIG_JOB, 1000)):
+        if Job.objects.filter(job_id=job_id).exists():
+            continue
+        start = datetime.now(UTC) - timedelta(hours=2)
+        items = [{"type": "job_started", "job_id": job_id, "ts": start.isoformat(), "payload": {}}]
+        for n in range(steps):
+            at = (start + timedelta(seconds=n)).isoformat()
+            result = "permanent_failure" if n == steps - 1 else "success"
+            for kind, extra in (("node_started", {}), ("node_finished", {"result_type": result})):
+                payload = {"node_id": f"n{n}", "attempt": 1, **extra}
+                if result != "success" and kind == "node_finished":
+                    payload |= {"reason": "upstream said no", "failure_code": "adapter_error"}
+                items.append({"type": kind, "job_id": job_id, "ts": at, "payload": payload})
+        for begin in range(0, len(items), 5000):
+            store_batch(bodies.parse_items(items[begin : begin + 5000], max_events=10_000))
+
+
+def sizes() -> dict[str, int]:
+    """Bytes of every jobs_* table (partitions included), heap and indexes apart."""
+    from django.db import connection
+
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT coalesce(sum(pg_table_size(c.oid)), 0), "
+            "coalesce(sum(pg_indexes_size(c.oid)), 0) FROM pg_class c "
+            "JOIN pg_namespace n ON n.oid = c.relnamespace "
+            "WHERE n.nspname = 'public' AND c.relkind = 'r' AND c.relname LIKE 'jobs\\_%'"
+        )
+        tables, indexes = cursor.fetchone()
+    return {"tables": int(tables), "indexes": int(indexes)}
+
+
+def timed(client, url: str, runs: int) -> tuple[float, float] | None:
+    times = []
+    for _ in range(runs + 1):
+        began = time.perf_counter()
+        response = client.get(url)
+        times.append((time.perf_counter() - began) * 1000)
+        if response.status_code != 200:
+            return None
+    times = sorted(times[1:])  # the first one warms caches
+    return statistics.median(times), times[max(0, round(0.95 * len(times)) - 1)]
+
+
+def pages(runs: int) -> dict[str, list[float] | None]:
+    from django.contrib.auth.models import User
+    from django.test import Client
+    from jobs.dashboard import rollup
+
+    plant_jobs()
+    rollup.refresh_pending(max_batches=10_000)
+    user, _ = User.objects.get_or_create(username="scale-bench", is_staff=True)
+    client = Client()
+    client.force_login(user)
+    urls = {
+        "list: needs attention (default)": "/",
+        "list: status=failed": "/?status=failed",
+        "list: reason search 'upstream'": "/?q=upstream",
+        "list: provider=anthropic": "/?provider=anthropic",
+        "job page, 10 steps": f"/jobs/{SMALL_JOB}/",
+        "job page, 1,000 steps": f"/jobs/{BIG_JOB}/",
+        "failure groups": "/failures/",
+        "dashboard 24 h": "/dashboard/?range=24h",
+        "dashboard 7 d": "/dashboard/?range=7d",
+    }
+    return {name: url and timed(client, url, runs) for name, url in urls.items()}
+
+
+def measure(args) -> None:
+    setup()
+    from jobs.models import Event, Job
+
+    database = database_name()
+    state = load_state(database)
+    events, jobs = Event.objects.count(), Job.objects.count()
+    size = sizes()
+    print(f"measure at {events:,} events, {jobs:,} jobs")
+    print(
+        f"  database: tables {size['tables'] / 2**20:,.0f} MiB, indexes "
+        f"{size['indexes'] / 2**20:,.0f} MiB; per million events "
+        f"{(size['tables'] + size['indexes']) / 2**20 / max(events / 1e6, 1e-9):,.0f} MiB"
+    )
+    print(f"  {'page':<34} {'p50 ms':>8} {'p95 ms':>8}")
+    timings = pages(args.runs)
+    for name, timing in timings.items():
+        shown = "n/a (no such page or not 200)" if timing is None else "%8.1f %8.1f" % timing
+        print(f"  {name:<34} {shown}")
+    state["measures"].append(
+        {"events": events, "jobs": jobs, "sizes": size, "pages": timings, "at": time.time()}
+    )
+    save_state(database, state)
+
+
+# --- retention ----------------------------------------------------------------------------------
+
+
+def dead_rows() -> int:
+    from django.db import connection
+
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT coalesce(sum(n_dead_tup), 0) FROM pg_stat_user_tables "
+            "WHERE relname LIKE 'jobs\\_%'"
+        )
+        return int(cursor.fetchone()[0])
+
+
+def retention(args) -> None:
+    setup()
+    from django.db import connection
+
+    from jobs.ingest.retention import apply_retention
+    from jobs.models import Event, Job
+
+    database = database_name()
+    state = load_state(database)
+    before = {"events": Event.objects.count(), "jobs": Job.objects.count(), **sizes()}
+    began, runs, total = time.perf_counter(), 0, None
+    while True:
+        result = apply_retention(args.keep_days)
+        runs += 1
+        total = result if total is None else total
+        if total is not result:
+            for name in ("jobs", "events", "escalations", "days", "moved"):
+                setattr(total, name, getattr(total, name) + getattr(result, name))
+        if not (result.jobs or result.days or result.escalations):
+            break
+    seconds = time.perf_counter() - began
+    with connection.cursor() as cursor:
+        cursor.execute("ANALYZE")
+    after = {"events": Event.objects.count(), "jobs": Job.objects.count(), **sizes()}
+    dead = dead_rows()
+    print(
+        f"retention (keep {args.keep_days} days): {seconds:,.1f} s in {runs} runs; "
+        f"{total.days} days dropped whole, {total.jobs:,} jobs deleted, {total.moved:,} kept "
+        f"jobs moved"
+    )
+    for name in ("events", "jobs"):
+        print(f"  {name}: {before[name]:,} -> {after[name]:,}")
+    for name in ("tables", "indexes"):
+        print(f"  {name}: {before[name] / 2**20:,.0f} MiB -> {after[name] / 2**20:,.0f} MiB")
+    print(f"  dead rows left for VACUUM (bloat): {dead:,}")
+    state["retention"].append(
+        {"seconds": seconds, "before": before, "after": after, "dead": dead, "at": time.time()}
+    )
+    save_state(database, state)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("command", choices=["load", "measure", "retention", "all"])
+    parser.add_argument("--events", type=int, default=10_000_000)
+    parser.add_argument("--measure-at", default="1000000", help="comma-separated event counts")
+    parser.add_argument("--stop-at", type=int, default=0, help="load: stop after about N events")
+    parser.add_argument("--workers", type=int, default=2)
+    parser.add_argument("--chunk-jobs", type=int, default=200)
+    parser.add_argument("--days", type=int, default=14)
+    parser.add_argument("--keep-days", type=int, default=7)
+    parser.add_argument("--runs", type=int, default=20, help="requests per page")
+    args = parser.parse_args()
+    if not os.environ.get("DATABASE_URL", "").startswith(("postgres://", "postgresql://")):
+        sys.exit("bench/scale.py measures PostgreSQL: set DATABASE_URL=postgres://...")
+    if args.command == "all":
+        target = args.events
+        for milestone in sorted(int(n) for n in args.measure_at.split(",") if n):
+            if milestone < target:
+                args.stop_at = milestone
+                run(load, args)
+                run(measure, args)
+        args.stop_at = 0
+        run(load, args)
+        run(measure, args)
+        run(retention, args)
+    else:
+        run({"load": load, "measure": measure, "retention": retention}[args.command], args)
+
+
+def run(command, args) -> None:
+    """Each step in a fresh process, so the load's workers fork from a process without open
+    connections."""
+    process = multiprocessing.Process(target=command, args=(args,))
+    process.start()
+    process.join()
+    if process.exitcode:
+        sys.exit(process.exitcode)
+
+
+if __name__ == "__main__":
+    main()
