@@ -184,7 +184,6 @@ def worker(queue, done, chunks: list[int], jobs: int, start: float, span: float,
 def load(args) -> None:
     setup()
     from django.core.management import call_command
-
     from pgstats import analyze_periodically
 
     call_command("migrate", "--noinput", verbosity=0)
@@ -333,6 +332,7 @@ def timed(client, url: str, runs: int) -> tuple[float, float] | None:
 def pages(runs: int) -> dict[str, list[float] | None]:
     from django.contrib.auth.models import User
     from django.test import Client
+
     from jobs.dashboard import rollup
 
     plant_jobs()
@@ -371,7 +371,9 @@ def measure(args) -> None:
     print(f"  {'page':<34} {'p50 ms':>8} {'p95 ms':>8}")
     timings = pages(args.runs)
     for name, timing in timings.items():
-        shown = "n/a (no such page or not 200)" if timing is None else "%8.1f %8.1f" % timing
+        shown = "n/a (no such page or not 200)"
+        if timing is not None:
+            shown = f"{timing[0]:8.1f} {timing[1]:8.1f}"
         print(f"  {name:<34} {shown}")
     state["measures"].append(
         {"events": events, "jobs": jobs, "sizes": size, "pages": timings, "at": time.time()}
