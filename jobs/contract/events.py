@@ -9,6 +9,7 @@ import hashlib
 import json
 import math
 import re
+import unicodedata
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -16,9 +17,14 @@ from typing import Any
 
 import orjson
 
+from jobs.contract.redaction import contains_secret
+
 MAX_ID_CHARS = 200
 MAX_REASON_BYTES = 64 * 1024
 MAX_SMALL_INT = 2**62
+# Payloads nest at most this deep (the payload object is level 1): deeper ones are refused, so
+# redaction, storage and pages never recurse without bound.
+MAX_PAYLOAD_DEPTH = 64
 TRUNCATION_MARKER = "… [truncated {dropped} bytes]"
 
 
@@ -294,6 +300,16 @@ CONTEXT_FIELDS: dict[str, Check] = {
 }
 # Free text that may be long: kept, but cut at MAX_REASON_BYTES with a visible marker.
 LONG_TEXT_FIELDS = ("reason", "message", "stack")
+# Ids are stored and shown as sent, in URLs and filters: unlike text they cannot be masked.
+ID_PAYLOAD_FIELDS = (
+    "node_id",
+    "retry_of",
+    "correlation_id",
+    "session_id",
+    "trace_span_id",
+    "parent_span_id",
+)
+CONTROL_CATEGORIES = frozenset({"Cc", "Zl", "Zp"})
 ENVELOPE_FIELDS = frozenset({"type", "job_id", "event_id", "ts", "seq", "payload"})
 REQUIRED_ENVELOPE_FIELDS = ("type", "job_id")
 
@@ -377,6 +393,50 @@ def _bad_text(value: str) -> str | None:
     return None
 
 
+def id_problem(value: str) -> str | None:
+    """Why ``value`` cannot be an id (job, event, node, type...), or None: control characters
+    and '.' or '..' path segments break the URLs pages build from ids, and an id carrying a
+    secret would be stored and shown unmasked."""
+    if any(unicodedata.category(char) in CONTROL_CATEGORIES for char in value):
+        return "must not contain control characters (newline, tab, ...)"
+    if any(segment in (".", "..") for segment in value.split("/")):
+        return "must not be '.' or '..' (nor have them as a '/' segment)"
+    if contains_secret(value):
+        return "looks like it carries a secret (token, key, password): send an id without one"
+    return None
+
+
+def _id_errors(item: dict[str, Any], payload: Any) -> Iterable[FieldError]:
+    for name in ("type", "job_id", "event_id"):
+        value = item.get(name)
+        if isinstance(value, str) and (problem := id_problem(value)):
+            yield FieldError(name, problem)
+    if isinstance(payload, dict):
+        for name in ID_PAYLOAD_FIELDS:
+            value = payload.get(name)
+            if isinstance(value, str) and value and (problem := id_problem(value)):
+                yield FieldError(f"payload.{name}", problem)
+
+
+def nesting_depth(value: Any, limit: int = MAX_PAYLOAD_DEPTH) -> int:
+    """How deep objects and arrays nest in ``value`` (a scalar is 0), counted without recursion
+    and only up to ``limit + 1``."""
+    deepest, stack = 0, [(value, 1)]
+    while stack:
+        item, depth = stack.pop()
+        if isinstance(item, dict):
+            children = item.values()
+        elif isinstance(item, list):
+            children = item
+        else:
+            continue
+        deepest = max(deepest, depth)
+        if depth > limit:
+            return deepest
+        stack.extend((child, depth + 1) for child in children if isinstance(child, dict | list))
+    return deepest
+
+
 def validate(item: Any, check_text: bool = True) -> tuple[Event | None, list[FieldError]]:
     """Validate one decoded item: an ``Event`` and no errors, or None and its field errors.
 
@@ -412,8 +472,13 @@ def validate(item: Any, check_text: bool = True) -> tuple[Event | None, list[Fie
     payload = item.get("payload", {})
     if not isinstance(payload, dict):
         errors.append(FieldError("payload", "must be an object"))
+    elif nesting_depth(payload) > MAX_PAYLOAD_DEPTH:
+        errors.append(
+            FieldError("payload", f"must not nest objects and arrays over {MAX_PAYLOAD_DEPTH} deep")
+        )
     elif isinstance(event_type, str):
         errors.extend(_payload_errors(event_type, payload))
+    errors.extend(_id_errors(item, payload))
     if errors:
         return None, errors
     event = Event(
