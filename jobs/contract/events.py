@@ -25,6 +25,7 @@ MAX_SMALL_INT = 2**62
 # Payloads nest at most this deep (the payload object is level 1): deeper ones are refused, so
 # redaction, storage and pages never recurse without bound.
 MAX_PAYLOAD_DEPTH = 64
+MIN_TS_YEAR, MAX_TS_YEAR = 1970, 8999
 TRUNCATION_MARKER = "… [truncated {dropped} bytes]"
 
 
@@ -334,9 +335,13 @@ def parse_timestamp(value: Any) -> datetime | None:
         parsed = datetime.fromisoformat(
             f"{year}-{month}-{day}T{hour}:{minute}:{second}.{micros:06d}{offset}"
         )
-    except ValueError:
+        # An offset can carry a time at the calendar's edge past it (9999-12-31T23:59:59-23:59).
+        parsed = parsed.astimezone(UTC)
+    except (ValueError, OverflowError):
         return None
-    return parsed.astimezone(UTC)
+    # Times near the calendar's edges overflow the day partitions and chart buckets built
+    # around them; no job runs there.
+    return parsed if MIN_TS_YEAR <= parsed.year <= MAX_TS_YEAR else None
 
 
 def truncate_text(value: str, limit: int = MAX_REASON_BYTES) -> str:
