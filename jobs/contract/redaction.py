@@ -45,15 +45,24 @@ AUTHORIZATION_KEY = r"(?i)\b((?:proxy-)?authorization[\"']?\s*[:=]\s*"
 SCHEME_WORD = r"(?:([A-Za-z][\w\-]*) (?=\S))?"
 AUTHORIZATION_QUOTED = re.compile(AUTHORIZATION_KEY + r"[\"'])" + SCHEME_WORD + r"[^\r\n\"']+")
 AUTHORIZATION_LINE = re.compile(AUTHORIZATION_KEY + r")(?![\"'])" + SCHEME_WORD + r"[^\r\n]+")
-SECRET_PATTERNS: list[tuple[re.Pattern[str], str]] = [
+SECRET_PATTERNS: list[tuple[re.Pattern[str], str, tuple[str, ...]]] = [
     # Cookie / Set-Cookie headers: every cookie, to the end of the line.
-    (re.compile(r"(?i)\b((?:set-)?cookie[\"']?\s*[:=]\s*[\"'])[^\r\n\"']+"), r"\1" + MASK),
-    (re.compile(r"(?i)\b((?:set-)?cookie[\"']?\s*[:=]\s*)(?![\"'])[^\r\n]+"), r"\1" + MASK),
+    (
+        re.compile(r"(?i)\b((?:set-)?cookie[\"']?\s*[:=]\s*[\"'])[^\r\n\"']+"),
+        r"\1" + MASK,
+        ("cookie",),
+    ),
+    (
+        re.compile(r"(?i)\b((?:set-)?cookie[\"']?\s*[:=]\s*)(?![\"'])[^\r\n]+"),
+        r"\1" + MASK,
+        ("cookie",),
+    ),
     # Bearer <token> / Basic <credentials> anywhere. A short letters-only word is prose
     # ("basic information"), not a credential.
     (
         re.compile(r"(?i)\b(bearer|basic)\s+(?![A-Za-z]{1,19}\b)[A-Za-z0-9\-._~+/]{6,}=*"),
         r"\1 " + MASK,
+        ("bearer", "basic"),
     ),
 ]
 # key=value and key: value pairs whose key names a secret, the key maybe quoted (JSON text):
@@ -63,6 +72,11 @@ SECRET_PAIR = re.compile(
     r"|private[_-]?key|authorization|credentials?|cookie|auth|session|(?:account|sharedaccess)key)"
     r"[\w.-]*)(\\?[\"']?\s*[=:]\s*)((?:bearer|basic)\s+|[A-Za-z][\w\-]*\s(?=\[REDACTED\]))?"
     r"(\[REDACTED\]|\\\"(?:[^\"\\]|\\[^\"])*\\\"|\"(?:[^\"\\]|\\.)*\"|'[^']*'|[^\s&,;\"'}\]]+)"
+)
+# Words one of which a secret pair's key holds (SECRET_PAIR's alternatives, lowercase).
+PAIR_KEYWORDS = (
+    *("pass", "pwd", "secret", "token", "key", "authorization", "credential", "cookie"),
+    *("auth", "session"),
 )
 # JSON documents inside a string: at most this many tried per string, and no deeper than this.
 MAX_EMBEDDED_DOCUMENTS = 16
@@ -100,11 +114,17 @@ def _redact_text(value: str) -> str:
     if "{" in value or "[" in value:
         value = _redact_embedded_json(value)
     value = mask_tokens(value)
-    value = AUTHORIZATION_QUOTED.sub(_mask_authorization, value)
-    value = AUTHORIZATION_LINE.sub(_mask_authorization, value)
-    for pattern, replacement in SECRET_PATTERNS:
-        value = pattern.sub(replacement, value)
-    return SECRET_PAIR.sub(_mask_pair, value)
+    # Each pattern runs only on text holding its keyword: substring tests are cheap, scans not.
+    lowered = value.lower()
+    if "authorization" in lowered:
+        value = AUTHORIZATION_QUOTED.sub(_mask_authorization, value)
+        value = AUTHORIZATION_LINE.sub(_mask_authorization, value)
+    for pattern, replacement, needles in SECRET_PATTERNS:
+        if any(needle in lowered for needle in needles):
+            value = pattern.sub(replacement, value)
+    if ("=" in value or ":" in value) and any(word in lowered for word in PAIR_KEYWORDS):
+        value = SECRET_PAIR.sub(_mask_pair, value)
+    return value
 
 
 def _redact_embedded_json(value: str) -> str:

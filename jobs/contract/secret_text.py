@@ -52,59 +52,74 @@ LIBRARY_DETECTORS = (
     TelegramBotTokenDetector,
     TwilioKeyDetector,
 )
-LIBRARY_PATTERNS: tuple[re.Pattern[str], ...] = tuple(
-    pattern for detector in LIBRARY_DETECTORS for pattern in detector.denylist
+# Each detector's patterns run only on text holding one of its needles (lowercase literals
+# every match contains): a substring test is far cheaper than a regular expression scan, and
+# most text holds no token at all. An empty tuple: always run.
+LIBRARY_NEEDLES: dict[type, tuple[str, ...]] = {
+    AWSKeyDetector: ("a3t", "abia", "acca", "akia", "asia", "aws"),
+    AzureStorageKeyDetector: ("accountkey=",),
+    DiscordBotTokenDetector: (".",),
+    GitHubTokenDetector: ("ghp_", "gho_", "ghu_", "ghs_", "ghr_"),
+    GitLabTokenDetector: (
+        *("glpat-", "gldt-", "glft-", "glsoat-", "glrt-", "gr1348941", "glcbt-"),
+        *("glimt-", "glptt-", "glagent-", "gloas-"),
+    ),
+    JwtTokenDetector: ("eyj",),
+    MailchimpDetector: ("-us",),
+    NpmDetector: ("_authtoken",),
+    OpenAIDetector: ("t3blbkfj",),
+    PypiTokenDetector: ("pypi-",),
+    SendGridDetector: ("sg.",),
+    SlackDetector: ("xox", "hooks.slack"),
+    SquareOAuthDetector: ("sq0csp-",),
+    StripeDetector: ("_live_",),
+    TelegramBotTokenDetector: (":",),
+    TwilioKeyDetector: ("ac", "sk"),
+}
+LIBRARY_PATTERNS: tuple[tuple[re.Pattern[str], tuple[str, ...]], ...] = tuple(
+    (pattern, LIBRARY_NEEDLES[detector])
+    for detector in LIBRARY_DETECTORS
+    for pattern in detector.denylist
 )
 
-# Formats detect-secrets has no plugin for (or only an older shape of).
-OWN_PATTERNS: tuple[re.Pattern[str], ...] = tuple(
-    re.compile(pattern)
-    for pattern in (
+# Formats detect-secrets has no plugin for (or only an older shape of), with their needles.
+OWN_PATTERNS: tuple[tuple[re.Pattern[str], tuple[str, ...]], ...] = tuple(
+    (re.compile(pattern), needles)
+    for pattern, needles in (
         # LLM providers: OpenAI (sk-, sk-proj-), Anthropic (sk-ant-), OpenRouter (sk-or-), and
         # the same shape with rk-/pk- prefixes; Hugging Face, Groq, xAI, Replicate, Perplexity.
-        r"\b(?:sk|rk|pk)-[A-Za-z0-9][A-Za-z0-9_\-]{15,}",
-        r"\bhf_[A-Za-z0-9]{30,}",
-        r"\bgsk_[A-Za-z0-9]{40,}",
-        r"\bxai-[A-Za-z0-9]{40,}",
-        r"\br8_[A-Za-z0-9]{30,}",
-        r"\bpplx-[A-Za-z0-9]{40,}",
+        (r"\b(?:sk|rk|pk)-[A-Za-z0-9][A-Za-z0-9_\-]{15,}", ("sk-", "rk-", "pk-")),
+        (r"\bhf_[A-Za-z0-9]{30,}", ("hf_",)),
+        (r"\bgsk_[A-Za-z0-9]{40,}", ("gsk_",)),
+        (r"\bxai-[A-Za-z0-9]{40,}", ("xai-",)),
+        (r"\br8_[A-Za-z0-9]{30,}", ("r8_",)),
+        (r"\bpplx-[A-Za-z0-9]{40,}", ("pplx-",)),
         # Payment keys in test mode and webhook signing secrets (live keys: the library's).
-        r"\b(?:sk|rk)_test_[0-9a-zA-Z]{16,}",
-        r"\bwhsec_[0-9a-zA-Z]{24,}",
+        (r"\b(?:sk|rk)_test_[0-9a-zA-Z]{16,}", ("_test_",)),
+        (r"\bwhsec_[0-9a-zA-Z]{24,}", ("whsec_",)),
         # Source hosts: GitHub fine-grained tokens, Bitbucket app passwords.
-        r"\bgithub_pat_[A-Za-z0-9_]{20,}",
-        r"\bgh[pousr]_[A-Za-z0-9]{20,}",
-        r"\bATBB[A-Za-z0-9]{24,}",
+        (r"\bgithub_pat_[A-Za-z0-9_]{20,}", ("github_pat_",)),
+        (r"\bgh[pousr]_[A-Za-z0-9]{20,}", ("ghp_", "gho_", "ghu_", "ghs_", "ghr_")),
+        (r"\bATBB[A-Za-z0-9]{24,}", ("atbb",)),
         # Google API keys and OAuth access tokens; Azure AD client secrets and SAS signatures.
-        r"\bAIza[0-9A-Za-z_\-]{35}",
-        r"\bya29\.[0-9A-Za-z_\-]{20,}",
-        r"(?<![\w.~-])[A-Za-z0-9_~.\-]{3}\dQ~[A-Za-z0-9_~.\-]{31,34}",
-        r"(?i)(?<=[?&;])sig=[A-Za-z0-9%+/=]{16,}",
+        (r"\bAIza[0-9A-Za-z_\-]{35}", ("aiza",)),
+        (r"\bya29\.[0-9A-Za-z_\-]{20,}", ("ya29.",)),
+        (r"(?<![\w.~-])[A-Za-z0-9_~.\-]{3}\dQ~[A-Za-z0-9_~.\-]{31,34}", ("q~",)),
+        (r"(?i)(?<=[?&;])sig=[A-Za-z0-9%+/=]{16,}", ("sig=",)),
         # Chat incoming webhooks: Discord, Microsoft Teams, Google Chat, Mattermost-style hooks.
-        r"(?i)https://(?:\w+\.)?discord(?:app)?\.com/api/webhooks/\d+/[\w\-]+",
-        r"(?i)https://[\w.\-]+\.webhook\.office\.com/webhook\w*/[^\s\"'<>]+",
-        r"(?i)https://chat\.googleapis\.com/v1/spaces/[^\s\"'<>]+",
-        r"(?i)https?://[\w.\-]+/hooks/[a-z0-9]{20,}",
+        (r"(?i)https://(?:\w+\.)?discord(?:app)?\.com/api/webhooks/\d+/[\w\-]+", ("/webhooks/",)),
+        (r"(?i)https://[\w.\-]+\.webhook\.office\.com/webhook\w*/[^\s\"'<>]+", (".webhook.",)),
+        (r"(?i)https://chat\.googleapis\.com/v1/spaces/[^\s\"'<>]+", ("chat.googleapis",)),
+        (r"(?i)https?://[\w.\-]+/hooks/[a-z0-9]{20,}", ("/hooks/",)),
         # traceviz's own ingest tokens (IngestToken.issue: "tvz_" + token_urlsafe(32)).
-        r"\btvz_[A-Za-z0-9_\-]{20,}",
+        (r"\btvz_[A-Za-z0-9_\-]{20,}", ("tvz_",)),
     )
 )
 TOKEN_PATTERNS = LIBRARY_PATTERNS + OWN_PATTERNS
-# One pass over the text finds whether any token format is present at all (most texts hold
-# none); only then does each pattern run on its own.
-
-
-def _inline_flags(pattern: re.Pattern[str]) -> str:
-    flags = ((re.IGNORECASE, "i"), (re.VERBOSE, "x"), (re.DOTALL, "s"), (re.MULTILINE, "m"))
-    return "".join(letter for flag, letter in flags if pattern.flags & flag)
-
-
-_ANY_TOKEN = re.compile(
-    "|".join(
-        f"(?{_inline_flags(p)}:{re.sub(r'^[(][?][a-z]+[)]', '', p.pattern)})"
-        for p in TOKEN_PATTERNS
-    )
-)
+# Every token format above holds at least this many characters without a space (the corpus
+# test checks each format, also inside prose).
+MIN_TOKEN_CHARS = 16
+MIN_BASE64_CHARS = 12
 # A match is widened to the end of its token: several library patterns fix a length that newer
 # keys exceed (Stripe), and the JWT pattern stops before the signature.
 TOKEN_TAIL = re.compile(r"[\w\-+/=]*(?:\.[\w\-+/=]+)*")
@@ -137,11 +152,18 @@ def mask_tokens(text: str) -> str:
         text = PEM_BLOCK.sub(MASK, text)
     if "://" in text and "@" in text:
         text = URL_CREDENTIALS.sub(_mask_url_password, text)
-    if _ANY_TOKEN.search(text):
-        for pattern in TOKEN_PATTERNS:
-            text = _mask_matches(pattern, text)
+    # Every token format and base64 credential is one long word: text whose words are all
+    # short (most prose) skips their patterns.
+    longest_word = max(map(len, text.split()), default=0)
+    if longest_word >= MIN_TOKEN_CHARS:
+        lowered = text.lower()
+        for pattern, needles in TOKEN_PATTERNS:
+            if not needles or any(needle in lowered for needle in needles):
+                text = _mask_matches(pattern, text)
     text = CARD_NUMBER.sub(_mask_card, text)
-    return BASE64_WORD.sub(_mask_basic_credentials, text)
+    if longest_word >= MIN_BASE64_CHARS:
+        text = BASE64_WORD.sub(_mask_basic_credentials, text)
+    return text
 
 
 def _mask_matches(pattern: re.Pattern[str], text: str) -> str:
