@@ -120,6 +120,21 @@ TOKEN_PATTERNS = LIBRARY_PATTERNS + OWN_PATTERNS
 # test checks each format, also inside prose).
 MIN_TOKEN_CHARS = 16
 MIN_BASE64_CHARS = 12
+# Every needle, longest first, found in one scan of the text.
+NEEDLE = re.compile(
+    "|".join(
+        re.escape(needle)
+        for needle in sorted(
+            {needle for _pattern, needles in TOKEN_PATTERNS for needle in needles},
+            key=len,
+            reverse=True,
+        )
+    )
+)
+# Trace, span and event ids and hashes (lowercase hex, ':' and '-'): no token format is only
+# these characters (the one with ':' wants 35 characters after it, none of them after 8 to 10
+# digits here, and card numbers are checked on their own below).
+HEX_ID = re.compile(r"[0-9a-f:\-]+")
 # A match is widened to the end of its token: several library patterns fix a length that newer
 # keys exceed (Stripe), and the JWT pattern stops before the signature.
 TOKEN_TAIL = re.compile(r"[\w\-+/=]*(?:\.[\w\-+/=]+)*")
@@ -155,10 +170,10 @@ def mask_tokens(text: str) -> str:
     # Every token format and base64 credential is one long word: text whose words are all
     # short (most prose) skips their patterns.
     longest_word = max(map(len, text.split()), default=0)
-    if longest_word >= MIN_TOKEN_CHARS:
-        lowered = text.lower()
+    if longest_word >= MIN_TOKEN_CHARS and not HEX_ID.fullmatch(text):
+        present = set(NEEDLE.findall(text.lower()))
         for pattern, needles in TOKEN_PATTERNS:
-            if not needles or any(needle in lowered for needle in needles):
+            if not needles or not present.isdisjoint(needles):
                 text = _mask_matches(pattern, text)
     text = CARD_NUMBER.sub(_mask_card, text)
     if longest_word >= MIN_BASE64_CHARS:
