@@ -26,6 +26,7 @@ MAX_SMALL_INT = 2**62
 # redaction, storage and pages never recurse without bound.
 MAX_PAYLOAD_DEPTH = 64
 MIN_TS_YEAR, MAX_TS_YEAR = 1970, 8999
+TS_RANGE_MESSAGE = f"must fall in the years {MIN_TS_YEAR} to {MAX_TS_YEAR} (UTC)"
 TRUNCATION_MARKER = "… [truncated {dropped} bytes]"
 
 
@@ -336,12 +337,9 @@ def parse_timestamp(value: Any) -> datetime | None:
             f"{year}-{month}-{day}T{hour}:{minute}:{second}.{micros:06d}{offset}"
         )
         # An offset can carry a time at the calendar's edge past it (9999-12-31T23:59:59-23:59).
-        parsed = parsed.astimezone(UTC)
+        return parsed.astimezone(UTC)
     except (ValueError, OverflowError):
         return None
-    # Times near the calendar's edges overflow the day partitions and chart buckets built
-    # around them; no job runs there.
-    return parsed if MIN_TS_YEAR <= parsed.year <= MAX_TS_YEAR else None
 
 
 def truncate_text(value: str, limit: int = MAX_REASON_BYTES) -> str:
@@ -468,6 +466,11 @@ def validate(item: Any, check_text: bool = True) -> tuple[Event | None, list[Fie
         ts = parse_timestamp(item["ts"])
         if ts is None:
             errors.append(FieldError("ts", "must be an RFC 3339 timestamp with an offset"))
+        elif not MIN_TS_YEAR <= ts.year <= MAX_TS_YEAR:
+            # An event's time places its rows in day partitions and chart buckets, which
+            # overflow near the calendar's edges; no job runs there.
+            errors.append(FieldError("ts", TS_RANGE_MESSAGE))
+            ts = None
     if "seq" in item and (problem := SEQ(item["seq"])):
         errors.append(FieldError("seq", problem))
     errors.extend(

@@ -499,19 +499,24 @@ def test_otlp_attribute_as_deep_as_the_decoder_allows_stays_within_the_event_lim
 
 
 @pytest.mark.parametrize(
-    "value",
+    ("value", "message"),
     [
-        "9999-12-31T23:59:59-23:59",
-        "0001-01-01T00:00:00+23:59",
-        "9999-12-31T23:59:59Z",
-        "9000-01-01T00:00:00Z",
-        "1969-12-31T23:59:59Z",
+        ("9999-12-31T23:59:59-23:59", "must be an RFC 3339 timestamp with an offset"),
+        ("0001-01-01T00:00:00+23:59", "must be an RFC 3339 timestamp with an offset"),
+        ("9999-12-31T23:59:59Z", events.TS_RANGE_MESSAGE),
+        ("9000-01-01T00:00:00Z", events.TS_RANGE_MESSAGE),
+        ("1969-12-31T23:59:59Z", events.TS_RANGE_MESSAGE),
     ],
 )
-def test_timestamp_at_the_calendar_edge_is_a_field_error(value):
+def test_timestamp_at_the_calendar_edge_is_a_field_error(value, message):
     event, errors = events.validate({"type": "x", "job_id": "j", "ts": value})
     assert event is None
-    assert errors == [events.FieldError("ts", "must be an RFC 3339 timestamp with an offset")]
+    assert errors == [events.FieldError("ts", message)]
+
+
+def test_span_end_at_the_calendar_edge_is_kept():
+    assert events.parse_timestamp("9999-12-31T23:59:59Z").year == 9999
+    assert events.parse_timestamp("9999-12-31T23:59:59-23:59") is None
 
 
 def test_multi_member_gzip_is_inflated_whole():
