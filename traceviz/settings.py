@@ -87,6 +87,8 @@ MIDDLEWARE = [
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
     "django_htmx.middleware.HtmxMiddleware",
     "csp.middleware.CSPMiddleware",
+    # A lost database answers 503 with Retry-After (views; handler500 covers the rest).
+    "traceviz.outage.DatabaseOutageMiddleware",
 ]
 
 ROOT_URLCONF = "traceviz.urls"

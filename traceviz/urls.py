@@ -19,3 +19,4 @@ def not_found(request, exception):
 
 
 handler404 = not_found
+handler500 = "traceviz.outage.server_error"

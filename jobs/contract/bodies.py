@@ -46,27 +46,34 @@ def media_type(content_type: str | None) -> str:
 
 
 def decompress(body: bytes, content_encoding: str | None, limit: int) -> bytes:
-    """Undo gzip/deflate, refusing (413) output beyond ``limit`` bytes while inflating."""
+    """Undo gzip/deflate, refusing (413) output beyond ``limit`` bytes while inflating.
+
+    A gzip body of several members (concatenated gzip files, which ``gzip -c a b`` and some
+    clients write) is read whole, member after member, as gzip readers do.
+    """
     encoding = (content_encoding or "identity").strip().lower()
     if encoding in ("", "identity"):
         return body
     if encoding not in ("gzip", "deflate"):
         raise BodyError(415, f"unsupported Content-Encoding {encoding!r}: use gzip or identity")
     wbits = 16 + zlib.MAX_WBITS if encoding == "gzip" else zlib.MAX_WBITS
-    inflater = zlib.decompressobj(wbits)
     out = bytearray()
-    try:
-        chunk = inflater.decompress(body, limit + 1 - len(out))
-        out += chunk
-        while inflater.unconsumed_tail and len(out) <= limit:
-            out += inflater.decompress(inflater.unconsumed_tail, limit + 1 - len(out))
-    except zlib.error:
-        raise BodyError(400, f"body is not valid {encoding} data") from None
-    if len(out) > limit:
-        raise BodyError(413, f"body inflates past the limit of {limit} bytes")
-    if not inflater.eof:
-        raise BodyError(400, f"body is not valid {encoding} data (truncated stream)")
-    return bytes(out)
+    remaining = body
+    while True:
+        inflater = zlib.decompressobj(wbits)
+        try:
+            out += inflater.decompress(remaining, limit + 1 - len(out))
+            while inflater.unconsumed_tail and len(out) <= limit:
+                out += inflater.decompress(inflater.unconsumed_tail, limit + 1 - len(out))
+        except zlib.error:
+            raise BodyError(400, f"body is not valid {encoding} data") from None
+        if len(out) > limit:
+            raise BodyError(413, f"body inflates past the limit of {limit} bytes")
+        if not inflater.eof:
+            raise BodyError(400, f"body is not valid {encoding} data (truncated stream)")
+        remaining = inflater.unused_data
+        if encoding != "gzip" or not remaining.strip(b"\x00"):
+            return bytes(out)
 
 
 def decode_body(body: bytes, content_type: str | None) -> list[Any]:

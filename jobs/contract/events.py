@@ -9,6 +9,7 @@ import hashlib
 import json
 import math
 import re
+import unicodedata
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -16,9 +17,16 @@ from typing import Any
 
 import orjson
 
+from jobs.contract.redaction import contains_secret
+
 MAX_ID_CHARS = 200
 MAX_REASON_BYTES = 64 * 1024
 MAX_SMALL_INT = 2**62
+# Payloads nest at most this deep (the payload object is level 1): deeper ones are refused, so
+# redaction, storage and pages never recurse without bound.
+MAX_PAYLOAD_DEPTH = 64
+MIN_TS_YEAR, MAX_TS_YEAR = 1970, 8999
+TS_RANGE_MESSAGE = f"must fall in the years {MIN_TS_YEAR} to {MAX_TS_YEAR} (UTC)"
 TRUNCATION_MARKER = "… [truncated {dropped} bytes]"
 
 
@@ -294,6 +302,16 @@ CONTEXT_FIELDS: dict[str, Check] = {
 }
 # Free text that may be long: kept, but cut at MAX_REASON_BYTES with a visible marker.
 LONG_TEXT_FIELDS = ("reason", "message", "stack")
+# Ids are stored and shown as sent, in URLs and filters: unlike text they cannot be masked.
+ID_PAYLOAD_FIELDS = (
+    "node_id",
+    "retry_of",
+    "correlation_id",
+    "session_id",
+    "trace_span_id",
+    "parent_span_id",
+)
+CONTROL_CATEGORIES = frozenset({"Cc", "Zl", "Zp"})
 ENVELOPE_FIELDS = frozenset({"type", "job_id", "event_id", "ts", "seq", "payload"})
 REQUIRED_ENVELOPE_FIELDS = ("type", "job_id")
 
@@ -318,9 +336,10 @@ def parse_timestamp(value: Any) -> datetime | None:
         parsed = datetime.fromisoformat(
             f"{year}-{month}-{day}T{hour}:{minute}:{second}.{micros:06d}{offset}"
         )
-    except ValueError:
+        # An offset can carry a time at the calendar's edge past it (9999-12-31T23:59:59-23:59).
+        return parsed.astimezone(UTC)
+    except (ValueError, OverflowError):
         return None
-    return parsed.astimezone(UTC)
 
 
 def truncate_text(value: str, limit: int = MAX_REASON_BYTES) -> str:
@@ -377,6 +396,50 @@ def _bad_text(value: str) -> str | None:
     return None
 
 
+def id_problem(value: str) -> str | None:
+    """Why ``value`` cannot be an id (job, event, node, type...), or None: control characters
+    and '.' or '..' path segments break the URLs pages build from ids, and an id carrying a
+    secret would be stored and shown unmasked."""
+    if any(unicodedata.category(char) in CONTROL_CATEGORIES for char in value):
+        return "must not contain control characters (newline, tab, ...)"
+    if any(segment in (".", "..") for segment in value.split("/")):
+        return "must not be '.' or '..' (nor have them as a '/' segment)"
+    if contains_secret(value):
+        return "looks like it carries a secret (token, key, password): send an id without one"
+    return None
+
+
+def _id_errors(item: dict[str, Any], payload: Any) -> Iterable[FieldError]:
+    for name in ("type", "job_id", "event_id"):
+        value = item.get(name)
+        if isinstance(value, str) and (problem := id_problem(value)):
+            yield FieldError(name, problem)
+    if isinstance(payload, dict):
+        for name in ID_PAYLOAD_FIELDS:
+            value = payload.get(name)
+            if isinstance(value, str) and value and (problem := id_problem(value)):
+                yield FieldError(f"payload.{name}", problem)
+
+
+def nesting_depth(value: Any, limit: int = MAX_PAYLOAD_DEPTH) -> int:
+    """How deep objects and arrays nest in ``value`` (a scalar is 0), counted without recursion
+    and only up to ``limit + 1``."""
+    deepest, stack = 0, [(value, 1)]
+    while stack:
+        item, depth = stack.pop()
+        if isinstance(item, dict):
+            children = item.values()
+        elif isinstance(item, list):
+            children = item
+        else:
+            continue
+        deepest = max(deepest, depth)
+        if depth > limit:
+            return deepest
+        stack.extend((child, depth + 1) for child in children if isinstance(child, dict | list))
+    return deepest
+
+
 def validate(item: Any, check_text: bool = True) -> tuple[Event | None, list[FieldError]]:
     """Validate one decoded item: an ``Event`` and no errors, or None and its field errors.
 
@@ -403,6 +466,11 @@ def validate(item: Any, check_text: bool = True) -> tuple[Event | None, list[Fie
         ts = parse_timestamp(item["ts"])
         if ts is None:
             errors.append(FieldError("ts", "must be an RFC 3339 timestamp with an offset"))
+        elif not MIN_TS_YEAR <= ts.year <= MAX_TS_YEAR:
+            # An event's time places its rows in day partitions and chart buckets, which
+            # overflow near the calendar's edges; no job runs there.
+            errors.append(FieldError("ts", TS_RANGE_MESSAGE))
+            ts = None
     if "seq" in item and (problem := SEQ(item["seq"])):
         errors.append(FieldError("seq", problem))
     errors.extend(
@@ -412,8 +480,13 @@ def validate(item: Any, check_text: bool = True) -> tuple[Event | None, list[Fie
     payload = item.get("payload", {})
     if not isinstance(payload, dict):
         errors.append(FieldError("payload", "must be an object"))
+    elif nesting_depth(payload) > MAX_PAYLOAD_DEPTH:
+        errors.append(
+            FieldError("payload", f"must not nest objects and arrays over {MAX_PAYLOAD_DEPTH} deep")
+        )
     elif isinstance(event_type, str):
         errors.extend(_payload_errors(event_type, payload))
+    errors.extend(_id_errors(item, payload))
     if errors:
         return None, errors
     event = Event(

@@ -16,7 +16,10 @@ NO_NUL = "^[^\\x00]*$"
 TIMESTAMP = {
     "type": "string",
     "format": "date-time",
-    "description": "RFC 3339 with an offset; default: receive time",
+    "description": (
+        f"RFC 3339 with an offset, in the years {events.MIN_TS_YEAR} to {events.MAX_TS_YEAR}"
+        " (UTC); default: receive time"
+    ),
 }
 
 

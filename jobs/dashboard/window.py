@@ -15,6 +15,10 @@ RANGES = {"1h": timedelta(hours=1), "24h": timedelta(hours=24), "7d": timedelta(
 DEFAULT_RANGE = "24h"
 BUCKETS = {"minute": timedelta(minutes=1), "hour": timedelta(hours=1), "day": timedelta(days=1)}
 MAX_CUSTOM_RANGE = timedelta(days=92)
+# Custom ranges stay inside these (as event times do): windows, previous windows and buckets
+# computed around a time at the calendar's edge would overflow.
+MIN_TIME = datetime(1970, 1, 1, tzinfo=UTC)
+MAX_TIME = datetime(9000, 1, 1, tzinfo=UTC)
 
 
 @dataclass(frozen=True, slots=True)
@@ -84,9 +88,15 @@ def parse_window(params, now: datetime | None = None) -> tuple[Window, list[str]
     key = params.get("range") or DEFAULT_RANGE
     provider = params.get("provider", "").strip()[:200]
     model = params.get("model", "").strip()[:200]
+    if "\x00" in provider + model:
+        # No stored name holds NUL (ingest refuses it) and PostgreSQL cannot compare with one.
+        errors.append("Provider and model must not contain NUL characters.")
+        provider, model = provider.replace("\x00", ""), model.replace("\x00", "")
     if key == "custom":
         since, until = _parse_time(params.get("since")), _parse_time(params.get("until")) or now
-        if since is None:
+        if not all(MIN_TIME <= moment < MAX_TIME for moment in (since or now, until)):
+            errors.append("A custom range must fall between the years 1970 and 8999.")
+        elif since is None:
             errors.append("A custom range needs a start (since), as an ISO date and time.")
         elif since >= until:
             errors.append("The custom range must start before it ends.")
@@ -107,9 +117,11 @@ def _parse_time(raw: str | None) -> datetime | None:
         return None
     try:
         value = datetime.fromisoformat(raw.strip().replace(" ", "+"))
-    except ValueError:
+        value = value if timezone.is_aware(value) else value.replace(tzinfo=UTC)
+        value.astimezone(UTC)  # an offset can carry it past the calendar's edge
+    except (ValueError, OverflowError):
         return None
-    return value if timezone.is_aware(value) else value.replace(tzinfo=UTC)
+    return value
 
 
 def iso(value: datetime) -> str:

@@ -70,7 +70,10 @@ def _stage(cursor, table: str, columns: str, rows: Iterable[Sequence]) -> str:
     # ON COMMIT empties the stage only when the outermost transaction commits: a second batch
     # inside one transaction (an import, a test) must not see the first one's rows.
     cursor.execute(f"DELETE FROM {stage}")
-    with cursor.cursor.copy(f"COPY {stage} ({columns}) FROM STDIN") as copy:
+    with (
+        connection.wrap_database_errors,
+        cursor.cursor.copy(f"COPY {stage} ({columns}) FROM STDIN") as copy,
+    ):
         for row in rows:
             copy.write_row(row)
     return stage
@@ -129,6 +132,7 @@ def insert_rows(model: type[models.Model], rows: Sequence[dict]) -> None:
     table, columns = _names(model, fields)
     with (
         connection.cursor() as cursor,
+        connection.wrap_database_errors,
         cursor.cursor.copy(f"COPY {table} ({columns}) FROM STDIN") as copy,
     ):
         for values in _values(fields, rows):
@@ -200,7 +204,12 @@ def insert_new_events(
             if (key := (row[0], row[1])) not in stored and key not in new_keys:
                 new_keys.add(key)
                 new_rows.append(row)
-        with cursor.cursor.copy(f"COPY {table} ({', '.join(columns)}) FROM STDIN") as copy:
+        # The driver's own cursor: its errors (a connection lost mid-COPY) become Django's, so
+        # the views' outage handling answers 503 rather than 500.
+        with (
+            connection.wrap_database_errors,
+            cursor.cursor.copy(f"COPY {table} ({', '.join(columns)}) FROM STDIN") as copy,
+        ):
             for row in new_rows:
                 copy.write_row(row)
     return new_keys

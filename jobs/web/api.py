@@ -32,9 +32,25 @@ from jobs.web.schemas import json_response
 
 def read_body(request, limit: int) -> bytes:
     """The request body, refused (413) past ``limit`` bytes: from Content-Length before reading
-    anything, and while reading for bodies that do not declare a length."""
+    anything, and while reading for bodies that do not declare a length.
+
+    A chunked body (no Content-Length) is read when the server decodes chunked input and says
+    so (``wsgi.input_terminated``, as gunicorn does); a server that does not would hand over
+    nothing, so such a body is refused (411) with a message saying why.
+    """
+    raw_length = request.META.get("CONTENT_LENGTH") or ""
+    if not raw_length and "chunked" in request.META.get("HTTP_TRANSFER_ENCODING", "").lower():
+        if not request.META.get("wsgi.input_terminated"):
+            raise bodies.BodyError(
+                411,
+                "chunked request bodies are not supported by this server: send Content-Length",
+            )
+        body = request.META["wsgi.input"].read(limit + 1)
+        if len(body) > limit:
+            raise bodies.BodyError(413, f"body is over the limit of {limit} bytes")
+        return body
     try:
-        declared = int(request.META.get("CONTENT_LENGTH") or 0)
+        declared = int(raw_length or 0)
     except ValueError:
         raise bodies.BodyError(400, "Content-Length must be an integer") from None
     if declared > limit:

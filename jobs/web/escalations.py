@@ -17,7 +17,7 @@ from django.contrib.auth import get_user_model
 from django.core.paginator import Paginator
 from django.db import transaction
 from django.db.models import Case, Count, IntegerField, OuterRef, Q, Subquery, Value, When
-from django.http import Http404, HttpResponseRedirect, QueryDict
+from django.http import Http404, HttpResponseBadRequest, HttpResponseRedirect, QueryDict
 from django.shortcuts import render
 from django.urls import reverse
 from django.utils import timezone
@@ -383,7 +383,9 @@ def escalation_assign(request, escalation_id: int):
         elif raw == "":
             assignee = None
         else:
-            assignee = _support_users().filter(pk=int(raw) if raw.isdigit() else None).first()
+            assignee = (
+                _support_users().filter(pk=int(raw) if is_ascii_number(raw) else None).first()
+            )
             if assignee is None:
                 return _action_response(
                     request, escalation, error="Assign to someone in the support group"
@@ -429,9 +431,18 @@ def bulk_plan(action: str, selected: list[Escalation], note: str) -> tuple[list[
     return items, ""
 
 
-def _selected_ids(request) -> list[int]:
-    ids = sorted({int(raw) for raw in request.POST.getlist("ids") if raw.isdigit()})
-    return ids[:BULK_MAX]
+def is_ascii_number(raw: str) -> bool:
+    """Whether ``raw`` is a row id as forms send it: ASCII digits only (``str.isdigit`` also
+    accepts '²' and '١٢', which ``int`` refuses or reads as another id)."""
+    return raw.isascii() and raw.isdecimal()
+
+
+def _selected_ids(request) -> list[int] | None:
+    """The selected escalation ids, or None when one of them is not an id."""
+    raw_ids = request.POST.getlist("ids")
+    if not all(is_ascii_number(raw) for raw in raw_ids):
+        return None
+    return sorted({int(raw) for raw in raw_ids})[:BULK_MAX]
 
 
 @require_POST
@@ -446,6 +457,8 @@ def escalation_bulk(request):
     note = request.POST.get("note", "").strip()
     return_query = QueryDict(request.POST.get("return_query", ""))
     ids = _selected_ids(request)
+    if ids is None:
+        return HttpResponseBadRequest("ids must be escalation numbers (ASCII digits)")
     if not request.POST.get("confirm"):
         selected = list(Escalation.objects.filter(pk__in=ids).select_related("job").order_by("pk"))
         items, error = bulk_plan(action, selected, note)

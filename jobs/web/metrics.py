@@ -33,7 +33,10 @@ def metrics_access_required(view):
     def wrapper(request, *args, **kwargs):
         expected = settings.TRACEVIZ_METRICS_TOKEN
         sent = bearer_token(request)
-        token_ok = bool(expected and sent) and hmac.compare_digest(sent, expected)
+        # Bytes: compare_digest refuses str with non-ASCII characters (a TypeError, a 500).
+        token_ok = bool(expected and sent) and hmac.compare_digest(
+            sent.encode("utf-8", "surrogateescape"), expected.encode("utf-8")
+        )
         staff = request.user.is_authenticated and request.user.is_staff
         if not (token_ok or staff or _address_allowed(request.META.get("REMOTE_ADDR", ""))):
             raise PermissionDenied

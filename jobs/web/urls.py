@@ -1,11 +1,10 @@
 """Every URL of the app (DESIGN.md section 6); traceviz/urls.py includes this at the root.
 
 Export URLs come before the job page and end without a slash, so "<job_id>/events.ndjson"
-never reads as a job page (those always end with "/"); job ids may contain slashes (path
-converter).
+never reads as a job page (those always end with "/"); job ids may contain slashes.
 """
 
-from django.urls import path
+from django.urls import path, register_converter
 
 from jobs.web import (
     api,
@@ -19,12 +18,30 @@ from jobs.web import (
     otlp,
 )
 
+
+class JobIdConverter:
+    """A job id in a path: any text but NUL, slashes and newlines included, so that reversing
+    the URL of any stored job id works (``path``'s ``.+`` stops at a newline, and a job stored
+    before ingest refused such ids would break every page that links it). A NUL, which no
+    database text holds, matches no URL: a 404."""
+
+    regex = "[^\\x00]+"
+
+    def to_python(self, value: str) -> str:
+        return value
+
+    def to_url(self, value: str) -> str:
+        return value
+
+
+register_converter(JobIdConverter, "job_id")
+
 urlpatterns = [
     # Producers and tools.
     path("api/v1/events", api.ingest_events, name="api-events"),
     path("v1/traces", otlp.export_traces, name="otlp-traces"),
     path("api/v1/jobs", api.jobs_list, name="api-jobs"),
-    path("api/v1/jobs/<path:job_id>", api.job_detail, name="api-job"),
+    path("api/v1/jobs/<job_id:job_id>", api.job_detail, name="api-job"),
     path("api/v1/openapi.json", api.openapi, name="api-openapi"),
     path("healthz", api.healthz, name="healthz"),
     path("metrics", metrics.prometheus_metrics, name="metrics"),
@@ -45,7 +62,7 @@ urlpatterns = [
         name="escalation-action",
     ),
     path("", jobs_list.jobs_list, name="jobs"),
-    path("jobs/<path:job_id>/events.ndjson", export.job_events_ndjson, name="job-events-ndjson"),
-    path("jobs/<path:job_id>/events.json", export.job_events_json, name="job-events-json"),
-    path("jobs/<path:job_id>/", job_page.job_detail, name="job"),
+    path("jobs/<job_id:job_id>/events.ndjson", export.job_events_ndjson, name="job-events-ndjson"),
+    path("jobs/<job_id:job_id>/events.json", export.job_events_json, name="job-events-json"),
+    path("jobs/<job_id:job_id>/", job_page.job_detail, name="job"),
 ]

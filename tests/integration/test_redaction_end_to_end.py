@@ -47,7 +47,8 @@ SECRET_VALUES = [secret for _text, secret in SECRET_TEXTS] + [
     "plainNestedPasswd5",
     "plainAccess9",
 ]
-ALL_TEXT = " | ".join(text for text, _secret in SECRET_TEXTS)
+# One line each: an Authorization header is masked to the end of its line.
+ALL_TEXT = "\n".join(text for text, _secret in SECRET_TEXTS)
 
 
 def secret_events() -> list[dict]:

@@ -5,6 +5,7 @@ import gzip
 import json
 import zlib
 
+import pytest
 from google.protobuf import json_format
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
@@ -393,3 +394,144 @@ def test_any_span_events_replay(payloads):
     ]
     batch = bodies.parse_items(items, max_events=100)
     replay_every_job(batch)
+
+
+# --- issue 15: ids, nesting, calendar edges -----------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("field", "value"),
+    [
+        ("job_id", "bad\njob"),
+        ("job_id", "tab\tjob"),
+        ("job_id", "cr\rjob"),
+        ("job_id", "."),
+        ("job_id", ".."),
+        ("job_id", "a/../b"),
+        ("job_id", "./a"),
+        ("job_id", "line\u2028sep"),
+        ("event_id", "e\x1b[31m"),
+        ("type", "node\nstarted"),
+        ("payload.node_id", "n\n1"),
+        ("payload.node_id", ".."),
+    ],
+)
+def test_bad_id_is_refused_with_a_field_error(field, value):
+    item = {"type": "node_started", "job_id": "j1", "payload": {"node_id": "n1"}}
+    if field.startswith("payload."):
+        item["payload"][field.removeprefix("payload.")] = value
+    else:
+        item[field] = value
+    event, errors = events.validate(item)
+    assert event is None
+    assert [error.field for error in errors] == [field]
+
+
+@pytest.mark.parametrize("value", ["a.b", "v1.2.3", "...", "a/b/c", "job..1", "ünïcode-id"])
+def test_ids_with_dots_inside_segments_are_kept(value):
+    event, errors = events.validate(
+        {"type": "node_started", "job_id": value, "payload": {"node_id": value}}
+    )
+    assert errors == []
+    assert event.job_id == value
+
+
+def nested(depth: int):
+    value: object = "leaf"
+    for level in range(depth):
+        value = {"k": value} if level % 2 else [value]
+    return value
+
+
+def test_payload_nested_past_the_limit_is_refused_not_a_recursion_error():
+    limit = events.MAX_PAYLOAD_DEPTH
+    _ok, errors = events.validate({"type": "x", "job_id": "j", "payload": {"v": nested(limit - 1)}})
+    assert errors == []
+    for depth in (limit, 470, 5000):
+        event, errors = events.validate(
+            {"type": "x", "job_id": "j", "payload": {"v": nested(depth)}}
+        )
+        assert event is None
+        assert errors[0].field == "payload"
+        assert "nest" in errors[0].message
+
+
+def test_deep_json_body_is_a_body_error_or_field_error_never_a_crash():
+    depth = 3000
+    payload = '{"v": ' + "[" * depth + '"leaf"' + "]" * depth + "}"
+    body = ('{"type": "x", "job_id": "j", "payload": ' + payload + "}").encode()
+    try:
+        batch = bodies.parse_body(body, "application/json", 10)
+    except BodyError as error:
+        assert error.status == 400
+    else:
+        assert batch.events == []
+        assert batch.errors
+
+
+def deep_otlp_json(depth: int) -> bytes:
+    """An OTLP/JSON request whose one span carries an attribute nested ``depth`` kvlists deep."""
+    value = '{"stringValue": "leaf"}'
+    for _ in range(depth):
+        value = '{"kvlistValue": {"values": [{"key": "k", "value": ' + value + "}]}}"
+    span = (
+        '{"traceId": "5b8efff798038103d269b633813fc60c", "spanId": "eee19b7ec3c1b174", '
+        '"name": "s", "startTimeUnixNano": "1772442000000000000", '
+        '"endTimeUnixNano": "1772442001000000000", '
+        '"attributes": [{"key": "deep", "value": ' + value + "}]}"
+    )
+    return ('{"resourceSpans": [{"scopeSpans": [{"spans": [' + span + "]}]}]}").encode()
+
+
+@pytest.mark.parametrize("depth", [32, 70, 400, 5000])
+def test_deep_otlp_attribute_is_a_400_never_a_recursion_error(depth):
+    """The protobuf decoder stops at 100 nested messages (three per kvlist level)."""
+    with pytest.raises(BodyError) as raised:
+        otlp.decode_request(deep_otlp_json(depth), otlp.JSON)
+    assert raised.value.status == 400
+
+
+def test_otlp_attribute_as_deep_as_the_decoder_allows_stays_within_the_event_limit():
+    result = otlp.to_batch(otlp.decode_request(deep_otlp_json(31), otlp.JSON), 100)
+    assert result.rejected_spans == 0
+    (_index, event), *_ = result.batch.events
+    assert events.nesting_depth(event.payload) <= events.MAX_PAYLOAD_DEPTH
+
+
+@pytest.mark.parametrize(
+    ("value", "message"),
+    [
+        ("9999-12-31T23:59:59-23:59", "must be an RFC 3339 timestamp with an offset"),
+        ("0001-01-01T00:00:00+23:59", "must be an RFC 3339 timestamp with an offset"),
+        ("9999-12-31T23:59:59Z", events.TS_RANGE_MESSAGE),
+        ("9000-01-01T00:00:00Z", events.TS_RANGE_MESSAGE),
+        ("1969-12-31T23:59:59Z", events.TS_RANGE_MESSAGE),
+    ],
+)
+def test_timestamp_at_the_calendar_edge_is_a_field_error(value, message):
+    event, errors = events.validate({"type": "x", "job_id": "j", "ts": value})
+    assert event is None
+    assert errors == [events.FieldError("ts", message)]
+
+
+def test_span_end_at_the_calendar_edge_is_kept():
+    assert events.parse_timestamp("9999-12-31T23:59:59Z").year == 9999
+    assert events.parse_timestamp("9999-12-31T23:59:59-23:59") is None
+
+
+def test_multi_member_gzip_is_inflated_whole():
+    body = gzip.compress(b'[{"type": "x", ') + gzip.compress(b'"job_id": "j"}]')
+    assert bodies.decompress(body, "gzip", 10_000) == b'[{"type": "x", "job_id": "j"}]'
+
+
+def test_multi_member_gzip_still_counts_the_limit_over_all_members():
+    body = gzip.compress(b"a" * 600) + gzip.compress(b"b" * 600)
+    with pytest.raises(BodyError) as raised:
+        bodies.decompress(body, "gzip", 1000)
+    assert raised.value.status == 413
+
+
+def test_gzip_member_followed_by_garbage_is_a_400():
+    with pytest.raises(BodyError) as raised:
+        bodies.decompress(gzip.compress(b"[]") + b"garbage!", "gzip", 1000)
+    assert raised.value.status == 400

@@ -1,0 +1,236 @@
+"""Secrets found inside free text (DESIGN.md section 8): which spans of a string to mask.
+
+Pure. Token formats with a maintained detector come from ``detect-secrets``' plugins (used as a
+library: their ``denylist`` patterns, never their scanner or network checks); the formats it
+does not cover are written here, each with a line saying what it is. Structured text (headers,
+``key=value``, JSON inside a string) is the concern of ``redaction``, which calls ``mask_tokens``.
+"""
+
+import base64
+import binascii
+import re
+
+from detect_secrets.plugins.aws import AWSKeyDetector
+from detect_secrets.plugins.azure_storage_key import AzureStorageKeyDetector
+from detect_secrets.plugins.discord import DiscordBotTokenDetector
+from detect_secrets.plugins.github_token import GitHubTokenDetector
+from detect_secrets.plugins.gitlab_token import GitLabTokenDetector
+from detect_secrets.plugins.jwt import JwtTokenDetector
+from detect_secrets.plugins.mailchimp import MailchimpDetector
+from detect_secrets.plugins.npm import NpmDetector
+from detect_secrets.plugins.openai import OpenAIDetector
+from detect_secrets.plugins.pypi_token import PypiTokenDetector
+from detect_secrets.plugins.sendgrid import SendGridDetector
+from detect_secrets.plugins.slack import SlackDetector
+from detect_secrets.plugins.square_oauth import SquareOAuthDetector
+from detect_secrets.plugins.stripe import StripeDetector
+from detect_secrets.plugins.telegram_token import TelegramBotTokenDetector
+from detect_secrets.plugins.twilio import TwilioKeyDetector
+
+MASK = "[REDACTED]"
+
+# detect-secrets' token detectors whose patterns match only the token itself. Left out: the
+# keyword and high-entropy detectors (they flag ordinary ids and hashes), basic auth (a port
+# and an '@' in a path read as a password: URL credentials are below), the artifactory
+# patterns (capitalised words such as "APACHEKAFKA1" match) and the private-key headers (the
+# whole PEM block is masked below, not only its first line).
+LIBRARY_DETECTORS = (
+    AWSKeyDetector,
+    AzureStorageKeyDetector,
+    DiscordBotTokenDetector,
+    GitHubTokenDetector,
+    GitLabTokenDetector,
+    JwtTokenDetector,
+    MailchimpDetector,
+    NpmDetector,
+    OpenAIDetector,
+    PypiTokenDetector,
+    SendGridDetector,
+    SlackDetector,
+    SquareOAuthDetector,
+    StripeDetector,
+    TelegramBotTokenDetector,
+    TwilioKeyDetector,
+)
+# Each detector's patterns run only on text holding one of its needles (lowercase literals
+# every match contains): a substring test is far cheaper than a regular expression scan, and
+# most text holds no token at all. An empty tuple: always run.
+LIBRARY_NEEDLES: dict[type, tuple[str, ...]] = {
+    AWSKeyDetector: ("a3t", "abia", "acca", "akia", "asia", "aws"),
+    AzureStorageKeyDetector: ("accountkey=",),
+    DiscordBotTokenDetector: (".",),
+    GitHubTokenDetector: ("ghp_", "gho_", "ghu_", "ghs_", "ghr_"),
+    GitLabTokenDetector: (
+        *("glpat-", "gldt-", "glft-", "glsoat-", "glrt-", "gr1348941", "glcbt-"),
+        *("glimt-", "glptt-", "glagent-", "gloas-"),
+    ),
+    JwtTokenDetector: ("eyj",),
+    MailchimpDetector: ("-us",),
+    NpmDetector: ("_authtoken",),
+    OpenAIDetector: ("t3blbkfj",),
+    PypiTokenDetector: ("pypi-",),
+    SendGridDetector: ("sg.",),
+    SlackDetector: ("xox", "hooks.slack"),
+    SquareOAuthDetector: ("sq0csp-",),
+    StripeDetector: ("_live_",),
+    TelegramBotTokenDetector: (":",),
+    TwilioKeyDetector: ("ac", "sk"),
+}
+LIBRARY_PATTERNS: tuple[tuple[re.Pattern[str], tuple[str, ...]], ...] = tuple(
+    (pattern, LIBRARY_NEEDLES[detector])
+    for detector in LIBRARY_DETECTORS
+    for pattern in detector.denylist
+)
+
+# Formats detect-secrets has no plugin for (or only an older shape of), with their needles.
+OWN_PATTERNS: tuple[tuple[re.Pattern[str], tuple[str, ...]], ...] = tuple(
+    (re.compile(pattern), needles)
+    for pattern, needles in (
+        # LLM providers: OpenAI (sk-, sk-proj-), Anthropic (sk-ant-), OpenRouter (sk-or-), and
+        # the same shape with rk-/pk- prefixes; Hugging Face, Groq, xAI, Replicate, Perplexity.
+        (r"\b(?:sk|rk|pk)-[A-Za-z0-9][A-Za-z0-9_\-]{15,}", ("sk-", "rk-", "pk-")),
+        (r"\bhf_[A-Za-z0-9]{30,}", ("hf_",)),
+        (r"\bgsk_[A-Za-z0-9]{40,}", ("gsk_",)),
+        (r"\bxai-[A-Za-z0-9]{40,}", ("xai-",)),
+        (r"\br8_[A-Za-z0-9]{30,}", ("r8_",)),
+        (r"\bpplx-[A-Za-z0-9]{40,}", ("pplx-",)),
+        # Payment keys in test mode and webhook signing secrets (live keys: the library's).
+        (r"\b(?:sk|rk)_test_[0-9a-zA-Z]{16,}", ("_test_",)),
+        (r"\bwhsec_[0-9a-zA-Z]{24,}", ("whsec_",)),
+        # Source hosts: GitHub fine-grained tokens, Bitbucket app passwords.
+        (r"\bgithub_pat_[A-Za-z0-9_]{20,}", ("github_pat_",)),
+        (r"\bgh[pousr]_[A-Za-z0-9]{20,}", ("ghp_", "gho_", "ghu_", "ghs_", "ghr_")),
+        (r"\bATBB[A-Za-z0-9]{24,}", ("atbb",)),
+        # Google API keys and OAuth access tokens; Azure AD client secrets and SAS signatures.
+        (r"\bAIza[0-9A-Za-z_\-]{35}", ("aiza",)),
+        (r"\bya29\.[0-9A-Za-z_\-]{20,}", ("ya29.",)),
+        (r"(?<![\w.~-])[A-Za-z0-9_~.\-]{3}\dQ~[A-Za-z0-9_~.\-]{31,34}", ("q~",)),
+        (r"(?i)(?<=[?&;])sig=[A-Za-z0-9%+/=]{16,}", ("sig=",)),
+        # Chat incoming webhooks: Discord, Microsoft Teams, Google Chat, Mattermost-style hooks.
+        (r"(?i)https://(?:\w+\.)?discord(?:app)?\.com/api/webhooks/\d+/[\w\-]+", ("/webhooks/",)),
+        (r"(?i)https://[\w.\-]+\.webhook\.office\.com/webhook\w*/[^\s\"'<>]+", (".webhook.",)),
+        (r"(?i)https://chat\.googleapis\.com/v1/spaces/[^\s\"'<>]+", ("chat.googleapis",)),
+        (r"(?i)https?://[\w.\-]+/hooks/[a-z0-9]{20,}", ("/hooks/",)),
+        # traceviz's own ingest tokens (IngestToken.issue: "tvz_" + token_urlsafe(32)).
+        (r"\btvz_[A-Za-z0-9_\-]{20,}", ("tvz_",)),
+    )
+)
+TOKEN_PATTERNS = LIBRARY_PATTERNS + OWN_PATTERNS
+# Every token format above holds at least this many characters without a space (the corpus
+# test checks each format, also inside prose).
+MIN_TOKEN_CHARS = 16
+MIN_BASE64_CHARS = 12
+# Every needle, longest first, found in one scan of the text.
+NEEDLE = re.compile(
+    "|".join(
+        re.escape(needle)
+        for needle in sorted(
+            {needle for _pattern, needles in TOKEN_PATTERNS for needle in needles},
+            key=len,
+            reverse=True,
+        )
+    )
+)
+# Trace, span and event ids and hashes (lowercase hex, ':' and '-'): no token format is only
+# these characters (the one with ':' wants 35 characters after it, none of them after 8 to 10
+# digits here, and card numbers are checked on their own below).
+HEX_ID = re.compile(r"[0-9a-f:\-]+")
+# A match is widened to the end of its token: several library patterns fix a length that newer
+# keys exceed (Stripe), and the JWT pattern stops before the signature.
+TOKEN_TAIL = re.compile(r"[\w\-+/=]*(?:\.[\w\-+/=]+)*")
+
+# A PEM private key block, header to footer (or to the end of a cut text).
+PEM_BLOCK = re.compile(
+    r"-----BEGIN ([A-Z0-9 ]*)PRIVATE KEY( BLOCK)?-----.*?(?:-----END \1PRIVATE KEY\2-----|\Z)"
+    r"|PuTTY-User-Key-File-\d+:.*?(?:Private-MAC: \w+|\Z)",
+    re.DOTALL,
+)
+# Credentials in a URL of any scheme: user:password@host. The password may hold '/' or '@' (the
+# last '@' before the host ends it); "host:8080/path@x" is a port, not a password.
+URL_CREDENTIALS = re.compile(
+    r"(?i)\b([a-z][a-z0-9+.\-]*://[^\s:/@\"'<>]*):([^\s\"'<>]+)@(?=[\w\[])"
+)
+PORT_AND_PATH = re.compile(r"\d{1,5}(?:/.*)?")
+# Card numbers: 13 to 19 digits (spaces or dashes between groups) with a known issuer prefix,
+# kept only when the Luhn check passes.
+CARD_NUMBER = re.compile(r"(?<![\w.])(?:\d[ \-]?){12,18}\d(?![\w])")
+CARD_PREFIX = re.compile(r"4|5[1-5]|2[2-7]|3[47]|3[0689]|6(?:011|5|4[4-9]|2)|35")
+# base64 of "user:password", alone in the text (the credentials of Basic authentication).
+BASE64_WORD = re.compile(r"(?<![\w+/=])[A-Za-z0-9+/]{12,}={0,2}(?![\w+/=])")
+BASIC_CREDENTIALS = re.compile(r"[\w.@+\-]{1,64}:[!-~]{1,128}")
+
+
+def mask_tokens(text: str) -> str:
+    """``text`` with every token-shaped secret, PEM block, URL password, card number and base64
+    credential replaced by ``MASK``."""
+    if "PRIVATE KEY" in text or "PuTTY" in text:
+        text = PEM_BLOCK.sub(MASK, text)
+    if "://" in text and "@" in text:
+        text = URL_CREDENTIALS.sub(_mask_url_password, text)
+    # Every token format and base64 credential is one long word: text whose words are all
+    # short (most prose) skips their patterns.
+    longest_word = max(map(len, text.split()), default=0)
+    if longest_word >= MIN_TOKEN_CHARS and not HEX_ID.fullmatch(text):
+        present = set(NEEDLE.findall(text.lower()))
+        for pattern, needles in TOKEN_PATTERNS:
+            if not needles or not present.isdisjoint(needles):
+                text = _mask_matches(pattern, text)
+    text = CARD_NUMBER.sub(_mask_card, text)
+    if longest_word >= MIN_BASE64_CHARS:
+        text = BASE64_WORD.sub(_mask_basic_credentials, text)
+    return text
+
+
+def _mask_matches(pattern: re.Pattern[str], text: str) -> str:
+    """Every match of ``pattern`` masked, widened to the end of its token: from its first group
+    when that group does not begin the match (the value beside a keyword, as in
+    ``aws_secret_access_key = "..."``), else the whole match."""
+    pieces, position = [], 0
+    for match in pattern.finditer(text):
+        start, end = match.span()
+        if pattern.groups and match.start(1) > start:
+            start, end = match.span(1)
+        end = TOKEN_TAIL.match(text, end).end()
+        if start < position or MASK in text[start:end]:
+            continue
+        pieces += [text[position:start], MASK]
+        position = end
+    if not pieces:
+        return text
+    return "".join(pieces) + text[position:]
+
+
+def _mask_url_password(match: re.Match[str]) -> str:
+    prefix, password = match.groups()
+    if PORT_AND_PATH.fullmatch(password) or password == MASK:
+        return match.group(0)
+    return f"{prefix}:{MASK}@"
+
+
+def _mask_card(match: re.Match[str]) -> str:
+    digits = re.sub(r"[ \-]", "", match.group(0))
+    if 13 <= len(digits) <= 19 and CARD_PREFIX.match(digits) and luhn_valid(digits):
+        return MASK
+    return match.group(0)
+
+
+def luhn_valid(digits: str) -> bool:
+    """Whether a string of decimal digits passes the Luhn checksum of card numbers."""
+    total = 0
+    for index, digit in enumerate(reversed(digits)):
+        value = int(digit)
+        if index % 2:
+            value = value * 2 - 9 if value > 4 else value * 2
+        total += value
+    return total % 10 == 0
+
+
+def _mask_basic_credentials(match: re.Match[str]) -> str:
+    word = match.group(0)
+    if len(word) % 4:
+        return word
+    try:
+        decoded = base64.b64decode(word, validate=True).decode("ascii")
+    except (binascii.Error, UnicodeDecodeError):
+        return word
+    return MASK if BASIC_CREDENTIALS.fullmatch(decoded) else word
