@@ -71,6 +71,7 @@ INSTALLED_APPS = [
     "django_htmx",
     "template_partials",
     "csp",
+    "axes",
     "jobs",
 ]
 
@@ -86,6 +87,8 @@ MIDDLEWARE = [
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
     "django_htmx.middleware.HtmxMiddleware",
     "csp.middleware.CSPMiddleware",
+    # Last, as django-axes asks: it turns a locked-out sign-in into the lockout response.
+    "axes.middleware.AxesMiddleware",
 ]
 
 ROOT_URLCONF = "traceviz.urls"
@@ -144,6 +147,11 @@ DATABASE_ROUTERS = ["traceviz.routers.ReplicaRouter"]
 
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 
+# django-axes' backend first: it refuses a locked-out address before a password is checked.
+AUTHENTICATION_BACKENDS = [
+    "axes.backends.AxesStandaloneBackend",
+    "django.contrib.auth.backends.ModelBackend",
+]
 AUTH_PASSWORD_VALIDATORS = [
     {"NAME": "django.contrib.auth.password_validation.UserAttributeSimilarityValidator"},
     {"NAME": "django.contrib.auth.password_validation.MinimumLengthValidator"},
@@ -186,18 +194,39 @@ TRACEVIZ_RETENTION_DAYS = env_int("TRACEVIZ_RETENTION_DAYS", 0)  # 0 keeps every
 TRACEVIZ_JOBS_PAGE_SIZE = env_int("TRACEVIZ_JOBS_PAGE_SIZE", 50, minimum=1)
 # The largest ``limit`` GET /api/v1/jobs takes (the API document states it).
 TRACEVIZ_API_MAX_PAGE_SIZE = env_int("TRACEVIZ_API_MAX_PAGE_SIZE", 500, minimum=1)
-# Requests per minute per ingest token (0: unlimited) and login attempts per address per 5 min.
+# Requests per minute per ingest token (0: unlimited).
 TRACEVIZ_INGEST_RATE_LIMIT = env_int("TRACEVIZ_INGEST_RATE_LIMIT", 6000)
-TRACEVIZ_LOGIN_RATE_LIMIT = env_int("TRACEVIZ_LOGIN_RATE_LIMIT", 20)
+
+
+def env_networks(name: str, default: list[str]) -> list:
+    """A comma-separated list of IP addresses or CIDR networks."""
+    try:
+        return [ipaddress.ip_network(item) for item in env_list(name, default)]
+    except ValueError as error:
+        raise ImproperlyConfigured(f"{name}: {error}") from None
+
+
+# The reverse proxies (addresses or networks) whose X-Forwarded-For is believed: the client
+# address of sign-in limits and the /metrics allow-list. Empty: the peer is the client.
+TRACEVIZ_TRUSTED_PROXIES = env_list("TRACEVIZ_TRUSTED_PROXIES", [])
+TRACEVIZ_TRUSTED_PROXY_NETWORKS = env_networks("TRACEVIZ_TRUSTED_PROXIES", [])
+
+# Sign-in limits (site and admin login) by django-axes, per real client address: after
+# TRACEVIZ_LOGIN_FAILURE_LIMIT failed sign-ins the address is locked out (429) for
+# TRACEVIZ_LOGIN_LOCKOUT_SECONDS, counted from its latest failure.
+AXES_FAILURE_LIMIT = env_int("TRACEVIZ_LOGIN_FAILURE_LIMIT", 10, minimum=1)
+AXES_COOLOFF_TIME = timedelta(seconds=env_int("TRACEVIZ_LOGIN_LOCKOUT_SECONDS", 300, minimum=1))
+AXES_LOCKOUT_PARAMETERS = ["ip_address"]
+AXES_CLIENT_IP_CALLABLE = "jobs.web.client_address.client_address"
+AXES_LOCKOUT_CALLABLE = "jobs.web.auth.locked_out"
+AXES_HTTP_RESPONSE_CODE = 429
+AXES_VERBOSE = False
 TRACEVIZ_ESCALATION_WEBHOOK_URL = env_str("TRACEVIZ_ESCALATION_WEBHOOK_URL", "")
 TRACEVIZ_ESCALATION_EMAILS = env_list("TRACEVIZ_ESCALATION_EMAILS", [])
 # /metrics: a bearer token, or client addresses (IPs or CIDR networks), or a staff session.
 TRACEVIZ_METRICS_TOKEN = env_str("TRACEVIZ_METRICS_TOKEN", "")
 TRACEVIZ_METRICS_ALLOW = env_list("TRACEVIZ_METRICS_ALLOW", ["127.0.0.1", "::1"])
-try:
-    TRACEVIZ_METRICS_ALLOW_NETWORKS = [ipaddress.ip_network(a) for a in TRACEVIZ_METRICS_ALLOW]
-except ValueError as error:
-    raise ImproperlyConfigured(f"TRACEVIZ_METRICS_ALLOW: {error}") from None
+TRACEVIZ_METRICS_ALLOW_NETWORKS = env_networks("TRACEVIZ_METRICS_ALLOW", ["127.0.0.1", "::1"])
 # Escalation queue: an unresolved escalation open longer than this is highlighted.
 TRACEVIZ_ESCALATION_AGE_TARGET = timedelta(
     seconds=env_int("TRACEVIZ_ESCALATION_AGE_TARGET", 4 * 3600, minimum=1)

@@ -9,7 +9,6 @@ from django.urls import path
 
 from jobs.web import (
     api,
-    auth,
     dashboard,
     escalations,
     export,
@@ -29,7 +28,6 @@ urlpatterns = [
     path("healthz", api.healthz, name="healthz"),
     path("metrics", metrics.prometheus_metrics, name="metrics"),
     # Pages.
-    path("accounts/login/", auth.login, name="login"),
     path("dashboard/", dashboard.dashboard, name="dashboard"),
     path("escalations/", escalations.escalation_list, name="escalations"),
     path("escalations/bulk/", escalations.escalation_bulk, name="escalation-bulk"),
