@@ -71,13 +71,19 @@ class IngestToken(models.Model):
     def hash(raw: str) -> str:
         return hashlib.sha256(raw.encode("utf-8")).hexdigest()
 
+    def set_new_secret(self) -> str:
+        """Give this (unsaved) token a fresh secret; returns it in clear, never stored."""
+        raw = "tvz_" + secrets.token_urlsafe(32)
+        self.prefix = raw[:TOKEN_PREFIX_CHARS]
+        self.token_hash = self.hash(raw)
+        return raw
+
     @classmethod
     def issue(cls, name: str) -> tuple["IngestToken", str]:
         """Create a token; returns the row and the clear token, which is never stored."""
-        raw = "tvz_" + secrets.token_urlsafe(32)
-        token = cls.objects.create(
-            name=name, prefix=raw[:TOKEN_PREFIX_CHARS], token_hash=cls.hash(raw)
-        )
+        token = cls(name=name)
+        raw = token.set_new_secret()
+        token.save()
         return token, raw
 
     @classmethod
