@@ -8,6 +8,7 @@ import ipaddress
 import os
 from datetime import timedelta
 from pathlib import Path
+from urllib.parse import urlsplit
 
 import dj_database_url
 import plotly
@@ -221,7 +222,20 @@ AXES_CLIENT_IP_CALLABLE = "jobs.web.client_address.client_address"
 AXES_LOCKOUT_CALLABLE = "jobs.web.auth.locked_out"
 AXES_HTTP_RESPONSE_CODE = 429
 AXES_VERBOSE = False
-TRACEVIZ_ESCALATION_WEBHOOK_URL = env_str("TRACEVIZ_ESCALATION_WEBHOOK_URL", "")
+
+
+def env_http_url(name: str, default: str) -> str:
+    """An http or https URL (or empty when the default is)."""
+    raw = env_str(name, default).strip()
+    if raw and urlsplit(raw).scheme.lower() not in ("http", "https"):
+        raise ImproperlyConfigured(f"{name} must be an http or https URL, got {raw!r}")
+    return raw
+
+
+# Escalation webhook (http or https; redirects are never followed).
+TRACEVIZ_ESCALATION_WEBHOOK_URL = env_http_url("TRACEVIZ_ESCALATION_WEBHOOK_URL", "")
+# Where people reach this site: links in notifications (email, webhook) are built on it.
+TRACEVIZ_SITE_URL = env_http_url("TRACEVIZ_SITE_URL", "http://127.0.0.1:8000")
 TRACEVIZ_ESCALATION_EMAILS = env_list("TRACEVIZ_ESCALATION_EMAILS", [])
 # /metrics: a bearer token, or client addresses (IPs or CIDR networks), or a staff session.
 TRACEVIZ_METRICS_TOKEN = env_str("TRACEVIZ_METRICS_TOKEN", "")
