@@ -241,6 +241,9 @@ TRACEVIZ_ESCALATION_EMAILS = env_list("TRACEVIZ_ESCALATION_EMAILS", [])
 TRACEVIZ_METRICS_TOKEN = env_str("TRACEVIZ_METRICS_TOKEN", "")
 TRACEVIZ_METRICS_ALLOW = env_list("TRACEVIZ_METRICS_ALLOW", ["127.0.0.1", "::1"])
 TRACEVIZ_METRICS_ALLOW_NETWORKS = env_networks("TRACEVIZ_METRICS_ALLOW", ["127.0.0.1", "::1"])
+# Series per metric whose labels producers choose (planner provider/model): the busiest ones,
+# the rest summed under "other".
+TRACEVIZ_METRICS_MAX_SERIES = env_int("TRACEVIZ_METRICS_MAX_SERIES", 50, minimum=1)
 # Escalation queue: an unresolved escalation open longer than this is highlighted.
 TRACEVIZ_ESCALATION_AGE_TARGET = timedelta(
     seconds=env_int("TRACEVIZ_ESCALATION_AGE_TARGET", 4 * 3600, minimum=1)
