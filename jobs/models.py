@@ -678,8 +678,8 @@ class Counter(models.Model):
 
 
 class RateCounter(models.Model):
-    """Requests counted per key (an ingest token, a login address) in fixed time windows. In the
-    database so every web process shares one count."""
+    """Requests counted per ingest token in fixed time windows. In the database so every web
+    process shares one count; ended windows are deleted by a periodic task."""
 
     key = models.CharField(max_length=255)
     window_start = models.DateTimeField()
@@ -692,6 +692,12 @@ class RateCounter(models.Model):
 
     def __str__(self):
         return f"{self.key} @ {self.window_start}: {self.count}"
+
+    @classmethod
+    def forget_windows_before(cls, cutoff) -> int:
+        """Delete windows that started before ``cutoff``; returns how many rows went."""
+        deleted, _ = cls.objects.filter(window_start__lt=cutoff).delete()
+        return deleted
 
 
 class DashboardRollup(models.Model):

@@ -222,6 +222,8 @@ AXES_CLIENT_IP_CALLABLE = "jobs.web.client_address.client_address"
 AXES_LOCKOUT_CALLABLE = "jobs.web.auth.locked_out"
 AXES_HTTP_RESPONSE_CODE = 429
 AXES_VERBOSE = False
+# Sign-in logs (django-axes' access log, shown in the admin) are kept this many days.
+TRACEVIZ_LOGIN_LOG_DAYS = env_int("TRACEVIZ_LOGIN_LOG_DAYS", 90, minimum=1)
 
 
 def env_http_url(name: str, default: str) -> str:
@@ -277,6 +279,8 @@ CELERY_BEAT_SCHEDULE = {
     "evaluate-alerts": {"task": "jobs.tasks.evaluate_alerts", "schedule": 60.0},
     # Dashboard rollup: recompute the hours ingest marked dirty, each minute.
     "refresh-dashboard-rollup": {"task": "jobs.tasks.refresh_dashboard_rollup", "schedule": 60.0},
+    # Ended rate-limit windows, expired sign-in failures, old sign-in logs.
+    "prune-rate-limits": {"task": "jobs.tasks.prune_rate_limits", "schedule": 3600.0},
 }
 CELERY_TASK_IGNORE_RESULT = True
 CELERY_TIMEZONE = "UTC"
