@@ -182,11 +182,11 @@ STORAGES = {
 }
 WHITENOISE_USE_FINDERS = True
 
-# Ingest accepts bodies up to TRACEVIZ_MAX_BODY_BYTES; the view reads the raw stream itself,
-# so Django's form-oriented upload limit must not answer first with a 400.
+# Ingest accepts bodies up to TRACEVIZ_MAX_BODY_BYTES; its views read the raw stream themselves
+# (request.read, never request.body), so Django's form upload limit, DATA_UPLOAD_MAX_MEMORY_SIZE,
+# keeps its default (2.5 MB) for every other view.
 TRACEVIZ_MAX_BODY_BYTES = env_int("TRACEVIZ_MAX_BODY_BYTES", 10 * 1024 * 1024, minimum=1024)
 TRACEVIZ_MAX_BATCH_EVENTS = env_int("TRACEVIZ_MAX_BATCH_EVENTS", 10_000, minimum=1)
-DATA_UPLOAD_MAX_MEMORY_SIZE = None
 TRACEVIZ_PREVIEW_CHARS = env_int("TRACEVIZ_PREVIEW_CHARS", 512, minimum=16)
 TRACEVIZ_MAX_RETRIES = env_int("TRACEVIZ_MAX_RETRIES", 5, minimum=0)
 TRACEVIZ_REPAIR_BUDGET = env_int("TRACEVIZ_REPAIR_BUDGET", 3, minimum=0)
