@@ -34,6 +34,8 @@ $(STAMP): pyproject.toml
 
 install: $(STAMP)
 
+# A development server: DEBUG on (a server with DEBUG off refuses the built-in SECRET_KEY).
+run: export DEBUG ?= true
 run: $(STAMP)
 	$(BIN)/python manage.py migrate --noinput
 	$(BIN)/python manage.py load_demo

@@ -14,6 +14,8 @@ import dj_database_url
 import plotly
 from django.core.exceptions import ImproperlyConfigured
 
+from traceviz.production import EMBEDDED_SECRET_KEY
+
 BASE_DIR = Path(__file__).resolve().parent.parent
 
 
@@ -54,11 +56,9 @@ def env_list(name: str, default: list[str]) -> list[str]:
 
 
 DEBUG = env_bool("DEBUG", False)
-SECRET_KEY = env_str("SECRET_KEY", "")
-if not SECRET_KEY:
-    if not DEBUG and env_bool("TRACEVIZ_REQUIRE_SECRET_KEY", False):
-        raise ImproperlyConfigured("SECRET_KEY must be set in production")
-    SECRET_KEY = "traceviz-embedded-default-key-not-for-production-use-0123456789"
+# Unset: the built-in development key, which commands and tests may use but a server with
+# DEBUG off refuses (traceviz/production.py, called by wsgi.py and asgi.py).
+SECRET_KEY = env_str("SECRET_KEY", "") or EMBEDDED_SECRET_KEY
 ALLOWED_HOSTS = env_list("ALLOWED_HOSTS", ["127.0.0.1", "localhost", "[::1]", "testserver"])
 CSRF_TRUSTED_ORIGINS = env_list("CSRF_TRUSTED_ORIGINS", [])
 

@@ -56,6 +56,37 @@ def test_check_deploy_warns_with_development_defaults():
     assert "security.W012" in done.stderr  # session cookie not secure
 
 
+def serve_once(**env: str) -> subprocess.CompletedProcess:
+    """Load the WSGI application as gunicorn (and runserver) do, then exit."""
+    inherited = {k: v for k, v in os.environ.items() if k != "DJANGO_ALLOW_ASYNC_UNSAFE"}
+    return subprocess.run(
+        [sys.executable, "-c", "import traceviz.wsgi, traceviz.asgi"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env={**inherited, "DJANGO_SETTINGS_MODULE": "traceviz.settings", **env},
+    )
+
+
+def test_production_refuses_to_serve_with_the_built_in_secret_key():
+    done = serve_once(DEBUG="false", SECRET_KEY="")
+    assert done.returncode != 0
+    assert "SECRET_KEY" in done.stderr and "ImproperlyConfigured" in done.stderr
+
+
+def test_development_and_a_real_key_serve():
+    assert serve_once(DEBUG="true", SECRET_KEY="").returncode == 0
+    done = serve_once(DEBUG="false", SECRET_KEY=secrets.token_urlsafe(64))
+    assert done.returncode == 0, done.stderr
+
+
+def test_check_deploy_fails_on_the_built_in_secret_key():
+    done = manage("check", "--deploy", **{**PRODUCTION_ENV, "SECRET_KEY": ""})
+    assert done.returncode != 0
+    assert "traceviz.E001" in done.stderr
+
+
 @pytest.mark.parametrize("raw", ["X_FORWARDED_PROTO=https", "HTTP_X_FORWARDED_PROTO", "=https"])
 def test_a_malformed_proxy_ssl_header_is_refused(monkeypatch, raw):
     monkeypatch.setenv("SECURE_PROXY_SSL_HEADER", raw)
