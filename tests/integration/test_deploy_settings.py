@@ -2,6 +2,7 @@
 the production environment, and the Content Security Policy allows no inline or eval script."""
 
 import os
+import re
 import secrets
 import subprocess
 import sys
@@ -45,6 +46,40 @@ def test_check_deploy_is_clean_with_production_settings():
     done = manage("check", "--deploy", "--fail-level", "WARNING", **PRODUCTION_ENV)
     assert done.returncode == 0, done.stdout + done.stderr
     assert "System check identified no issues (0 silenced)." in done.stdout
+
+
+EXAMPLE_ENV = ROOT / "deploy" / "traceviz.env.example"
+SETTING_NAME = re.compile(r"^#? ?([A-Z][A-Z0-9_]*)=", re.MULTILINE)
+
+
+def example_env() -> dict[str, str]:
+    """The example file's uncommented NAME=value lines."""
+    lines = EXAMPLE_ENV.read_text().splitlines()
+    pairs = [line.split("=", 1) for line in lines if line and not line.startswith("#")]
+    return {name: value for name, value in pairs}
+
+
+def test_the_example_env_names_every_setting():
+    read = set(
+        re.findall(r'env_\w+\(\s*"([A-Z][A-Z0-9_]*)"', (ROOT / "traceviz/settings.py").read_text())
+    )
+    named = set(SETTING_NAME.findall(EXAMPLE_ENV.read_text()))
+    assert len(read) > 40
+    assert sorted(read - named) == [], "add these settings to deploy/traceviz.env.example"
+    assert sorted(named - read) == [], "the example names settings traceviz does not read"
+
+
+def test_check_deploy_is_clean_with_the_example_env_and_a_real_key():
+    env = example_env() | {"SECRET_KEY": secrets.token_urlsafe(64)}
+    done = manage("check", "--deploy", "--fail-level", "WARNING", **env)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "System check identified no issues (0 silenced)." in done.stdout
+
+
+def test_the_example_env_placeholder_key_does_not_pass():
+    done = manage("check", "--deploy", "--fail-level", "WARNING", **example_env())
+    assert done.returncode != 0
+    assert "security.W009" in done.stderr
 
 
 def test_check_deploy_warns_with_development_defaults():
