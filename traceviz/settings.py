@@ -220,6 +220,7 @@ AXES_COOLOFF_TIME = timedelta(seconds=env_int("TRACEVIZ_LOGIN_LOCKOUT_SECONDS", 
 AXES_LOCKOUT_PARAMETERS = ["ip_address"]
 AXES_CLIENT_IP_CALLABLE = "jobs.web.client_address.client_address"
 AXES_LOCKOUT_CALLABLE = "jobs.web.auth.locked_out"
+AXES_USERNAME_CALLABLE = "jobs.web.auth.attempted_username"
 AXES_HTTP_RESPONSE_CODE = 429
 AXES_VERBOSE = False
 # Sign-in logs (django-axes' access log, shown in the admin) are kept this many days.

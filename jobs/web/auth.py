@@ -17,3 +17,18 @@ def locked_out(request, original_response=None, credentials=None):
     )
     response["Retry-After"] = str(seconds)
     return response
+
+
+# django-axes records the typed username in a 255-character column; Django's own are 150.
+RECORDED_USERNAME_CHARS = 150
+
+
+def attempted_username(request, credentials=None) -> str:
+    """django-axes' AXES_USERNAME_CALLABLE: the username a sign-in tried, as axes records it,
+    cut to fit its column and without NUL (PostgreSQL text cannot hold it), so a hostile one is
+    a failed sign-in like any other, never a 500."""
+    if credentials:
+        raw = credentials.get("username")
+    else:
+        raw = request.POST.get("username") if request is not None else None
+    return str(raw or "").replace("\x00", "")[:RECORDED_USERNAME_CHARS]

@@ -122,3 +122,18 @@ def _networks(*addresses):
     import ipaddress
 
     return [ipaddress.ip_network(address) for address in addresses]
+
+
+@pytest.mark.parametrize(
+    "username", ["x" * 5000, "a\x00b", "\x00", "é" * 300], ids=["long", "nul", "only-nul", "wide"]
+)
+def test_a_hostile_username_is_refused_not_a_500(client, db, failure_limit, username):
+    for path in ("/accounts/login/", "/admin/login/"):
+        response = client.post(path, {"username": username, "password": "wrong"})
+        assert response.status_code in (200, 429), (path, response.status_code)
+
+
+def test_hostile_usernames_count_towards_the_lockout(client, db, failure_limit):
+    client.post("/accounts/login/", {"username": "x" * 5000, "password": "wrong"})
+    client.post("/accounts/login/", {"username": "a\x00b", "password": "wrong"})
+    assert client.post("/accounts/login/", WRONG).status_code == 429
