@@ -97,6 +97,7 @@ PAGES = [
     "/admin/jobs/job/",
     "/admin/jobs/alertrule/",
 ]
+CHUNKED = "chunked"
 ODD_AUTHORIZATION = [
     "Bearer é",
     "Bearer \x7f",
