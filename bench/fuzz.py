@@ -205,7 +205,11 @@ def fuzz(args, url: str, world: dict, tally: Tally) -> None:
     done = itertools.count(1)
     started = time.monotonic()
 
+    deadline = started + args.max_minutes * 60
+
     def run(item):
+        if time.monotonic() > deadline:
+            return  # out of time: the report counts what was sent
         source, case = item
         if source == "manual":
             label, method, path, body, headers, role = case
@@ -231,6 +235,7 @@ def main() -> None:
     parser.add_argument("--requests", type=int, default=50_000)
     parser.add_argument("--threads", type=int, default=6)
     parser.add_argument("--schemathesis-share", type=float, default=0.3)
+    parser.add_argument("--max-minutes", type=float, default=60, help="stop sending after this")
     args = parser.parse_args()
     os.environ["SECRET_KEY"] = secrets.token_urlsafe(50)  # the server's, to sign our sessions
     os.environ["CELERY_BROKER_URL"] = ""
