@@ -34,10 +34,17 @@ $(STAMP): pyproject.toml
 
 install: $(STAMP)
 
+# A development server: DEBUG on (a server with DEBUG off refuses the built-in SECRET_KEY).
+# Without a broker nothing else runs the periodic tasks (alerts, stalls, outbox retries), so
+# run_scheduler runs beside runserver and stops with it (Ctrl-C or runserver exiting).
+run: export DEBUG ?= true
 run: $(STAMP)
 	$(BIN)/python manage.py migrate --noinput
 	$(BIN)/python manage.py load_demo
-	$(BIN)/python manage.py runserver $(HOST):$(PORT)
+	@$(BIN)/python manage.py run_scheduler & scheduler=$$!; \
+	  trap 'kill $$scheduler 2>/dev/null; wait $$scheduler' EXIT; \
+	  trap 'exit 130' INT TERM; \
+	  $(BIN)/python manage.py runserver $(HOST):$(PORT)
 
 test: $(STAMP)
 ifeq ($(CI),true)

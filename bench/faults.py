@@ -12,15 +12,20 @@
     request unanswered: the task message is redelivered (acks late) and runs again, and the
     notification is delivered once, after its lease lapses.
 
-It restarts the machine's shared PostgreSQL and Redis, briefly, always starting them again
-(try/finally). Traffic goes to 127.0.0.1 only; every loop is bounded in count and time.
+By default it restarts the machine's PostgreSQL and Redis, briefly, always starting them again
+(try/finally). With --private it starts a PostgreSQL cluster (port --private-pg-port) and a
+Redis (on a unix socket) of its own in a temporary directory, faults those and removes them at
+the end, so a machine whose services others use is left alone. Traffic goes to 127.0.0.1 only;
+every loop is bounded in count and time.
 
     .venv/bin/python bench/faults.py --seconds 40 --producers 8
+    .venv/bin/python bench/faults.py --private --port 8217   # shared services untouched
 """
 
 import json
 import os
 import re
+import shutil
 import signal
 import subprocess
 import sys
@@ -54,6 +59,9 @@ REDIS_START = [
     "/var/log/redis/ci.log",
 ]
 PG = ["pg_ctlcluster", "--skip-systemctl-redirect", "15", "main"]
+PG_READY = ["pg_isready", "-h", "127.0.0.1", "-p", "5432", "-q"]
+REDIS_CLI = ["redis-cli", "-p", "6379"]
+PG_BIN = Path("/usr/lib/postgresql/15/bin")
 NOTIFY_LEASE = 10  # seconds; the minimum the settings allow, so (c) finishes soon
 
 
@@ -70,12 +78,70 @@ def wait_until(check, seconds: float, step: float = 0.25) -> bool:
 
 
 def postgres_ready() -> bool:
-    return subprocess.run(["pg_isready", "-h", "127.0.0.1", "-p", "5432", "-q"]).returncode == 0
+    return subprocess.run(PG_READY).returncode == 0
 
 
 def redis_ready() -> bool:
-    done = subprocess.run(["redis-cli", "-p", "6379", "ping"], capture_output=True, text=True)
+    done = subprocess.run([*REDIS_CLI, "ping"], capture_output=True, text=True)
     return done.stdout.strip() == "PONG"
+
+
+def as_postgres(*command: str) -> list[str]:
+    """``command`` as the postgres user (pg_ctl and initdb refuse root)."""
+    return ["runuser", "-u", "postgres", "--", *command] if os.geteuid() == 0 else list(command)
+
+
+def start_private_services(port: int) -> Path:
+    """A PostgreSQL cluster on 127.0.0.1:``port`` and a Redis on a unix socket, both in a new
+    temporary directory, and the module's service commands pointed at them. Returns the
+    directory (``stop_private_services`` removes it)."""
+    global PG, PG_READY, REDIS_CLI, REDIS_START
+    home = Path(tempfile.mkdtemp(prefix="traceviz-faults-services-"))
+    home.chmod(0o755)
+    data = home / "pg"
+    if os.geteuid() == 0:
+        shutil.chown(home, "postgres")
+    subprocess.run(
+        as_postgres(str(PG_BIN / "initdb"), "-D", str(data), "-U", "postgres", "--auth=trust"),
+        check=True,
+        capture_output=True,
+        timeout=120,
+    )
+    options = f"-p {port} -c listen_addresses=127.0.0.1 -k {home} -c fsync=off"
+    PG = [
+        *as_postgres(str(PG_BIN / "pg_ctl"), "-D", str(data), "-l", str(home / "pg.log")),
+    ]
+    PG = [*PG, "-o", options, "-w"]
+    PG_READY = ["pg_isready", "-h", "127.0.0.1", "-p", str(port), "-q"]
+    socket = home / "redis.sock"
+    REDIS_CLI = ["redis-cli", "-s", str(socket)]
+    REDIS_START = [
+        "redis-server",
+        "--daemonize",
+        "yes",
+        "--port",
+        "0",
+        "--unixsocket",
+        str(socket),
+        "--save",
+        "",
+        "--appendonly",
+        "no",
+        "--dir",
+        str(home),
+        "--logfile",
+        str(home / "redis.log"),
+    ]
+    subprocess.run([*PG, "start"], check=True, timeout=60, capture_output=True)
+    subprocess.run(REDIS_START, check=True, timeout=30)
+    wait_until(redis_ready, 30)
+    return home
+
+
+def stop_private_services(home: Path) -> None:
+    subprocess.run([*PG, "stop", "-m", "fast"], timeout=60, capture_output=True)
+    subprocess.run([*REDIS_CLI, "shutdown", "nosave"], timeout=30, capture_output=True)
+    shutil.rmtree(home, ignore_errors=True)
 
 
 def postgres_outage(seconds: float) -> tuple[float, float]:
@@ -94,7 +160,7 @@ def redis_outage(seconds: float) -> tuple[float, float]:
     """Stop Redis for ``seconds``; always started again. Returns the outage window."""
     began = time.monotonic()
     try:
-        subprocess.run(["redis-cli", "-p", "6379", "shutdown", "nosave"], timeout=30)
+        subprocess.run([*REDIS_CLI, "shutdown", "nosave"], timeout=30)
         wait_until(lambda: not redis_ready(), 10)
         time.sleep(seconds)
     finally:
@@ -361,11 +427,31 @@ def main() -> None:
     parser.set_defaults(seconds=40, database="traceviz_faults")
     parser.add_argument("--outage", type=float, default=6, help="seconds each service is down")
     parser.add_argument("--redis-db", type=int, default=11, help="a Redis database of its own")
+    parser.add_argument(
+        "--private", action="store_true", help="fault a PostgreSQL and a Redis of its own"
+    )
+    parser.add_argument("--private-pg-port", type=int, default=5499)
     args = parser.parse_args()
+    services = None
+    if args.private:
+        services = start_private_services(args.private_pg_port)
+        args.postgres = f"postgres://postgres@127.0.0.1:{args.private_pg_port}"
+        print(f"private PostgreSQL on port {args.private_pg_port}, Redis in {services}")
+    try:
+        run(args, services)
+    finally:
+        if services is not None:
+            stop_private_services(services)
+
+
+def run(args, services: Path | None) -> None:
     if not (postgres_ready() and redis_ready()):
         sys.exit("PostgreSQL and Redis must both be up before the fault runs")
 
-    broker = f"redis://127.0.0.1:6379/{args.redis_db}"
+    if services is None:
+        broker = f"redis://127.0.0.1:6379/{args.redis_db}"
+    else:
+        broker = f"redis+socket://{services / 'redis.sock'}?virtual_host={args.redis_db}"
     webhook = Webhook()
     threading.Thread(target=webhook.serve_forever, daemon=True).start()
     database_url = load.postgres_url(args.database, args.postgres)
@@ -377,7 +463,7 @@ def main() -> None:
         TRACEVIZ_WEBHOOK_TIMEOUT="30",
     )
     load.recreate_database(args.postgres, args.database)
-    subprocess.run(["redis-cli", "-n", str(args.redis_db), "flushdb"], capture_output=True)
+    subprocess.run([*REDIS_CLI, "-n", str(args.redis_db), "flushdb"], capture_output=True)
     server = worker = None
     results = {}
     log_path = Path(tempfile.mkdtemp(prefix="traceviz-faults-")) / "worker.log"
@@ -412,7 +498,7 @@ def main() -> None:
         connections.close_all()
         if not args.keep:
             load.recreate_database(args.postgres, args.database, drop_only=True)
-        subprocess.run(["redis-cli", "-n", str(args.redis_db), "flushdb"], capture_output=True)
+        subprocess.run([*REDIS_CLI, "-n", str(args.redis_db), "flushdb"], capture_output=True)
     print(
         "\nverdicts: " + ", ".join(f"({k}) {'ok' if v else 'FAILED'}" for k, v in results.items())
     )

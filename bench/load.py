@@ -17,6 +17,7 @@ import argparse
 import json
 import os
 import random
+import secrets
 import signal
 import subprocess
 import sys
@@ -78,6 +79,8 @@ def issue_token(name: str) -> str:
 def start_gunicorn(database_url: str, port: int, workers: int, extra_env: dict | None = None):
     env = {**os.environ, "DATABASE_URL": database_url, **(extra_env or {})}
     env.setdefault("PYTHONWARNINGS", "ignore::UserWarning")  # no STATIC_ROOT: not collected
+    # A server with DEBUG off refuses the built-in key: the bench's server gets its own.
+    env.setdefault("SECRET_KEY", secrets.token_urlsafe(50))
     # The server's own log (tracebacks of the outages the fault runs cause) goes to a file.
     log_path = Path(tempfile.mkdtemp(prefix="traceviz-gunicorn-")) / "gunicorn.log"
     print(f"gunicorn log: {log_path}")

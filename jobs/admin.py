@@ -1,8 +1,10 @@
-"""Admin: staff edit alert rules; jobs, steps, events, escalations and tokens are read-mostly
-(the projection is rebuilt from events, escalations change through their actions, tokens are
-issued and revoked by management commands so the clear token is shown once)."""
+"""Admin: staff (the "staff" group, migration 0018) edit alert rules and issue and revoke
+ingest tokens; jobs, steps, events and escalations are read-only here (the projection is rebuilt
+from events, escalations change through their actions)."""
 
 from django.contrib import admin
+from django.template.response import TemplateResponse
+from django.utils import timezone
 
 from jobs.models import (
     AlertEpisode,
@@ -154,6 +156,51 @@ class EscalationAdmin(ReadOnlyAdmin):
 
 
 @admin.register(IngestToken)
-class IngestTokenAdmin(ReadOnlyAdmin):
+class IngestTokenAdmin(admin.ModelAdmin):
+    """Issue (the clear token is shown once, on the page that answers the form, and stored
+    nowhere) and revoke; never deleted, since stored events name the token that sent them."""
+
     list_display = ("name", "prefix", "created_at", "last_used_at", "revoked_at")
-    exclude = ("token_hash",)
+    list_filter = (("revoked_at", admin.EmptyFieldListFilter),)
+    search_fields = ("name", "prefix")
+    actions = ["revoke_tokens"]
+
+    def get_fields(self, request, obj=None):
+        if obj is None:
+            return ("name", "rate_limit_per_minute")
+        return (
+            "name",
+            "prefix",
+            "rate_limit_per_minute",
+            "created_at",
+            "last_used_at",
+            "revoked_at",
+        )
+
+    def get_readonly_fields(self, request, obj=None):
+        if obj is None:
+            return ()
+        return ("name", "prefix", "created_at", "last_used_at", "revoked_at")
+
+    def has_delete_permission(self, request, obj=None):
+        return False
+
+    def save_model(self, request, obj, form, change):
+        if not change:
+            request.issued_token = obj.set_new_secret()
+        super().save_model(request, obj, form, change)
+
+    def response_add(self, request, obj, post_url_continue=None):
+        context = {
+            **self.admin_site.each_context(request),
+            "opts": self.opts,
+            "token": obj,
+            "raw": request.issued_token,
+            "title": f"Ingest token {obj.name}",
+        }
+        return TemplateResponse(request, "admin/jobs/ingesttoken/issued.html", context)
+
+    @admin.action(description="Revoke the selected tokens", permissions=["change"])
+    def revoke_tokens(self, request, queryset):
+        revoked = queryset.filter(revoked_at__isnull=True).update(revoked_at=timezone.now())
+        self.message_user(request, f"Revoked {revoked} token(s): they answer 401 from now on.")

@@ -1,4 +1,5 @@
 from django.apps import AppConfig
+from django.core import checks
 
 
 class JobsConfig(AppConfig):
@@ -13,3 +14,6 @@ class JobsConfig(AppConfig):
         # only once its module has been imported.
         import jobs.tasks  # noqa: F401
         import traceviz.celery  # noqa: F401
+        from traceviz.production import check_secret_key
+
+        checks.register(check_secret_key, checks.Tags.security, deploy=True)

@@ -71,13 +71,19 @@ class IngestToken(models.Model):
     def hash(raw: str) -> str:
         return hashlib.sha256(raw.encode("utf-8")).hexdigest()
 
+    def set_new_secret(self) -> str:
+        """Give this (unsaved) token a fresh secret; returns it in clear, never stored."""
+        raw = "tvz_" + secrets.token_urlsafe(32)
+        self.prefix = raw[:TOKEN_PREFIX_CHARS]
+        self.token_hash = self.hash(raw)
+        return raw
+
     @classmethod
     def issue(cls, name: str) -> tuple["IngestToken", str]:
         """Create a token; returns the row and the clear token, which is never stored."""
-        raw = "tvz_" + secrets.token_urlsafe(32)
-        token = cls.objects.create(
-            name=name, prefix=raw[:TOKEN_PREFIX_CHARS], token_hash=cls.hash(raw)
-        )
+        token = cls(name=name)
+        raw = token.set_new_secret()
+        token.save()
         return token, raw
 
     @classmethod
@@ -672,8 +678,8 @@ class Counter(models.Model):
 
 
 class RateCounter(models.Model):
-    """Requests counted per key (an ingest token, a login address) in fixed time windows. In the
-    database so every web process shares one count."""
+    """Requests counted per ingest token in fixed time windows. In the database so every web
+    process shares one count; ended windows are deleted by a periodic task."""
 
     key = models.CharField(max_length=255)
     window_start = models.DateTimeField()
@@ -686,6 +692,12 @@ class RateCounter(models.Model):
 
     def __str__(self):
         return f"{self.key} @ {self.window_start}: {self.count}"
+
+    @classmethod
+    def forget_windows_before(cls, cutoff) -> int:
+        """Delete windows that started before ``cutoff``; returns how many rows went."""
+        deleted, _ = cls.objects.filter(window_start__lt=cutoff).delete()
+        return deleted
 
 
 class DashboardRollup(models.Model):

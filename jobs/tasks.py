@@ -9,7 +9,9 @@ CELERY_BEAT_SCHEDULE in settings).
 """
 
 import logging
+from datetime import timedelta
 
+from axes.models import AccessAttempt, AccessLog
 from celery import shared_task
 from django.conf import settings
 from django.utils import timezone
@@ -17,9 +19,12 @@ from django.utils import timezone
 from jobs.dashboard import rollup
 from jobs.escalations import alerts, outbox, stalls
 from jobs.ingest import retention
+from jobs.models import RateCounter
 
 logger = logging.getLogger(__name__)
 SWEEP_BATCH = 500
+# Rate-limit windows last a minute; an hour's margin keeps every live one.
+RATE_WINDOWS_KEPT = timedelta(hours=1)
 
 
 @shared_task(ignore_result=True)
@@ -74,3 +79,18 @@ def refresh_dashboard_rollup() -> int:
     of one transaction each (the dashboard itself refreshes only a few per request). Returns how
     many hours."""
     return rollup.refresh_pending()
+
+
+@shared_task(ignore_result=True)
+def prune_rate_limits() -> dict:
+    """Periodic: delete ended ingest rate-limit windows, sign-in failures past their cool-off
+    and sign-in logs older than TRACEVIZ_LOGIN_LOG_DAYS. Returns how many of each."""
+    now = timezone.now()
+    failures, _ = AccessAttempt.objects.filter(
+        attempt_time__lte=now - settings.AXES_COOLOFF_TIME
+    ).delete()
+    logs, _ = AccessLog.objects.filter(
+        attempt_time__lt=now - timedelta(days=settings.TRACEVIZ_LOGIN_LOG_DAYS)
+    ).delete()
+    windows = RateCounter.forget_windows_before(now - RATE_WINDOWS_KEPT)
+    return {"windows": windows, "sign_in_failures": failures, "sign_in_logs": logs}

@@ -8,10 +8,13 @@ import ipaddress
 import os
 from datetime import timedelta
 from pathlib import Path
+from urllib.parse import urlsplit
 
 import dj_database_url
 import plotly
 from django.core.exceptions import ImproperlyConfigured
+
+from traceviz.production import EMBEDDED_SECRET_KEY
 
 BASE_DIR = Path(__file__).resolve().parent.parent
 
@@ -54,11 +57,9 @@ def env_list(name: str, default: list[str]) -> list[str]:
 
 
 DEBUG = env_bool("DEBUG", False)
-SECRET_KEY = env_str("SECRET_KEY", "")
-if not SECRET_KEY:
-    if not DEBUG and env_bool("TRACEVIZ_REQUIRE_SECRET_KEY", False):
-        raise ImproperlyConfigured("SECRET_KEY must be set in production")
-    SECRET_KEY = "traceviz-embedded-default-key-not-for-production-use-0123456789"
+# Unset: the built-in development key, which commands and tests may use but a server with
+# DEBUG off refuses (traceviz/production.py, called by wsgi.py and asgi.py).
+SECRET_KEY = env_str("SECRET_KEY", "") or EMBEDDED_SECRET_KEY
 ALLOWED_HOSTS = env_list("ALLOWED_HOSTS", ["127.0.0.1", "localhost", "[::1]", "testserver"])
 CSRF_TRUSTED_ORIGINS = env_list("CSRF_TRUSTED_ORIGINS", [])
 
@@ -72,6 +73,7 @@ INSTALLED_APPS = [
     "django_htmx",
     "template_partials",
     "csp",
+    "axes",
     "jobs",
 ]
 
@@ -89,6 +91,8 @@ MIDDLEWARE = [
     "csp.middleware.CSPMiddleware",
     # A lost database answers 503 with Retry-After (views; handler500 covers the rest).
     "traceviz.outage.DatabaseOutageMiddleware",
+    # Last, as django-axes asks: it turns a locked-out sign-in into the lockout response.
+    "axes.middleware.AxesMiddleware",
 ]
 
 ROOT_URLCONF = "traceviz.urls"
@@ -147,6 +151,11 @@ DATABASE_ROUTERS = ["traceviz.routers.ReplicaRouter"]
 
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 
+# django-axes' backend first: it refuses a locked-out address before a password is checked.
+AUTHENTICATION_BACKENDS = [
+    "axes.backends.AxesStandaloneBackend",
+    "django.contrib.auth.backends.ModelBackend",
+]
 AUTH_PASSWORD_VALIDATORS = [
     {"NAME": "django.contrib.auth.password_validation.UserAttributeSimilarityValidator"},
     {"NAME": "django.contrib.auth.password_validation.MinimumLengthValidator"},
@@ -176,11 +185,11 @@ STORAGES = {
 }
 WHITENOISE_USE_FINDERS = True
 
-# Ingest accepts bodies up to TRACEVIZ_MAX_BODY_BYTES; the view reads the raw stream itself,
-# so Django's form-oriented upload limit must not answer first with a 400.
+# Ingest accepts bodies up to TRACEVIZ_MAX_BODY_BYTES; its views read the raw stream themselves
+# (request.read, never request.body), so Django's form upload limit, DATA_UPLOAD_MAX_MEMORY_SIZE,
+# keeps its default (2.5 MB) for every other view.
 TRACEVIZ_MAX_BODY_BYTES = env_int("TRACEVIZ_MAX_BODY_BYTES", 10 * 1024 * 1024, minimum=1024)
 TRACEVIZ_MAX_BATCH_EVENTS = env_int("TRACEVIZ_MAX_BATCH_EVENTS", 10_000, minimum=1)
-DATA_UPLOAD_MAX_MEMORY_SIZE = None
 TRACEVIZ_PREVIEW_CHARS = env_int("TRACEVIZ_PREVIEW_CHARS", 512, minimum=16)
 TRACEVIZ_MAX_RETRIES = env_int("TRACEVIZ_MAX_RETRIES", 5, minimum=0)
 TRACEVIZ_REPAIR_BUDGET = env_int("TRACEVIZ_REPAIR_BUDGET", 3, minimum=0)
@@ -189,18 +198,58 @@ TRACEVIZ_RETENTION_DAYS = env_int("TRACEVIZ_RETENTION_DAYS", 0)  # 0 keeps every
 TRACEVIZ_JOBS_PAGE_SIZE = env_int("TRACEVIZ_JOBS_PAGE_SIZE", 50, minimum=1)
 # The largest ``limit`` GET /api/v1/jobs takes (the API document states it).
 TRACEVIZ_API_MAX_PAGE_SIZE = env_int("TRACEVIZ_API_MAX_PAGE_SIZE", 500, minimum=1)
-# Requests per minute per ingest token (0: unlimited) and login attempts per address per 5 min.
+# Requests per minute per ingest token (0: unlimited).
 TRACEVIZ_INGEST_RATE_LIMIT = env_int("TRACEVIZ_INGEST_RATE_LIMIT", 6000)
-TRACEVIZ_LOGIN_RATE_LIMIT = env_int("TRACEVIZ_LOGIN_RATE_LIMIT", 20)
-TRACEVIZ_ESCALATION_WEBHOOK_URL = env_str("TRACEVIZ_ESCALATION_WEBHOOK_URL", "")
+
+
+def env_networks(name: str, default: list[str]) -> list:
+    """A comma-separated list of IP addresses or CIDR networks."""
+    try:
+        return [ipaddress.ip_network(item) for item in env_list(name, default)]
+    except ValueError as error:
+        raise ImproperlyConfigured(f"{name}: {error}") from None
+
+
+# The reverse proxies (addresses or networks) whose X-Forwarded-For is believed: the client
+# address of sign-in limits and the /metrics allow-list. Empty: the peer is the client.
+TRACEVIZ_TRUSTED_PROXIES = env_list("TRACEVIZ_TRUSTED_PROXIES", [])
+TRACEVIZ_TRUSTED_PROXY_NETWORKS = env_networks("TRACEVIZ_TRUSTED_PROXIES", [])
+
+# Sign-in limits (site and admin login) by django-axes, per real client address: after
+# TRACEVIZ_LOGIN_FAILURE_LIMIT failed sign-ins the address is locked out (429) for
+# TRACEVIZ_LOGIN_LOCKOUT_SECONDS, counted from its latest failure.
+AXES_FAILURE_LIMIT = env_int("TRACEVIZ_LOGIN_FAILURE_LIMIT", 10, minimum=1)
+AXES_COOLOFF_TIME = timedelta(seconds=env_int("TRACEVIZ_LOGIN_LOCKOUT_SECONDS", 300, minimum=1))
+AXES_LOCKOUT_PARAMETERS = ["ip_address"]
+AXES_CLIENT_IP_CALLABLE = "jobs.web.client_address.client_address"
+AXES_LOCKOUT_CALLABLE = "jobs.web.auth.locked_out"
+AXES_USERNAME_CALLABLE = "jobs.web.auth.attempted_username"
+AXES_HTTP_RESPONSE_CODE = 429
+AXES_VERBOSE = False
+# Sign-in logs (django-axes' access log, shown in the admin) are kept this many days.
+TRACEVIZ_LOGIN_LOG_DAYS = env_int("TRACEVIZ_LOGIN_LOG_DAYS", 90, minimum=1)
+
+
+def env_http_url(name: str, default: str) -> str:
+    """An http or https URL (or empty when the default is)."""
+    raw = env_str(name, default).strip()
+    if raw and urlsplit(raw).scheme.lower() not in ("http", "https"):
+        raise ImproperlyConfigured(f"{name} must be an http or https URL, got {raw!r}")
+    return raw
+
+
+# Escalation webhook (http or https; redirects are never followed).
+TRACEVIZ_ESCALATION_WEBHOOK_URL = env_http_url("TRACEVIZ_ESCALATION_WEBHOOK_URL", "")
+# Where people reach this site: links in notifications (email, webhook) are built on it.
+TRACEVIZ_SITE_URL = env_http_url("TRACEVIZ_SITE_URL", "http://127.0.0.1:8000")
 TRACEVIZ_ESCALATION_EMAILS = env_list("TRACEVIZ_ESCALATION_EMAILS", [])
 # /metrics: a bearer token, or client addresses (IPs or CIDR networks), or a staff session.
 TRACEVIZ_METRICS_TOKEN = env_str("TRACEVIZ_METRICS_TOKEN", "")
 TRACEVIZ_METRICS_ALLOW = env_list("TRACEVIZ_METRICS_ALLOW", ["127.0.0.1", "::1"])
-try:
-    TRACEVIZ_METRICS_ALLOW_NETWORKS = [ipaddress.ip_network(a) for a in TRACEVIZ_METRICS_ALLOW]
-except ValueError as error:
-    raise ImproperlyConfigured(f"TRACEVIZ_METRICS_ALLOW: {error}") from None
+TRACEVIZ_METRICS_ALLOW_NETWORKS = env_networks("TRACEVIZ_METRICS_ALLOW", ["127.0.0.1", "::1"])
+# Series per metric whose labels producers choose (planner provider/model): the busiest ones,
+# the rest summed under "other".
+TRACEVIZ_METRICS_MAX_SERIES = env_int("TRACEVIZ_METRICS_MAX_SERIES", 50, minimum=1)
 # Escalation queue: an unresolved escalation open longer than this is highlighted.
 TRACEVIZ_ESCALATION_AGE_TARGET = timedelta(
     seconds=env_int("TRACEVIZ_ESCALATION_AGE_TARGET", 4 * 3600, minimum=1)
@@ -234,6 +283,8 @@ CELERY_BEAT_SCHEDULE = {
     "evaluate-alerts": {"task": "jobs.tasks.evaluate_alerts", "schedule": 60.0},
     # Dashboard rollup: recompute the hours ingest marked dirty, each minute.
     "refresh-dashboard-rollup": {"task": "jobs.tasks.refresh_dashboard_rollup", "schedule": 60.0},
+    # Ended rate-limit windows, expired sign-in failures, old sign-in logs.
+    "prune-rate-limits": {"task": "jobs.tasks.prune_rate_limits", "schedule": 3600.0},
 }
 CELERY_TASK_IGNORE_RESULT = True
 CELERY_TIMEZONE = "UTC"

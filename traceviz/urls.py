@@ -4,7 +4,7 @@ from django.urls import include, path
 from django.views import defaults
 
 urlpatterns = [
-    # The app's login view (rate limited) comes first; Django's auth views serve the rest.
+    # Sign-ins (here and the admin's) are limited by django-axes (settings AXES_*).
     path("", include("jobs.web.urls")),
     path("accounts/", include("django.contrib.auth.urls")),
     path("admin/", admin.site.urls),

@@ -7,6 +7,7 @@ alerts); it never reads the event table.
 
 import json
 
+from django.conf import settings
 from django.db.models import Count
 from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily
@@ -25,8 +26,14 @@ class DatabaseCollector:
             by_name.setdefault(name, []).append((json.loads(labels or "{}"), value))
         for name, spec in COUNTERS.items():
             family = CounterMetricFamily(name, spec.documentation, labels=spec.label_names)
-            for labels, value in by_name.get(name, []):
-                family.add_metric([labels.get(label, "") for label in spec.label_names], value)
+            series = [
+                ([labels.get(label, "") for label in spec.label_names], value)
+                for labels, value in by_name.get(name, [])
+            ]
+            if spec.producer_labels:
+                series = capped(series, settings.TRACEVIZ_METRICS_MAX_SERIES)
+            for label_values, value in series:
+                family.add_metric(label_values, value)
             yield family
         yield self._latency(by_name)
         yield self._gauge(
@@ -74,6 +81,25 @@ class DatabaseCollector:
             + [(INF, buckets.get(INF, 0))],
             sum_value=total,
         )
+
+
+def capped(series: list[tuple[list[str], float]], limit: int) -> list[tuple[list[str], float]]:
+    """The ``limit`` largest series as they are, the rest summed into one series whose every
+    label is "other" (none when nothing is left over). Ties keep label order, so a scrape is
+    deterministic. A pair that climbs into the top moves its count out of "other", which
+    Prometheus reads as a counter reset of "other": rate() copes, and the number of series a
+    producer can create stays bounded."""
+    if len(series) <= limit:
+        return series
+    ranked = sorted(series, key=lambda item: (-item[1], item[0]))
+    kept, rest = ranked[:limit], ranked[limit:]
+    other = ["other"] * len(rest[0][0])
+    total = sum(value for _labels, value in rest)
+    # A producer's own "other" among the kept series takes the rest, so no series repeats.
+    merged = [(labels, value + total if labels == other else value) for labels, value in kept]
+    if other not in [labels for labels, _value in kept]:
+        merged.append((other, total))
+    return merged
 
 
 def exposition() -> bytes:

@@ -12,6 +12,7 @@ to TRACEVIZ_NOTIFY_MAX_ATTEMPTS, then the row is marked failed; every error is k
 import json
 import random
 import urllib.error
+import urllib.parse
 import urllib.request
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -193,7 +194,7 @@ def webhook_body(notification: Notification) -> dict:
         "notification_id": notification.pk,
         "escalation": {
             "id": escalation.pk,
-            "url": f"/escalations/{escalation.pk}/",
+            "url": escalation_url(escalation),
             "kind": escalation.kind,
             "severity": escalation.severity,
             "status": escalation.status,
@@ -229,21 +230,42 @@ def email_message(notification: Notification) -> tuple[str, str]:
             "",
             escalation.message,
             "",
-            f"Queue page: /escalations/{escalation.pk}/",
+            f"Queue page: {escalation_url(escalation)}",
         ]
     )
     return subject, body
 
 
+def escalation_url(escalation) -> str:
+    """The escalation's page, absolute (TRACEVIZ_SITE_URL): a notification is read outside the
+    site, where a path alone leads nowhere."""
+    return f"{settings.TRACEVIZ_SITE_URL.rstrip('/')}/escalations/{escalation.pk}/"
+
+
+class RefuseRedirects(urllib.request.HTTPRedirectHandler):
+    """A webhook that answers with a redirect has failed: following it would send the body to
+    an address nobody configured (and a POST turned GET loses it anyway)."""
+
+    def redirect_request(self, req, fp, code, msg, headers, newurl):
+        raise DeliveryError(f"HTTP {code}: redirect to {newurl[:200]} not followed")
+
+
+WEBHOOK_OPENER = urllib.request.build_opener(RefuseRedirects)
+WEBHOOK_SCHEMES = ("http", "https")
+
+
 def post_json(url: str, body: dict, timeout: float) -> None:
-    """POST ``body`` as JSON; any answer other than 2xx raises."""
+    """POST ``body`` as JSON to an http or https URL; any answer other than 2xx raises, and so
+    does a redirect (never followed) or another scheme (file:, ftp: are never opened)."""
+    if urllib.parse.urlsplit(url).scheme.lower() not in WEBHOOK_SCHEMES:
+        raise DeliveryError("the webhook URL must be http or https")
     request = urllib.request.Request(
         url,
         data=json.dumps(body).encode("utf-8"),
         headers={"Content-Type": "application/json", "User-Agent": "traceviz-webhook/1"},
         method="POST",
     )
-    with urllib.request.urlopen(request, timeout=timeout) as response:
+    with WEBHOOK_OPENER.open(request, timeout=timeout) as response:
         if not 200 <= response.status < 300:
             raise DeliveryError(f"HTTP {response.status}")
 

@@ -38,15 +38,21 @@ PLANNER_COUNTERS = {
 class CounterSpec:
     documentation: str
     label_names: tuple[str, ...]
+    # Label values a producer chooses freely (provider, model): /metrics shows only the
+    # busiest series and adds the rest up under "other" (TRACEVIZ_METRICS_MAX_SERIES).
+    producer_labels: bool = False
 
 
 COUNTERS: dict[str, CounterSpec] = {
     PARSE_INVALID: CounterSpec(
-        "Planner outputs that failed to parse (source 001).", ("provider", "model")
+        "Planner outputs that failed to parse (source 001).",
+        ("provider", "model"),
+        producer_labels=True,
     ),
     DEGRADED: CounterSpec(
         "Planner runs that ended degraded after bounded retries (source 001).",
         ("provider", "model"),
+        producer_labels=True,
     ),
     EVENTS_INGESTED: CounterSpec("Events stored (duplicates not counted), by type.", ("type",)),
     STEPS: CounterSpec("node_finished events stored, by result_type.", ("result_type",)),

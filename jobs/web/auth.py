@@ -1,28 +1,34 @@
-"""Login, rate limited per client address so passwords cannot be guessed at speed."""
+"""The sign-in lockout page. Sign-ins (the site's and the admin's) are counted by django-axes
+per real client address (settings AXES_*); this renders its lockout as the login page."""
 
 from django.conf import settings
-from django.contrib.auth import views as auth_views
 from django.shortcuts import render
 
-from jobs.web import ratelimit
 
-LOGIN_WINDOW_SECONDS = 300
+def locked_out(request, original_response=None, credentials=None):
+    """django-axes' AXES_LOCKOUT_CALLABLE: the login form again, 429, with Retry-After."""
+    seconds = int(settings.AXES_COOLOFF_TIME.total_seconds())
+    minutes = max(1, round(seconds / 60))
+    response = render(
+        request,
+        "registration/login.html",
+        {"rate_limited": f"Too many sign-in attempts. Try again in {minutes} min."},
+        status=429,
+    )
+    response["Retry-After"] = str(seconds)
+    return response
 
 
-def login(request):
-    if request.method == "POST":
-        address = request.META.get("REMOTE_ADDR", "unknown")
-        retry_after = ratelimit.hit(
-            f"login:{address}", settings.TRACEVIZ_LOGIN_RATE_LIMIT, LOGIN_WINDOW_SECONDS
-        )
-        if retry_after is not None:
-            minutes = max(1, round(retry_after / 60))
-            response = render(
-                request,
-                "registration/login.html",
-                {"rate_limited": f"Too many sign-in attempts. Try again in {minutes} min."},
-                status=429,
-            )
-            response["Retry-After"] = str(retry_after)
-            return response
-    return auth_views.LoginView.as_view()(request)
+# django-axes records the typed username in a 255-character column; Django's own are 150.
+RECORDED_USERNAME_CHARS = 150
+
+
+def attempted_username(request, credentials=None) -> str:
+    """django-axes' AXES_USERNAME_CALLABLE: the username a sign-in tried, as axes records it,
+    cut to fit its column and without NUL (PostgreSQL text cannot hold it), so a hostile one is
+    a failed sign-in like any other, never a 500."""
+    if credentials:
+        raw = credentials.get("username")
+    else:
+        raw = request.POST.get("username") if request is not None else None
+    return str(raw or "").replace("\x00", "")[:RECORDED_USERNAME_CHARS]

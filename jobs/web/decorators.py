@@ -12,6 +12,7 @@ from django.http import JsonResponse
 from jobs.ingest import counters
 from jobs.models import IngestToken
 from jobs.web import ratelimit
+from jobs.web.access import can_view
 from jobs.web.schemas import Error, json_response
 
 logger = logging.getLogger(__name__)
@@ -65,11 +66,14 @@ def ingest_token_required(view):
 
 
 def token_or_login_required(view):
-    """For the read API: a logged-in user or a valid bearer token."""
+    """For the read API: a valid bearer token, or a logged-in user who holds a role (as the
+    pages ask; a signed-in user without one gets 403)."""
 
     @wraps(view)
     def wrapper(request, *args, **kwargs):
         if request.user.is_authenticated and bearer_token(request) is None:
+            if not can_view(request.user):
+                return json_error(403, "your account has no role: ask staff for one")
             return view(request, *args, **kwargs)
         return ingest_token_required(view)(request, *args, **kwargs)
 

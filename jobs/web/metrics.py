@@ -12,6 +12,7 @@ from django.views.decorators.http import require_GET
 from prometheus_client import CONTENT_TYPE_LATEST
 
 from jobs.dashboard.exposition import exposition
+from jobs.web.client_address import client_address
 from jobs.web.decorators import bearer_token
 
 
@@ -26,7 +27,8 @@ def _address_allowed(address: str) -> bool:
 def metrics_access_required(view):
     """The metrics token (Bearer), an allow-listed client address, or a staff session; else 403.
 
-    The address is REMOTE_ADDR: behind a proxy, scrape through the token instead.
+    The address is the real client's (``client_address``: X-Forwarded-For is believed only
+    from TRACEVIZ_TRUSTED_PROXIES), so a proxy on loopback does not let everyone in.
     """
 
     @wraps(view)
@@ -38,7 +40,7 @@ def metrics_access_required(view):
             sent.encode("utf-8", "surrogateescape"), expected.encode("utf-8")
         )
         staff = request.user.is_authenticated and request.user.is_staff
-        if not (token_ok or staff or _address_allowed(request.META.get("REMOTE_ADDR", ""))):
+        if not (token_ok or staff or _address_allowed(client_address(request))):
             raise PermissionDenied
         return view(request, *args, **kwargs)
 

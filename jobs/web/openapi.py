@@ -157,6 +157,7 @@ def _list_jobs() -> dict:
             "200": _json(ref("JobPage"), "one page of jobs"),
             "400": _json(ERROR, "bad filter, limit or cursor"),
             "401": _json(ERROR, "missing, invalid or revoked bearer token"),
+            "403": _json(ERROR, "signed in, but the account holds no role"),
             "503": _json(ERROR, "database unavailable; retry after Retry-After seconds"),
         },
     }
@@ -173,6 +174,7 @@ def _get_job() -> dict:
             "200": _json(ref("Job"), "the job"),
             "404": _json(ERROR, "no such job"),
             "401": _json(ERROR, "missing, invalid or revoked bearer token"),
+            "403": _json(ERROR, "signed in, but the account holds no role"),
             "503": _json(ERROR, "database unavailable; retry after Retry-After seconds"),
         },
     }

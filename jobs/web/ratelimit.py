@@ -22,9 +22,3 @@ def hit(key: str, limit: int, window_seconds: int, now: datetime | None = None) 
         return None
     window_end = window_start + timedelta(seconds=window_seconds)
     return max(1, math.ceil((window_end - now).total_seconds()))
-
-
-def forget_before(cutoff: datetime) -> int:
-    """Delete windows that ended before ``cutoff``; returns how many rows went."""
-    deleted, _ = RateCounter.objects.filter(window_start__lt=cutoff).delete()
-    return deleted

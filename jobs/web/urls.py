@@ -8,7 +8,6 @@ from django.urls import path, register_converter
 
 from jobs.web import (
     api,
-    auth,
     dashboard,
     escalations,
     export,
@@ -46,7 +45,6 @@ urlpatterns = [
     path("healthz", api.healthz, name="healthz"),
     path("metrics", metrics.prometheus_metrics, name="metrics"),
     # Pages.
-    path("accounts/login/", auth.login, name="login"),
     path("dashboard/", dashboard.dashboard, name="dashboard"),
     path("escalations/", escalations.escalation_list, name="escalations"),
     path("escalations/bulk/", escalations.escalation_bulk, name="escalation-bulk"),

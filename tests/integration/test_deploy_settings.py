@@ -2,6 +2,7 @@
 the production environment, and the Content Security Policy allows no inline or eval script."""
 
 import os
+import re
 import secrets
 import subprocess
 import sys
@@ -47,6 +48,40 @@ def test_check_deploy_is_clean_with_production_settings():
     assert "System check identified no issues (0 silenced)." in done.stdout
 
 
+EXAMPLE_ENV = ROOT / "deploy" / "traceviz.env.example"
+SETTING_NAME = re.compile(r"^#? ?([A-Z][A-Z0-9_]*)=", re.MULTILINE)
+
+
+def example_env() -> dict[str, str]:
+    """The example file's uncommented NAME=value lines."""
+    lines = EXAMPLE_ENV.read_text().splitlines()
+    pairs = [line.split("=", 1) for line in lines if line and not line.startswith("#")]
+    return {name: value for name, value in pairs}
+
+
+def test_the_example_env_names_every_setting():
+    read = set(
+        re.findall(r'env_\w+\(\s*"([A-Z][A-Z0-9_]*)"', (ROOT / "traceviz/settings.py").read_text())
+    )
+    named = set(SETTING_NAME.findall(EXAMPLE_ENV.read_text()))
+    assert len(read) > 40
+    assert sorted(read - named) == [], "add these settings to deploy/traceviz.env.example"
+    assert sorted(named - read) == [], "the example names settings traceviz does not read"
+
+
+def test_check_deploy_is_clean_with_the_example_env_and_a_real_key():
+    env = example_env() | {"SECRET_KEY": secrets.token_urlsafe(64)}
+    done = manage("check", "--deploy", "--fail-level", "WARNING", **env)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "System check identified no issues (0 silenced)." in done.stdout
+
+
+def test_the_example_env_placeholder_key_does_not_pass():
+    done = manage("check", "--deploy", "--fail-level", "WARNING", **example_env())
+    assert done.returncode != 0
+    assert "security.W009" in done.stderr
+
+
 def test_check_deploy_warns_with_development_defaults():
     """The check is not vacuous: the plain-HTTP defaults do not pass it."""
     env = {name: "" for name in PRODUCTION_ENV} | {"DEBUG": "false"}
@@ -54,6 +89,37 @@ def test_check_deploy_warns_with_development_defaults():
     assert done.returncode != 0
     assert "security.W004" in done.stderr  # no HSTS
     assert "security.W012" in done.stderr  # session cookie not secure
+
+
+def serve_once(**env: str) -> subprocess.CompletedProcess:
+    """Load the WSGI application as gunicorn (and runserver) do, then exit."""
+    inherited = {k: v for k, v in os.environ.items() if k != "DJANGO_ALLOW_ASYNC_UNSAFE"}
+    return subprocess.run(
+        [sys.executable, "-c", "import traceviz.wsgi, traceviz.asgi"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env={**inherited, "DJANGO_SETTINGS_MODULE": "traceviz.settings", **env},
+    )
+
+
+def test_production_refuses_to_serve_with_the_built_in_secret_key():
+    done = serve_once(DEBUG="false", SECRET_KEY="")
+    assert done.returncode != 0
+    assert "SECRET_KEY" in done.stderr and "ImproperlyConfigured" in done.stderr
+
+
+def test_development_and_a_real_key_serve():
+    assert serve_once(DEBUG="true", SECRET_KEY="").returncode == 0
+    done = serve_once(DEBUG="false", SECRET_KEY=secrets.token_urlsafe(64))
+    assert done.returncode == 0, done.stderr
+
+
+def test_check_deploy_fails_on_the_built_in_secret_key():
+    done = manage("check", "--deploy", **{**PRODUCTION_ENV, "SECRET_KEY": ""})
+    assert done.returncode != 0
+    assert "traceviz.E001" in done.stderr
 
 
 @pytest.mark.parametrize("raw", ["X_FORWARDED_PROTO=https", "HTTP_X_FORWARDED_PROTO", "=https"])

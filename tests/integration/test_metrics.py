@@ -172,6 +172,20 @@ def test_allow_list_takes_networks(client, db, settings):
     assert client.get("/metrics", REMOTE_ADDR="127.0.0.1").status_code == 403
 
 
+def test_behind_a_trusted_proxy_the_allow_list_reads_the_real_client(client, db, settings):
+    import ipaddress
+
+    settings.TRACEVIZ_TRUSTED_PROXY_NETWORKS = [ipaddress.ip_network("127.0.0.1")]
+    outsider = client.get("/metrics", REMOTE_ADDR="127.0.0.1", HTTP_X_FORWARDED_FOR="203.0.113.9")
+    local = client.get("/metrics", REMOTE_ADDR="127.0.0.1", HTTP_X_FORWARDED_FOR="127.0.0.1")
+    assert (outsider.status_code, local.status_code) == (403, 200)
+
+
+def test_a_forged_forwarded_for_from_an_untrusted_peer_is_ignored(client, db):
+    forged = client.get("/metrics", REMOTE_ADDR="203.0.113.9", HTTP_X_FORWARDED_FOR="127.0.0.1")
+    assert forged.status_code == 403
+
+
 def test_staff_session_opens_metrics_and_others_do_not(client, db):
     client.force_login(user("olga", "operator"))
     assert client.get("/metrics", REMOTE_ADDR="203.0.113.9").status_code == 403

@@ -37,8 +37,8 @@ class Command(BaseCommand):
         _token, raw = IngestToken.issue(DEMO_TOKEN_NAME)
         self.stdout.write(
             f"Demo data: {len(streams)} jobs ({stored} new events).\n"
-            f"Log in at http://127.0.0.1:8000/accounts/login/ as admin, operator, support or "
-            f"engineer with password {DEMO_PASSWORD!r}.\n"
+            f"Log in at {settings.TRACEVIZ_SITE_URL}/accounts/login/ as admin, operator, "
+            f"support or engineer with password {DEMO_PASSWORD!r}.\n"
             f"Demo ingest token (shown once):\n{raw}"
         )
 

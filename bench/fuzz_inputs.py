@@ -1,0 +1,348 @@
+"""The hand-made hostile inputs of bench/fuzz.py: every URL x every kind of caller x hostile
+text, bodies and headers (control characters, path tricks, markup, odd digits, deep nesting,
+gzip tricks, odd Authorization values)."""
+
+import gzip
+import json
+import sys
+from urllib.parse import quote, urlencode
+
+ROLES = ("anonymous", "norole", "operator", "support", "engineer", "staff", "token")
+JOB_ID = "fuzz-job"
+CSRF = "f" * 32
+
+# Hostile text: control characters, path tricks, markup, odd digits, huge and odd numbers.
+HOSTILE = [
+    "",
+    " ",
+    "\n",
+    "a\nb",
+    "a\rb",
+    "\x00",
+    "a\x00b",
+    "\t\x1b[31m",
+    ".",
+    "..",
+    "../../etc/passwd",
+    "%00",
+    "%",
+    "<script>alert(1)</script>",
+    '<a href="https://evil.example">Re-login</a>',
+    "' OR 1=1 --",
+    "{{7*7}}",
+    "${jndi:ldap://x}",
+    "é",
+    "\u202egnp.exe",
+    "\ufeff",
+    "\U0001f600",
+    "٣",
+    "\uff11\uff12",
+    "-1",
+    "0",
+    "1e309",
+    "NaN",
+    "9" * 400,
+    "9999-12-31T23:59:59-23:59",
+    "9999-12-31T23:59:59+23:59",
+    "0001-01-01T00:00:00+14:00",
+    "2026-02-30",
+    "x" * 5000,
+]
+# Raw path segments as an attacker types them (already encoded).
+RAW_SEGMENTS = ["%00", "%0A", "%2e%2e", "%2F", "..%2F..", "%ED%A0%80", "%FF", "%C0%AE"]
+QUERY_NAMES = [
+    "show",
+    "q",
+    "status",
+    "segment",
+    "failure_code",
+    "error_type",
+    "provider",
+    "model",
+    "workflow",
+    "since",
+    "until",
+    "retrying",
+    "stalled",
+    "has_findings",
+    "min_attempts",
+    "reason",
+    "cursor",
+    "range",
+    "limit",
+    "from",
+    "more",
+    "rows",
+    "step",
+    "assignee",
+    "kind",
+    "severity",
+    "job",
+]
+PAGES = [
+    "/",
+    "/dashboard/",
+    "/escalations/",
+    "/escalations/{esc}/",
+    "/jobs/{job}/",
+    "/jobs/{job}/events.ndjson",
+    "/jobs/{job}/events.json",
+    "/api/v1/jobs",
+    "/api/v1/jobs/{job}",
+    "/api/v1/openapi.json",
+    "/healthz",
+    "/metrics",
+    "/accounts/login/",
+    "/admin/",
+    "/admin/jobs/job/",
+    "/admin/jobs/alertrule/",
+]
+CHUNKED = "chunked"
+ODD_AUTHORIZATION = [
+    "Bearer é",
+    "Bearer \x7f",
+    "Bearer " + "x" * 9000,
+    "Basic Zm9vOmJhcg==",
+    "Bearer",
+    "Bearer  ",
+    "Token abc",
+]
+ACTIONS = ["acknowledge", "resolve", "reopen", "unassign", "..", "x" * 300]
+
+
+def auth_headers(role: str, world: dict) -> dict:
+    if role == "token":
+        return {"Authorization": f"Bearer {world['token']}"}
+    if role == "anonymous":
+        return {"Cookie": f"csrftoken={CSRF}", "X-CSRFToken": CSRF}
+    session = world["sessions"][role]
+    return {"Cookie": f"sessionid={session}; csrftoken={CSRF}", "X-CSRFToken": CSRF}
+
+
+# --- hand-made hostile requests ------------------------------------------------------------------
+
+
+def q(value: str) -> str:
+    return quote(value.encode("utf-8", "surrogatepass"), safe="")
+
+
+def nested(depth: int, leaf: str = "1") -> str:
+    return '{"a":' * depth + leaf + "}" * depth
+
+
+def ingest_bodies() -> list[tuple[str, str, bytes, dict]]:
+    """(label, content type, body, extra headers) for POST /api/v1/events."""
+
+    def event(**fields) -> dict:
+        return {"type": "job_started", "job_id": "fz-1", **fields}
+
+    bodies = [
+        ("deep nesting 5000", "application/json", nested_event(5000), {}),
+        ("deep nesting 600", "application/json", nested_event(600), {}),
+        (
+            "deep array",
+            "application/json",
+            (
+                '{"type":"job_started","job_id":"fz","payload":{"a":'
+                + "[" * 3000
+                + "]" * 3000
+                + "}}"
+            ).encode(),
+            {},
+        ),
+        (
+            "huge int",
+            "application/json",
+            b'{"type":"node_started","job_id":"fz","payload":{"node_id":"n","attempt":'
+            + b"9" * 5000
+            + b"}}",
+            {},
+        ),
+        (
+            "float attempt",
+            "application/json",
+            json.dumps(
+                event(type="node_started", payload={"node_id": "n", "attempt": 1.5})
+            ).encode(),
+            {},
+        ),
+        ("not json", "application/json", b"{nope", {}),
+        ("non utf-8", "application/json", b'{"type":"job_started","job_id":"\xff\xfe"}', {}),
+        ("bom ndjson", "application/x-ndjson", "\ufeff" + json.dumps(event()) + "\n\n", {}),
+        ("wrong content type", "text/plain", json.dumps(event()).encode(), {}),
+        ("empty", "application/json", b"", {}),
+        ("empty array", "application/json", b"[]", {}),
+        ("null", "application/json", b"null", {}),
+        ("payload list", "application/json", json.dumps(event(payload=[1])).encode(), {}),
+        ("type int", "application/json", json.dumps({"type": 5, "job_id": "x"}).encode(), {}),
+        (
+            "gzip two members",
+            "application/json",
+            gzip.compress(b'[{"type":"job_started","job_id":"gz-a"}')
+            + gzip.compress(b',{"type":"job_started","job_id":"gz-b"}]'),
+            {"Content-Encoding": "gzip"},
+        ),
+        (
+            "gzip bomb",
+            "application/json",
+            gzip.compress(b" " * (12 * 1024 * 1024)),
+            {"Content-Encoding": "gzip"},
+        ),
+        ("bad gzip", "application/json", b"\x1f\x8bnot gzip", {"Content-Encoding": "gzip"}),
+        ("unknown encoding", "application/json", b"[]", {"Content-Encoding": "br"}),
+        (
+            "batch over limit",
+            "application/x-ndjson",
+            b"\n".join([b'{"type":"x","job_id":"o"}'] * 10_001),
+            {},
+        ),
+        (
+            "chunked",
+            "application/json",
+            json.dumps([event()]).encode(),
+            {"Transfer-Encoding": "chunked"},
+        ),
+        (
+            "short content-length",
+            "application/json",
+            json.dumps([event()]).encode(),
+            {"Content-Length": "5"},
+        ),
+    ]
+    for value in HOSTILE:
+        for field in ("job_id", "event_id", "ts", "type"):
+            bodies.append(
+                (
+                    f"{field}={value[:20]!r}",
+                    "application/json",
+                    json.dumps(event(**{field: value})).encode(),
+                    {},
+                )
+            )
+        for field in ("node_id", "reason", "provider", "attempt", "step_index", "duration_ms"):
+            payload = {"node_id": "n1", field: value}
+            body = event(type="node_finished", payload=payload)
+            bodies.append(
+                (
+                    f"payload.{field}={value[:20]!r}",
+                    "application/json",
+                    json.dumps(body).encode(),
+                    {},
+                )
+            )
+        bodies.append(
+            (f"seq={value[:20]!r}", "application/json", json.dumps(event(seq=value)).encode(), {})
+        )
+    return bodies
+
+
+def nested_event(depth: int) -> bytes:
+    return ('{"type":"job_started","job_id":"fz-deep","payload":' + nested(depth) + "}").encode()
+
+
+def otlp_bodies() -> list[tuple[str, str, bytes, dict]]:
+    def span(**fields):
+        base = {
+            "traceId": "0af7651916cd43dd8448eb211c80319c",
+            "spanId": "b7ad6b7169203331",
+            "name": "s",
+            "startTimeUnixNano": "1",
+            "endTimeUnixNano": "2",
+        }
+        return json.dumps({"resourceSpans": [{"scopeSpans": [{"spans": [{**base, **fields}]}]}]})
+
+    deep = {"key": "a", "value": {"kvlistValue": {"values": []}}}
+    node = deep
+    for _ in range(3000):
+        child = {"key": "a", "value": {"kvlistValue": {"values": []}}}
+        node["value"]["kvlistValue"]["values"].append(child)
+        node = child
+    bodies = [
+        ("otlp deep attributes", "application/json", deep_json(span, deep), {}),
+        ("otlp not protobuf", "application/x-protobuf", b"\xff\x00garbage", {}),
+        ("otlp not json", "application/json", b"{", {}),
+        ("otlp empty", "application/json", b"{}", {}),
+    ]
+    for value in HOSTILE[:20]:
+        for field in ("traceId", "spanId", "name", "startTimeUnixNano", "parentSpanId"):
+            bodies.append(
+                (
+                    f"otlp {field}={value[:20]!r}",
+                    "application/json",
+                    span(**{field: value}).encode(),
+                    {},
+                )
+            )
+    return bodies
+
+
+def deep_json(span, attribute) -> bytes:
+    sys.setrecursionlimit(20_000)
+    try:
+        return span(attributes=[attribute]).encode()
+    finally:
+        sys.setrecursionlimit(1000)
+
+
+def hand_made(world: dict) -> list[tuple[str, str, str, bytes, dict, str]]:
+    """(label, method, path, body, headers, role) for every URL x role x hostile input."""
+    job, esc = q(JOB_ID), world["esc"]
+    cases = []
+    for role in ROLES:
+        auth = auth_headers(role, world)
+        for page in PAGES:
+            path = page.replace("{job}", job).replace("{esc}", esc)
+            cases.append((f"GET {page}", "GET", path, b"", auth, role))
+            # Each parameter gets three hostile values (rotating), every value some parameter.
+            for n, name in enumerate(QUERY_NAMES):
+                for k in range(3):
+                    value = HOSTILE[(n * 3 + k) % len(HOSTILE)]
+                    query = urlencode({name: value.encode("utf-8", "surrogatepass")})
+                    cases.append((f"GET {page}?{name}=", "GET", f"{path}?{query}", b"", auth, role))
+            if "{job}" in page:
+                for value in HOSTILE + RAW_SEGMENTS:
+                    segment = value if value in RAW_SEGMENTS else q(value)
+                    hostile = page.replace("{job}", segment).replace("{esc}", esc)
+                    cases.append((f"GET {page} hostile id", "GET", hostile, b"", auth, role))
+        for value in ODD_AUTHORIZATION:
+            header = {**auth, "Authorization": value}
+            for page in ("/metrics", "/api/v1/jobs", "/api/v1/events"):
+                cases.append((f"GET {page} odd Authorization", "GET", page, b"", header, role))
+        for label, content_type, body, extra in ingest_bodies():
+            headers = {**auth, "Content-Type": content_type, **extra}
+            cases.append(
+                (f"POST /api/v1/events {label}", "POST", "/api/v1/events", body, headers, role)
+            )
+        for label, content_type, body, extra in otlp_bodies():
+            headers = {**auth, "Content-Type": content_type, **extra}
+            cases.append((f"POST /v1/traces {label}", "POST", "/v1/traces", body, headers, role))
+        form = {**auth, "Content-Type": "application/x-www-form-urlencoded"}
+        for value in HOSTILE:
+            raw = value.encode("utf-8", "surrogatepass")
+            for action in ACTIONS:
+                data = urlencode({"note": raw, "next": raw, "return_query": raw}).encode()
+                path = f"/escalations/{esc}/{q(action)}/"
+                cases.append(
+                    (f"POST /escalations/<id>/{action[:12]}/", "POST", path, data, form, role)
+                )
+            data = urlencode({"assignee": raw}).encode()
+            cases.append(
+                (
+                    "POST /escalations/<id>/assign/",
+                    "POST",
+                    f"/escalations/{esc}/assign/",
+                    data,
+                    form,
+                    role,
+                )
+            )
+            for ids in (raw, f"{esc},{value}".encode("utf-8", "surrogatepass")):
+                data = urlencode({"ids": ids, "action": "acknowledge", "confirm": raw}).encode()
+                cases.append(
+                    ("POST /escalations/bulk/", "POST", "/escalations/bulk/", data, form, role)
+                )
+            data = urlencode({"username": raw, "password": raw}).encode()
+            cases.append(("POST /accounts/login/", "POST", "/accounts/login/", data, form, role))
+            cases.append(("POST /admin/login/", "POST", "/admin/login/", data, form, role))
+            cases.append(("POST /accounts/logout/", "POST", "/accounts/logout/", b"", form, role))
+    return cases
