@@ -36,7 +36,7 @@ install: $(STAMP)
 
 run: $(STAMP)
 	$(BIN)/python manage.py migrate --noinput
-	$(BIN)/python manage.py load_demo
+	$(BIN)/python manage.py load_demo --host '$(HOST)' --port '$(PORT)'
 	$(BIN)/python manage.py runserver $(HOST):$(PORT)
 
 test: $(STAMP)

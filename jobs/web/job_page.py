@@ -211,6 +211,7 @@ def _panel_context(request, job: Job, raw_key: str | None, root_key: str) -> tup
         "attempt_count": len(attempts),
         "is_root": step.step_key == root_key,
         "retry_owner": failures.retry_owner(code) if code else "",
+        "retry_meaning": failures.retry_meaning(code) if code else "",
         "canonical_code": failures.canonical_failure_code(code) if code else "",
         "error_run_status": failures.run_status_for_error_type(error_type) if error_type else "",
         "error_classified": failures.is_classified_error_type(error_type),
