@@ -71,7 +71,44 @@
     if (userIsBusyIn(element)) event.preventDefault();
   });
 
-  document.addEventListener("htmx:afterSettle", markCurrentStep);
+  // The selected step's row is shown inside the list's own scroll box (the page itself does
+  // not move), and the panel is brought into view when it is off screen: on a deep link, on
+  // a small screen where it sits below the list, after a click far down the page.
+  function revealCurrentStep() {
+    var list = document.querySelector(".steps");
+    var current = document.querySelector('#step-list [data-step-link][aria-current="true"]');
+    if (list && current && list.scrollHeight > list.clientHeight) {
+      var top = current.getBoundingClientRect().top - list.getBoundingClientRect().top;
+      list.scrollTop += top - list.clientHeight / 3;
+    }
+  }
+
+  function panelOffScreen(panel) {
+    var box = panel.getBoundingClientRect();
+    return box.top < 0 || box.top > window.innerHeight - 80;
+  }
+
+  function revealPanel() {
+    var panel = document.getElementById("step-panel");
+    if (!panel || !panel.getAttribute("data-step-key")) return;
+    if (panelOffScreen(panel)) panel.scrollIntoView({ block: "start" });
+  }
+
+  document.addEventListener("DOMContentLoaded", function () {
+    markCurrentStep();
+    revealCurrentStep();
+    if (/[?&]step=/.test(window.location.search) || window.location.hash === "#step-panel") {
+      revealPanel();
+    }
+  });
+
+  document.addEventListener("htmx:afterSettle", function (event) {
+    markCurrentStep();
+    var target = event.detail && event.detail.target;
+    if (target && target.id === "step-panel" && !target.hasAttribute("data-live-swap")) {
+      revealPanel();
+    }
+    if (target && target.id === "step-results") revealCurrentStep();
+  });
   document.addEventListener("htmx:historyRestore", markCurrentStep);
-  document.addEventListener("DOMContentLoaded", markCurrentStep);
 })();
