@@ -24,7 +24,7 @@ from jobs.contract.events import Event as ReplayEvent
 from jobs.contract.events import order_key
 from jobs.models import Event, Job, Step
 from jobs.replay import failures
-from jobs.web import access, narrative, span_panel, step_list, timeline
+from jobs.web import access, job_header, narrative, span_panel, step_list, timeline
 from jobs.web.access import get_job_for_user
 from jobs.web.rendering import (
     display_zone,
@@ -35,10 +35,6 @@ from jobs.web.rendering import (
 )
 
 ROWS_WINDOW = step_list.ROWS_WINDOW
-# Header lists longer than this (completed nodes, nodes a restart would skip) collapse to a
-# count that expands: a 2,000-step job otherwise pushes the waterfall 59,000 px down.
-HEADER_LIST_LIMIT = 8
-PLANNER_ATTEMPTS_SHOWN = 20
 MAX_ROWS_WINDOW = 20_000
 # Step columns the waterfall and step list read: not the payloads or the (long) reasons.
 STEP_LIST_FIELDS = (
@@ -55,8 +51,6 @@ STEP_LIST_FIELDS = (
     "trace_span_id",
     "parent_span_id",
 )
-# The planner's invalid-output event (source 001).
-PARSE_INVALID = "graph.next_step.parse_invalid"
 TIMESTAMP_FIELDS = ("started_at", "finished_at")
 MORE_PARTS = {"steps": "step-rows", "waterfall": "waterfall-rows", "narrative": "narrative-rows"}
 
@@ -120,19 +114,6 @@ def job_steps(job: Job):
 def job_events(job: Job):
     """The job's events, with its partition day (as ``job_steps``)."""
     return Event.objects.filter(job_id=job.job_id, partition_day=job.partition_day)
-
-
-def collapsible(items: list[str]) -> dict:
-    """A header list as the template shows it: inline when short, else a count that expands
-    to the whole list joined in one string (one text node, not thousands of elements)."""
-    return {
-        "count": len(items),
-        "collapsed": len(items) > HEADER_LIST_LIMIT,
-        "items": items[:HEADER_LIST_LIMIT],
-        "first": items[0] if items else "",
-        "last": items[-1] if items else "",
-        "text": " → ".join(items),
-    }
 
 
 @dataclass(slots=True)
@@ -358,9 +339,9 @@ def _narrative(job: Job, root: Step | None, stale_steps, start: int, stop: int):
     )
 
 
-def _window(request) -> int:
+def _window(request, name: str = "rows") -> int:
     try:
-        rows = int(request.GET.get("rows", ROWS_WINDOW))
+        rows = int(request.GET.get(name, ROWS_WINDOW))
     except ValueError:
         rows = ROWS_WINDOW
     return min(max(rows, ROWS_WINDOW), MAX_ROWS_WINDOW)
@@ -386,31 +367,6 @@ def _more_links(request, part: str, end: int, total: int, step_key: str) -> dict
     }
 
 
-def _planner_attempts(job: Job) -> list[dict]:
-    """The planner's invalid outputs (``graph.next_step.parse_invalid``), as stored: their raw
-    output preview was redacted and truncated on ingest, their validation errors kept."""
-    rows = (
-        job_events(job)
-        .filter(type=PARSE_INVALID)
-        .order_by("ts", "seq", "event_id")
-        .values_list("ts", "payload")[:PLANNER_ATTEMPTS_SHOWN]
-    )
-    return [
-        {
-            "at": ts,
-            "attempt": payload.get("attempt"),
-            "cycle": payload.get("cycle"),
-            "provider_model": "/".join(
-                str(payload.get(name) or "?") for name in ("provider", "model")
-            ),
-            "parse_error_type": payload.get("parse_error_type", ""),
-            "validation_errors": [str(e) for e in _as_list(payload.get("validation_errors"))],
-            "raw_output_preview": str(payload.get("raw_output_preview") or ""),
-        }
-        for ts, payload in rows
-    ]
-
-
 def _step_window(
     request, job: Job, all_steps: list[StepRow] | None, selected_key: str, raw_step: str
 ):
@@ -432,6 +388,7 @@ def _step_window(
     links = step_list.window_links(start, end, len(listed), keep, step_filter)
     return {
         "step_rows": listed[start:end],
+        "first_index": start,
         "steps_before": links.before,
         "steps_more": links.after,
         "listed_count": len(listed),
@@ -452,7 +409,10 @@ def job_detail(request, job_id: str):
 
     An HTMX request that is not a history restore gets the partial its target names: the step
     list (a filter), the next rows of a long list (``more``) or the step panel. A filter with
-    an invalid value answers 400 with the form's error."""
+    an invalid value answers 400 with the form's error. A live job's poll (``live=1``) gets the
+    header, waterfall and step list out of band, keeping the reader's step, filter and rows
+    (``first``, ``rows``, ``wf_rows``); once the job stops expecting events it answers 286,
+    htmx's "stop polling"."""
     job = get_job_for_user(request, job_id)
     raw_step = request.GET.get("step", "")
     fragment = wants_fragment(request)
@@ -465,13 +425,14 @@ def job_detail(request, job_id: str):
     panel, status = _panel_context(request, job, step_key, root_key)
     panel["job"] = job
     panel["can_see_raw"] = access.can_see_raw_events(request.user)
+    live_refresh = fragment and request.GET.get("live") == "1"
     target = request.htmx.target if fragment else None
-    if fragment and target != "step-results":
+    if fragment and not live_refresh and target != "step-results":
         return render(request, "jobs/detail.html#step-panel", panel, status=status)
     current_key = panel.get("step_key", "")
-    if fragment:
+    if fragment and not live_refresh:
         listing = _step_window(request, job, None, current_key, raw_step)
-        listing["step_rows"] = [_step_item(s, root_key) for s in listing["step_rows"]]
+        listing["step_rows"] = _indexed(listing["step_rows"], root_key, listing["first_index"])
         context = {**listing, "job": job, "current_step_key": current_key, "root_key": root_key}
         context["step_count"] = job.step_count
         status = 400 if listing["filter_form"].errors else 200
@@ -480,11 +441,11 @@ def job_detail(request, job_id: str):
     listing = _step_window(request, job, steps, current_key, raw_step)
     if listing["filter_form"].errors:
         status = 400
-    listing["step_rows"] = [_step_item(s, root_key) for s in listing["step_rows"]]
-    window = _window(request)
+    listing["step_rows"] = _indexed(listing["step_rows"], root_key, listing["first_index"])
+    window = _window(request, "wf_rows" if live_refresh else "rows")
     waterfall = timeline.waterfall(steps, now=job.last_event_at, stop=window)
     stale_steps = {(s.node_id, s.attempt) for s in steps if s.ignored_stale}
-    lines = _narrative(job, root, stale_steps, 0, window)
+    lines = [] if live_refresh else _narrative(job, root, stale_steps, 0, window)
     runs = (
         Q(retry_of=job.job_id) | Q(job_id=job.retry_of) if job.retry_of else Q(retry_of=job.job_id)
     )
@@ -509,11 +470,13 @@ def job_detail(request, job_id: str):
         "previous_run": next((j for j in related if j.job_id == job.retry_of), None),
         "next_runs": [j for j in related if j.retry_of == job.job_id],
         "escalations": list(job.escalations.order_by("created_at", "pk")),
-        "completed_nodes": collapsible(list(job.completed_node_ids)),
+        "completed_nodes": job_header.collapsible(list(job.completed_node_ids)),
         "resume": resume,
-        "resume_skip": collapsible(resume.skip),
+        "resume_skip": job_header.collapsible(resume.skip),
         "findings": job.findings,
-        "planner_attempts": _planner_attempts(job) if job.last_validation_error else [],
+        "planner_attempts": job_header.planner_attempts(job_events(job))
+        if job.last_validation_error
+        else [],
         "waterfall": waterfall,
         "waterfall_rows": [_waterfall_item(row) for row in waterfall.rows],
         "waterfall_more": _more_links(request, "waterfall", window, waterfall.node_count, raw_step),
@@ -524,8 +487,22 @@ def job_detail(request, job_id: str):
         "root_key": root_key,
         "root_query": step_query(root.node_id, root.attempt) if root else "",
         "current_step_key": current_key,
+        "live": job_header.is_live(job),
+        "live_seconds": job_header.LIVE_POLL_SECONDS,
     }
+    if live_refresh:
+        context["oob"] = True
+        return render(request, "jobs/live.html", context, status=200 if context["live"] else 286)
     return render(request, "jobs/detail.html", context, status=status)
+
+
+def _indexed(rows: list[StepRow], root_key: str, first_index: int) -> list[dict]:
+    """Step list items carrying their offset in the (filtered) list: a live refresh sends the
+    first one and the count back, so the rows the reader has opened stay."""
+    items = [_step_item(row, root_key) for row in rows]
+    for offset, item in enumerate(items):
+        item["index"] = first_index + offset
+    return items
 
 
 def _more_rows(request, job: Job, part: str, raw_step: str):
@@ -544,7 +521,7 @@ def _more_rows(request, job: Job, part: str, raw_step: str):
         earlier = to is not None and start < to
         stop = min(to, start + MAX_ROWS_WINDOW) if earlier else stop
         steps = _step_rows(listed[start:stop])
-        context["step_rows"] = [_step_item(s, root_key) for s in steps]
+        context["step_rows"] = _indexed(steps, root_key, start)
         keep = [("step", raw_step)] if raw_step else []
         links = step_list.window_links(start, stop, total, keep, step_filter)
         context["steps_before"] = links.before if earlier else {}

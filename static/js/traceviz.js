@@ -104,11 +104,66 @@
 
   document.addEventListener("htmx:afterSettle", function (event) {
     markCurrentStep();
+    var source = event.detail && event.detail.elt;
+    if (source && source.hasAttribute && source.hasAttribute("data-live-job")) return;
     var target = event.detail && event.detail.target;
-    if (target && target.id === "step-panel" && !target.hasAttribute("data-live-swap")) {
-      revealPanel();
-    }
+    if (target && target.id === "step-panel") revealPanel();
     if (target && target.id === "step-results") revealCurrentStep();
   });
   document.addEventListener("htmx:historyRestore", markCurrentStep);
+
+  // A live job page's poll asks for what the reader is looking at: the step whose panel is
+  // open, the list's filter (from the address bar) and the rows opened with "Show earlier" /
+  // "Show more" (first offset and count), and as many waterfall rows as are shown.
+  var LIVE_KEEP = ["node", "segment", "retried"];
+  document.addEventListener("htmx:configRequest", function (event) {
+    var element = event.detail && event.detail.elt;
+    if (!element || !element.hasAttribute || !element.hasAttribute("data-live-job")) return;
+    var parameters = event.detail.parameters;
+    var address = new URLSearchParams(window.location.search);
+    LIVE_KEEP.forEach(function (name) {
+      if (address.get(name)) parameters[name] = address.get(name);
+    });
+    var panel = document.getElementById("step-panel");
+    var selected = address.get("step") || (panel && panel.getAttribute("data-step-key"));
+    if (selected) parameters.step = selected;
+    var rows = document.querySelectorAll("#step-list li[data-index]");
+    if (rows.length) {
+      parameters.first = rows[0].getAttribute("data-index");
+      parameters.rows = String(rows.length);
+    }
+    parameters.wf_rows = String(document.querySelectorAll("#waterfall .wf-row").length);
+  });
+
+  // A poll waits while the reader selects text in what it would replace; a focused step link
+  // gets its focus back on the fresh row, so j/k and Enter carry on where they were.
+  var liveFocusKey = null;
+  document.addEventListener("htmx:beforeRequest", function (event) {
+    var element = event.detail && event.detail.elt;
+    if (!element || !element.hasAttribute || !element.hasAttribute("data-live-job")) return;
+    var selection = window.getSelection && window.getSelection();
+    var selecting = ["job-head", "waterfall", "step-results"].some(function (id) {
+      var part = document.getElementById(id);
+      return part && selection && !selection.isCollapsed && part.contains(selection.anchorNode);
+    });
+    if (selecting) {
+      event.preventDefault();
+      return;
+    }
+    var focused = document.activeElement;
+    liveFocusKey = focused && focused.getAttribute ? focused.getAttribute("data-step-key") : null;
+  });
+
+  document.addEventListener("htmx:afterSettle", function (event) {
+    var element = event.detail && event.detail.elt;
+    if (!liveFocusKey || !element || !element.hasAttribute("data-live-job")) return;
+    var links = document.querySelectorAll("#step-list [data-step-link]");
+    for (var i = 0; i < links.length; i++) {
+      if (links[i].getAttribute("data-step-key") === liveFocusKey) {
+        links[i].focus({ preventScroll: true });
+        break;
+      }
+    }
+    liveFocusKey = null;
+  });
 })();
