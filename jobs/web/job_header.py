@@ -10,14 +10,20 @@ PLANNER_ATTEMPTS_SHOWN = 20
 # The planner's invalid-output event (source 001).
 PARSE_INVALID = "graph.next_step.parse_invalid"
 # How often a live job page asks for news (the poll answers without this trigger once the job
-# stops expecting events).
+# stops expecting events): a big job's page costs more to render, so it asks less often.
 LIVE_POLL_SECONDS = 3
+BIG_JOB_POLL_SECONDS = 10
+BIG_JOB_STEPS = 2_000
 
 
 def is_live(job) -> bool:
     """A job whose page polls: not finished, in a status that still expects events (the
     statuses the stall rule watches)."""
     return job.finished_at is None and job.status in STALLABLE_STATUSES
+
+
+def poll_seconds(job) -> int:
+    return BIG_JOB_POLL_SECONDS if job.step_count > BIG_JOB_STEPS else LIVE_POLL_SECONDS
 
 
 def collapsible(items: list[str]) -> dict:

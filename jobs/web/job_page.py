@@ -340,8 +340,10 @@ def _narrative(job: Job, root: Step | None, stale_steps, start: int, stop: int):
 
 
 def _window(request, name: str = "rows") -> int:
+    """Rows a long list shows: ``name`` (a live poll's count of one list) else ``rows`` (the
+    no-JS "show more" page's count)."""
     try:
-        rows = int(request.GET.get(name, ROWS_WINDOW))
+        rows = int(request.GET.get(name) or request.GET.get("rows") or ROWS_WINDOW)
     except ValueError:
         rows = ROWS_WINDOW
     return min(max(rows, ROWS_WINDOW), MAX_ROWS_WINDOW)
@@ -409,10 +411,10 @@ def job_detail(request, job_id: str):
 
     An HTMX request that is not a history restore gets the partial its target names: the step
     list (a filter), the next rows of a long list (``more``) or the step panel. A filter with
-    an invalid value answers 400 with the form's error. A live job's poll (``live=1``) gets the
-    header, waterfall and step list out of band, keeping the reader's step, filter and rows
-    (``first``, ``rows``, ``wf_rows``); once the job stops expecting events it answers 286,
-    htmx's "stop polling"."""
+    an invalid value answers 400 with the form's error. A live job's poll (``live=1``) gets
+    every part events change out of band, keeping the reader's step, filter and opened rows
+    (``first``, ``rows``, ``wf_rows``, ``lines``); once the job stops expecting events it
+    answers 286, htmx's "stop polling"."""
     job = get_job_for_user(request, job_id)
     raw_step = request.GET.get("step", "")
     fragment = wants_fragment(request)
@@ -432,7 +434,9 @@ def job_detail(request, job_id: str):
     current_key = panel.get("step_key", "")
     if fragment and not live_refresh:
         listing = _step_window(request, job, None, current_key, raw_step)
-        listing["step_rows"] = _indexed(listing["step_rows"], root_key, listing["first_index"])
+        listing["step_rows"] = _indexed(
+            listing["step_rows"], root_key, listing["first_index"], listing["step_filter"]
+        )
         context = {**listing, "job": job, "current_step_key": current_key, "root_key": root_key}
         context["step_count"] = job.step_count
         status = 400 if listing["filter_form"].errors else 200
@@ -441,11 +445,14 @@ def job_detail(request, job_id: str):
     listing = _step_window(request, job, steps, current_key, raw_step)
     if listing["filter_form"].errors:
         status = 400
-    listing["step_rows"] = _indexed(listing["step_rows"], root_key, listing["first_index"])
-    window = _window(request, "wf_rows" if live_refresh else "rows")
+    listing["step_rows"] = _indexed(
+        listing["step_rows"], root_key, listing["first_index"], listing["step_filter"]
+    )
+    window = _window(request, "wf_rows")
     waterfall = timeline.waterfall(steps, now=job.last_event_at, stop=window)
     stale_steps = {(s.node_id, s.attempt) for s in steps if s.ignored_stale}
-    lines = [] if live_refresh else _narrative(job, root, stale_steps, 0, window)
+    lines_window = _window(request, "lines")
+    lines = _narrative(job, root, stale_steps, 0, lines_window)
     runs = (
         Q(retry_of=job.job_id) | Q(job_id=job.retry_of) if job.retry_of else Q(retry_of=job.job_id)
     )
@@ -482,13 +489,15 @@ def job_detail(request, job_id: str):
         "waterfall_more": _more_links(request, "waterfall", window, waterfall.node_count, raw_step),
         "step_count": len(steps),
         "narrative_lines": [_line_item(line) for line in lines],
-        "narrative_more": _more_links(request, "narrative", window, job.event_count, raw_step),
+        "narrative_more": _more_links(
+            request, "narrative", lines_window, job.event_count, raw_step
+        ),
         "narrative_count": job.event_count,
         "root_key": root_key,
         "root_query": step_query(root.node_id, root.attempt) if root else "",
         "current_step_key": current_key,
         "live": job_header.is_live(job),
-        "live_seconds": job_header.LIVE_POLL_SECONDS,
+        "live_seconds": job_header.poll_seconds(job),
     }
     if live_refresh:
         context["oob"] = True
@@ -496,12 +505,17 @@ def job_detail(request, job_id: str):
     return render(request, "jobs/detail.html", context, status=status)
 
 
-def _indexed(rows: list[StepRow], root_key: str, first_index: int) -> list[dict]:
-    """Step list items carrying their offset in the (filtered) list: a live refresh sends the
-    first one and the count back, so the rows the reader has opened stay."""
+def _indexed(
+    rows: list[StepRow], root_key: str, first_index: int, step_filter: step_list.StepFilter
+) -> list[dict]:
+    """Step list items carrying their offset in the (filtered) list (a live refresh sends the
+    first one and the count back, so the rows the reader has opened stay) and links that keep
+    the filter (a reload shows the same list)."""
     items = [_step_item(row, root_key) for row in rows]
+    keep = "&" + urlencode(step_filter.query_items()) if step_filter.active else ""
     for offset, item in enumerate(items):
         item["index"] = first_index + offset
+        item["href"] += keep
     return items
 
 
@@ -521,7 +535,7 @@ def _more_rows(request, job: Job, part: str, raw_step: str):
         earlier = to is not None and start < to
         stop = min(to, start + MAX_ROWS_WINDOW) if earlier else stop
         steps = _step_rows(listed[start:stop])
-        context["step_rows"] = _indexed(steps, root_key, start)
+        context["step_rows"] = _indexed(steps, root_key, start, step_filter)
         keep = [("step", raw_step)] if raw_step else []
         links = step_list.window_links(start, stop, total, keep, step_filter)
         context["steps_before"] = links.before if earlier else {}

@@ -133,16 +133,19 @@
       parameters.rows = String(rows.length);
     }
     parameters.wf_rows = String(document.querySelectorAll("#waterfall .wf-row").length);
+    parameters.lines = String(document.querySelectorAll("#narrative li.line").length);
   });
 
   // A poll waits while the reader selects text in what it would replace; a focused step link
   // gets its focus back on the fresh row, so j/k and Enter carry on where they were.
+  var LIVE_PARTS = ["job-head", "job-overview", "waterfall", "step-results", "step-panel", "narrative"];
   var liveFocusKey = null;
+  var livePanel = null;
   document.addEventListener("htmx:beforeRequest", function (event) {
     var element = event.detail && event.detail.elt;
     if (!element || !element.hasAttribute || !element.hasAttribute("data-live-job")) return;
     var selection = window.getSelection && window.getSelection();
-    var selecting = ["job-head", "waterfall", "step-results"].some(function (id) {
+    var selecting = LIVE_PARTS.some(function (id) {
       var part = document.getElementById(id);
       return part && selection && !selection.isCollapsed && part.contains(selection.anchorNode);
     });
@@ -152,11 +155,53 @@
     }
     var focused = document.activeElement;
     liveFocusKey = focused && focused.getAttribute ? focused.getAttribute("data-step-key") : null;
+    // The panel is replaced too (its step may have changed): keep where the reader was in it.
+    var panel = document.getElementById("step-panel");
+    livePanel = panel && {
+      key: panel.getAttribute("data-step-key"),
+      scrollTop: panel.scrollTop,
+      open: Array.prototype.map.call(panel.querySelectorAll("details"), function (d) {
+        return d.open;
+      }),
+    };
+  });
+
+  // Every part is replaced, so the browser's own scroll anchoring has nothing to hold on to:
+  // keep the part the reader is in where it was on screen.
+  var liveAnchor = null;
+  document.addEventListener("htmx:beforeSwap", function (event) {
+    var element = event.detail && event.detail.elt;
+    if (!element || !element.hasAttribute || !element.hasAttribute("data-live-job")) return;
+    liveAnchor = null;
+    for (var i = 0; i < LIVE_PARTS.length; i++) {
+      var part = document.getElementById(LIVE_PARTS[i]);
+      var box = part && part.getBoundingClientRect();
+      if (box && box.bottom > 0 && box.height > 0) {
+        if (!liveAnchor || box.top < liveAnchor.top) {
+          liveAnchor = { id: LIVE_PARTS[i], top: box.top };
+        }
+        if (box.top >= 0) break;
+      }
+    }
   });
 
   document.addEventListener("htmx:afterSettle", function (event) {
     var element = event.detail && event.detail.elt;
-    if (!liveFocusKey || !element || !element.hasAttribute("data-live-job")) return;
+    if (!element || !element.hasAttribute || !element.hasAttribute("data-live-job")) return;
+    if (liveAnchor && window.scrollY > 0) {
+      var anchor = document.getElementById(liveAnchor.id);
+      if (anchor) window.scrollBy(0, anchor.getBoundingClientRect().top - liveAnchor.top);
+    }
+    liveAnchor = null;
+    var panel = document.getElementById("step-panel");
+    if (livePanel && panel && panel.getAttribute("data-step-key") === livePanel.key) {
+      panel.querySelectorAll("details").forEach(function (details, i) {
+        if (i < livePanel.open.length) details.open = livePanel.open[i];
+      });
+      panel.scrollTop = livePanel.scrollTop;
+    }
+    livePanel = null;
+    if (!liveFocusKey) return;
     var links = document.querySelectorAll("#step-list [data-step-link]");
     for (var i = 0; i < links.length; i++) {
       if (links[i].getAttribute("data-step-key") === liveFocusKey) {

@@ -55,7 +55,10 @@ def test_the_poll_answers_header_waterfall_and_steps_out_of_band(engineer, runni
     assert '<div id="step-results" hx-swap-oob="true">' in body
     assert 'data-step-key="load:1"' in body  # the new step
     assert 'data-step-key="fetch:1" aria-current="true"' in body  # the reader's step stays
-    assert 'id="step-panel"' not in body and 'id="narrative"' not in body
+    assert re.search(r'<section id="step-panel" [^>]*data-step-key="fetch:1" hx-swap-oob', body)
+    assert re.search(r'<div id="job-overview" [^>]*hx-swap-oob="true">', body)
+    assert re.search(r'<section id="narrative" [^>]*hx-swap-oob="true">', body)
+    assert "Node load started (attempt 1)" in body  # the narrative has the new events
     assert 'hx-trigger="every 3s"' in body
 
 
@@ -63,6 +66,14 @@ def test_the_poll_keeps_the_filter_and_the_rows_shown(engineer, running_job):
     response = engineer.get("/jobs/run-1/?live=1&node=trans&first=0&rows=250", **LIVE)
     keys = re.findall(r'data-step-link data-step-key="([^"]+)"', response.content.decode())
     assert keys == ["transform:1"]
+
+
+def test_a_big_job_polls_less_often(engineer, running_job):
+    from jobs.models import Job
+
+    Job.objects.filter(job_id="run-1").update(step_count=5_000)
+    body = engineer.get("/jobs/run-1/").content.decode()
+    assert 'hx-trigger="every 10s"' in body
 
 
 def test_the_poll_stops_once_the_job_finishes(engineer, running_job):
