@@ -96,14 +96,10 @@ def _step_rows(steps) -> list[StepRow]:
     rows = steps.annotate(
         **{f"{name}_text": Cast(name, TextField()) for name in TIMESTAMP_FIELDS}
     ).values_list(*fields)
-    started, finished = STEP_LIST_FIELDS.index("started_at"), STEP_LIST_FIELDS.index("finished_at")
-    result = []
-    for row in rows:
-        values = list(row)
-        values[started] = _moment(values[started])
-        values[finished] = _moment(values[finished])
-        result.append(StepRow(*values))
-    return result
+    return [
+        StepRow(n, a, p, rt, seg, stale, comp, _moment(s), _moment(f), d, span, parent)
+        for n, a, p, rt, seg, stale, comp, s, f, d, span, parent in rows
+    ]
 
 
 def job_steps(job: Job):
@@ -381,7 +377,19 @@ def _step_window(
         listed = all_steps
     else:
         listed = _step_rows(job_steps(job).order_by("position"))
-    index = next((i for i, s in enumerate(listed) if s.step_key == selected_key), None)
+    selected = parse_step_key(selected_key) if selected_key else None
+    index = (
+        next(
+            (
+                i
+                for i, s in enumerate(listed)
+                if s.attempt == selected[1] and s.node_id == selected[0]
+            ),
+            None,
+        )
+        if selected
+        else None
+    )
     size = _window(request)
     first = step_list.parse_offset(request.GET.get("first"))
     start = step_list.window_start(len(listed), index, first, size)
