@@ -268,7 +268,7 @@ def _queue_context(request, query: QueryDict, now: datetime) -> dict:
 @vary_on_headers("HX-Request")
 @in_display_time_zone
 def escalation_list(request):
-    """GET /escalations/: the queue, filtered by the URL; open first, longest open first."""
+    """GET /escalations/: the queue, filtered by the URL; open first, most severe, oldest."""
     context = _queue_context(request, request.GET, timezone.now())
     template = "escalations/list.html"
     if wants_fragment(request):
