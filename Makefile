@@ -38,9 +38,11 @@ install: $(STAMP)
 # Without a broker nothing else runs the periodic tasks (alerts, stalls, outbox retries), so
 # run_scheduler runs beside runserver and stops with it (Ctrl-C or runserver exiting).
 run: export DEBUG ?= true
+# Links in notifications point at the server make run starts.
+run: export TRACEVIZ_SITE_URL ?= http://$(HOST):$(PORT)
 run: $(STAMP)
 	$(BIN)/python manage.py migrate --noinput
-	$(BIN)/python manage.py load_demo
+	$(BIN)/python manage.py load_demo --host '$(HOST)' --port '$(PORT)'
 	@$(BIN)/python manage.py run_scheduler & scheduler=$$!; \
 	  trap 'kill $$scheduler 2>/dev/null; wait $$scheduler' EXIT; \
 	  trap 'exit 130' INT TERM; \

@@ -155,15 +155,18 @@ class Event(models.Model):
 
     def as_contract_dict(self) -> dict:
         """The event as the event contract writes it (DESIGN.md section 3), for export and the
-        raw-event view."""
-        return {
+        raw-event view): a ``seq`` the producer left out stays out (the contract has no
+        ``null`` seq, so an export imports again)."""
+        item = {
             "type": self.type,
             "job_id": self.job_id,
             "event_id": self.event_id,
             "ts": self.ts.isoformat().replace("+00:00", "Z"),
-            "seq": self.seq,
-            "payload": self.payload,
         }
+        if self.seq is not None:
+            item["seq"] = self.seq
+        item["payload"] = self.payload
+        return item
 
 
 def stalled_condition(now: datetime) -> Q:

@@ -124,6 +124,24 @@ def retry_owner(code: str) -> RetryOwner:
     return FAILURE_CODES[canonical_failure_code(code)][1]
 
 
+# What (retryable, owner) means for the failed step, as the step panel says it (source 002's
+# single-owner rule). "Retried by reducer" read as if something would retry: the reducer owns
+# the codes nobody retries.
+RETRY_MEANING: dict[tuple[bool, RetryOwner], str] = {
+    (True, RetryOwner.ADAPTER): "retryable: the adapter retries the call (transport failure)",
+    (True, RetryOwner.PLAN): "retryable: the plan re-dispatches the step with repaired arguments",
+    (False, RetryOwner.PLAN): "not retried: the plan must choose another step",
+    (False, RetryOwner.REDUCER): "not retried: terminal, the reducer settles the job's state",
+}
+
+
+def retry_meaning(code: str) -> str:
+    """What happens after a failure with ``code``: who retries it, or that nobody does."""
+    canonical = canonical_failure_code(code)
+    retryable, owner = FAILURE_CODES[canonical]
+    return RETRY_MEANING[(retryable, owner)]
+
+
 def is_retryable_code(code: str) -> bool:
     return FAILURE_CODES[canonical_failure_code(code)][0]
 

@@ -77,7 +77,9 @@ def holding(
         held[(kind, latest.node_id)] = (severity, step_message(latest, what))
     for step in failing:
         if step.result_type == ResultType.RETRYABLE_FAILURE and step.attempt > max_retries:
-            what = f"still failing after {step.attempt} attempts"
+            # The limit, not the attempt that crossed it: later attempts keep the escalation
+            # (no new trigger), and the queue row shows the node's latest attempt count.
+            what = f"kept failing past the retry limit ({max_retries} attempts)"
             held[("max_retries_exceeded", step.node_id)] = ("medium", step_message(step, what))
     for node, why in fold.boundary.items():
         held[("boundary_violation", node)] = ("high", f"Node {node} {why}")

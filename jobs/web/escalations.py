@@ -21,12 +21,13 @@ from django.http import Http404, HttpResponseBadRequest, HttpResponseRedirect, Q
 from django.shortcuts import render
 from django.urls import reverse
 from django.utils import timezone
-from django.utils.http import url_has_allowed_host_and_scheme
+from django.utils.http import url_has_allowed_host_and_scheme, urlencode
 from django.views.decorators.http import require_GET, require_POST
 from django.views.decorators.vary import vary_on_headers
 
+from jobs.dashboard.window import iso
 from jobs.escalations import actions, stalls
-from jobs.models import Escalation, Job, Role, Step
+from jobs.models import AlertEpisode, AlertRule, Escalation, Job, Role, Step
 from jobs.replay import backoff
 from jobs.replay.failures import RunStatus
 from jobs.web import access
@@ -35,6 +36,13 @@ from jobs.web.rendering import in_display_time_zone, step_query, wants_fragment
 
 Status = Escalation.Status
 PAGE_SIZE = 50
+# The queue's order within a status: the most severe first.
+SEVERITY_ORDER = (
+    Escalation.Severity.CRITICAL,
+    Escalation.Severity.HIGH,
+    Escalation.Severity.MEDIUM,
+    Escalation.Severity.LOW,
+)
 BULK_MAX = 200
 BULK_ACTIONS = {"acknowledge": "Acknowledge", "resolve": "Resolve"}
 STATUS_FILTERS = [
@@ -146,7 +154,7 @@ def _row(escalation: Escalation, user, can_act: bool, now: datetime) -> Escalati
     attempt = getattr(escalation, "latest_attempt", None)
     job_url, step_url = job_links(escalation.job, escalation.node_id, attempt)
     unresolved = escalation.status != Status.RESOLVED
-    open_for = now - escalation.opened_at
+    open_for = now - escalation.triggered_at
     if not escalation.node_id and escalation.job is not None:
         attempt = escalation.job.max_attempt or None  # job-level: the job's most attempts
     return EscalationRow(
@@ -166,7 +174,8 @@ def _row(escalation: Escalation, user, can_act: bool, now: datetime) -> Escalati
 def filter_escalations(filters: dict, user, now: datetime):
     """The queue's queryset for the parsed filters, without the kind filter (the counts per
     kind are taken over it), ordered open first, then acknowledged, then resolved, and within
-    each the longest open first."""
+    each the most severe first, then the oldest trigger first (age counts from the event that
+    triggered the escalation, not from when traceviz noticed it)."""
     escalations_qs = Escalation.objects.all()
     statuses = STATUS_FILTER_VALUES.get(filters.get("status") or "active")
     if statuses:
@@ -190,8 +199,16 @@ def filter_escalations(filters: dict, user, now: datetime):
         default=Value(2),
         output_field=IntegerField(),
     )
-    return escalations_qs.annotate(status_rank=status_rank).order_by(
-        "status_rank", "opened_at", "pk"
+    severity_rank = Case(
+        *(
+            When(severity=severity, then=Value(rank))
+            for rank, severity in enumerate(SEVERITY_ORDER)
+        ),
+        default=Value(len(SEVERITY_ORDER)),
+        output_field=IntegerField(),
+    )
+    return escalations_qs.annotate(status_rank=status_rank, severity_rank=severity_rank).order_by(
+        "status_rank", "severity_rank", "triggered_at", "pk"
     )
 
 
@@ -251,7 +268,7 @@ def _queue_context(request, query: QueryDict, now: datetime) -> dict:
 @vary_on_headers("HX-Request")
 @in_display_time_zone
 def escalation_list(request):
-    """GET /escalations/: the queue, filtered by the URL; open first, longest open first."""
+    """GET /escalations/: the queue, filtered by the URL; open first, most severe, oldest."""
     context = _queue_context(request, request.GET, timezone.now())
     template = "escalations/list.html"
     if wants_fragment(request):
@@ -260,6 +277,43 @@ def escalation_list(request):
 
 
 # -- one escalation --------------------------------------------------------------------------
+
+
+@dataclass(slots=True)
+class AlertSubject:
+    """What a firing alert rule's escalation is about: a provider/model or a failure code, and
+    the jobs list filtered to the jobs of its latest episode's window."""
+
+    label: str
+    value: str
+    jobs_url: str
+
+
+def alert_subject(escalation: Escalation, now: datetime) -> AlertSubject | None:
+    """The subject of an alert escalation (None for an escalation of a job)."""
+    rule = escalation.alert_rule
+    if rule is None:
+        return None
+    episode = (
+        AlertEpisode.objects.filter(escalation=escalation).order_by("-firing_since", "-pk").first()
+    )
+    params: list[tuple[str, str]] = [("show", "all")]
+    if rule.kind == AlertRule.Kind.FAILURE_CODE_RATE:
+        label = "Failure code"
+        params.append(("failure_code", rule.failure_code))
+        provider, model = rule.provider, rule.model
+    else:
+        label = "Provider / model"
+        provider = episode.provider if episode else rule.provider
+        model = episode.model if episode else rule.model
+    params.extend(
+        (name, value) for name, value in (("provider", provider), ("model", model)) if value
+    )
+    if episode is not None:
+        since = episode.firing_since - timedelta(minutes=rule.window_minutes)
+        params.append(("since", iso(since)))
+        params.append(("until", iso(episode.resolved_at or now)))
+    return AlertSubject(label=label, value=escalation.node_id, jobs_url="/?" + urlencode(params))
 
 
 def _detail_context(request, escalation: Escalation, *, error: str = "", note: str = "") -> dict:
@@ -289,9 +343,10 @@ def _detail_context(request, escalation: Escalation, *, error: str = "", note: s
         "job_url": job_url,
         "step_url": step_url,
         "attempt": attempt,
-        "age": stalls.duration_label(now - escalation.opened_at) if unresolved else "",
+        "alert": alert_subject(escalation, now),
+        "age": stalls.duration_label(now - escalation.triggered_at) if unresolved else "",
         "overdue": unresolved
-        and now - escalation.opened_at > settings.TRACEVIZ_ESCALATION_AGE_TARGET,
+        and now - escalation.triggered_at > settings.TRACEVIZ_ESCALATION_AGE_TARGET,
         "entries": list(escalation.entries.all()),
         "notifications": list(escalation.notifications.order_by("created_at", "pk")),
         "retry_due": retry_due,

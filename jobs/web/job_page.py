@@ -8,9 +8,11 @@ and calls the taxonomy and layout helpers; it never replays or classifies by its
 
 import json
 from dataclasses import dataclass
+from datetime import UTC, datetime
 
 from django.contrib.auth.decorators import login_required
-from django.db.models import Q
+from django.db.models import Q, TextField
+from django.db.models.functions import Cast
 from django.shortcuts import render
 from django.utils import timezone
 from django.utils.dateparse import parse_datetime
@@ -22,7 +24,7 @@ from jobs.contract.events import Event as ReplayEvent
 from jobs.contract.events import order_key
 from jobs.models import Event, Job, Step
 from jobs.replay import failures
-from jobs.web import access, narrative, span_panel, timeline
+from jobs.web import access, job_header, narrative, span_panel, step_list, timeline
 from jobs.web.access import get_job_for_user
 from jobs.web.rendering import (
     display_zone,
@@ -32,7 +34,7 @@ from jobs.web.rendering import (
     wants_fragment,
 )
 
-ROWS_WINDOW = 200
+ROWS_WINDOW = step_list.ROWS_WINDOW
 MAX_ROWS_WINDOW = 20_000
 # Step columns the waterfall and step list read: not the payloads or the (long) reasons.
 STEP_LIST_FIELDS = (
@@ -49,6 +51,7 @@ STEP_LIST_FIELDS = (
     "trace_span_id",
     "parent_span_id",
 )
+TIMESTAMP_FIELDS = ("started_at", "finished_at")
 MORE_PARTS = {"steps": "step-rows", "waterfall": "waterfall-rows", "narrative": "narrative-rows"}
 
 
@@ -75,8 +78,38 @@ class StepRow:
         return f"{self.node_id}:{self.attempt}"
 
 
+def _moment(text: str | None) -> datetime | None:
+    """A timestamp read as text (see ``_step_rows``); the database's own text form is ISO
+    8601, with an offset on PostgreSQL and in UTC without one on SQLite."""
+    if not text:
+        return None
+    moment = datetime.fromisoformat(text)
+    return moment if moment.tzinfo else moment.replace(tzinfo=UTC)
+
+
 def _step_rows(steps) -> list[StepRow]:
-    return [StepRow(*row) for row in steps.order_by("position").values_list(*STEP_LIST_FIELDS)]
+    """Rows of ``steps``, a QuerySet already in the order (and slice) the caller wants.
+
+    The two timestamps come as text and are parsed here: the driver's timestamp loader took
+    two thirds of a 10,000-step job page (20,000 values), ``fromisoformat`` a tenth of that."""
+    fields = [name if name not in TIMESTAMP_FIELDS else f"{name}_text" for name in STEP_LIST_FIELDS]
+    rows = steps.annotate(
+        **{f"{name}_text": Cast(name, TextField()) for name in TIMESTAMP_FIELDS}
+    ).values_list(*fields)
+    return [
+        StepRow(n, a, p, rt, seg, stale, comp, _moment(s), _moment(f), d, span, parent)
+        for n, a, p, rt, seg, stale, comp, s, f, d, span, parent in rows
+    ]
+
+
+def job_steps(job: Job):
+    """The job's steps, with its partition day so PostgreSQL reads one partition."""
+    return Step.objects.filter(job=job, partition_day=job.partition_day)
+
+
+def job_events(job: Job):
+    """The job's events, with its partition day (as ``job_steps``)."""
+    return Event.objects.filter(job_id=job.job_id, partition_day=job.partition_day)
 
 
 @dataclass(slots=True)
@@ -162,7 +195,8 @@ def _root_failure(job: Job) -> Step | None:
     if not job.failing_node_id:
         return None
     return (
-        job.steps.filter(node_id=job.failing_node_id, ignored_stale=False)
+        job_steps(job)
+        .filter(node_id=job.failing_node_id, ignored_stale=False)
         .exclude(result_type__in=["", failures.ResultType.SUCCESS])
         .order_by("-position")
         .only("node_id", "attempt", "finished_event_id")
@@ -176,7 +210,9 @@ def _panel_context(request, job: Job, raw_key: str | None, root_key: str) -> tup
         return {"step": None, "panel_message": ""}, 200
     parsed = parse_step_key(raw_key)
     attempts = (
-        list(job.steps.filter(node_id=parsed[0]).order_by("attempt", "position")) if parsed else []
+        list(job_steps(job).filter(node_id=parsed[0]).order_by("attempt", "position"))
+        if parsed
+        else []
     )
     step = next((s for s in attempts if s.attempt == parsed[1]), None) if parsed else None
     if step is None:
@@ -199,7 +235,7 @@ def _panel_context(request, job: Job, raw_key: str | None, root_key: str) -> tup
                     row.as_contract_dict(), indent=2, ensure_ascii=False, default=str
                 ),
             }
-            for row in Event.objects.filter(job_id=job.job_id, event_id__in=ids).order_by("ts")
+            for row in job_events(job).filter(event_id__in=ids).order_by("ts")
         ]
     findings = [f for f in job.findings if _involves(f, step)]
     code, error_type = step.failure_code, step.error_type
@@ -211,6 +247,7 @@ def _panel_context(request, job: Job, raw_key: str | None, root_key: str) -> tup
         "attempt_count": len(attempts),
         "is_root": step.step_key == root_key,
         "retry_owner": failures.retry_owner(code) if code else "",
+        "retry_meaning": failures.retry_meaning(code) if code else "",
         "canonical_code": failures.canonical_failure_code(code) if code else "",
         "error_run_status": failures.run_status_for_error_type(error_type) if error_type else "",
         "error_classified": failures.is_classified_error_type(error_type),
@@ -267,7 +304,7 @@ def _audit_entry(entry) -> str:
 
 def _narrative(job: Job, root: Step | None, stale_steps, start: int, stop: int):
     """Narrative lines ``start:stop`` of the job's events in event order."""
-    rows = Event.objects.filter(job_id=job.job_id).in_event_order()
+    rows = job_events(job).in_event_order()
     events = [
         ReplayEvent(*row)
         for row in rows[start:stop].values_list(
@@ -277,7 +314,7 @@ def _narrative(job: Job, root: Step | None, stale_steps, start: int, stop: int):
     after_root = False
     root_event_id = root.finished_event_id if root else ""
     if root_event_id and start and events:
-        root_event = Event.objects.filter(job_id=job.job_id, event_id=root_event_id).first()
+        root_event = job_events(job).filter(event_id=root_event_id).first()
         first = events[0]
         after_root = root_event is not None and order_key(
             root_event.ts, root_event.seq, root_event.type, root_event.attempt, root_event.event_id
@@ -285,9 +322,9 @@ def _narrative(job: Job, root: Step | None, stale_steps, start: int, stop: int):
     span_ids = [e.payload.get("span_id") for e in events if e.type == "span"]
     span_steps = {
         span_id: (node_id, attempt)
-        for span_id, node_id, attempt in job.steps.filter(trace_span_id__in=span_ids).values_list(
-            "trace_span_id", "node_id", "attempt"
-        )
+        for span_id, node_id, attempt in job_steps(job)
+        .filter(trace_span_id__in=span_ids)
+        .values_list("trace_span_id", "node_id", "attempt")
     }
     return narrative.lines_for(
         events,
@@ -298,9 +335,11 @@ def _narrative(job: Job, root: Step | None, stale_steps, start: int, stop: int):
     )
 
 
-def _window(request) -> int:
+def _window(request, name: str = "rows") -> int:
+    """Rows a long list shows: ``name`` (a live poll's count of one list) else ``rows`` (the
+    no-JS "show more" page's count)."""
     try:
-        rows = int(request.GET.get("rows", ROWS_WINDOW))
+        rows = int(request.GET.get(name) or request.GET.get("rows") or ROWS_WINDOW)
     except ValueError:
         rows = ROWS_WINDOW
     return min(max(rows, ROWS_WINDOW), MAX_ROWS_WINDOW)
@@ -326,31 +365,102 @@ def _more_links(request, part: str, end: int, total: int, step_key: str) -> dict
     }
 
 
+def _step_window(
+    request, job: Job, all_steps: list[StepRow] | None, selected_key: str, raw_step: str
+):
+    """The step list's rows (filtered, windowed around the selected step) and its links;
+    ``all_steps`` are the job's rows when the caller has them (None: read them if needed)."""
+    step_filter, filter_form = step_list.parse_filter(request.GET)
+    if step_filter.active:
+        listed = _step_rows(step_filter.apply(job_steps(job)).order_by("position"))
+    elif all_steps is not None:
+        listed = all_steps
+    else:
+        listed = _step_rows(job_steps(job).order_by("position"))
+    selected = parse_step_key(selected_key) if selected_key else None
+    index = (
+        next(
+            (
+                i
+                for i, s in enumerate(listed)
+                if s.attempt == selected[1] and s.node_id == selected[0]
+            ),
+            None,
+        )
+        if selected
+        else None
+    )
+    size = _window(request)
+    first = step_list.parse_offset(request.GET.get("first"))
+    start = step_list.window_start(len(listed), index, first, size)
+    end = min(start + size, len(listed))
+    keep = [("step", raw_step)] if raw_step else []
+    links = step_list.window_links(start, end, len(listed), keep, step_filter)
+    return {
+        "step_rows": listed[start:end],
+        "first_index": start,
+        "steps_before": links.before,
+        "steps_more": links.after,
+        "listed_count": len(listed),
+        "step_filter": step_filter,
+        "filter_form": filter_form,
+        "selected_step": raw_step,
+    }
+
+
 @require_GET
 @login_required
 @vary_on_headers("HX-Request")
 @in_display_time_zone
 def job_detail(request, job_id: str):
-    """GET /jobs/<job_id>/[?step=node:attempt]: header, resume preview, waterfall, step list,
-    narrative and the step detail panel."""
+    """GET /jobs/<job_id>/[?step=node:attempt][&node=&segment=&retried=1]: header, resume
+    preview, waterfall, step list (filtered by node name, segment, attempt > 1), narrative and
+    the step detail panel; on a job with a root failure its panel is open by default.
+
+    An HTMX request that is not a history restore gets the partial its target names: the step
+    list (a filter), the next rows of a long list (``more``) or the step panel. A filter with
+    an invalid value answers 400 with the form's error. A live job's poll (``live=1``) gets
+    every part events change out of band, keeping the reader's step, filter and opened rows
+    (``first``, ``rows``, ``wf_rows``, ``lines``); once the job stops expecting events it
+    answers 286, htmx's "stop polling"."""
     job = get_job_for_user(request, job_id)
-    step_key = request.GET.get("step", "")
+    raw_step = request.GET.get("step", "")
     fragment = wants_fragment(request)
     more = request.GET.get("more", "")
     if fragment and more in MORE_PARTS:
-        return _more_rows(request, job, more, step_key)
+        return _more_rows(request, job, more, raw_step)
     root = _root_failure(job)
     root_key = root.step_key if root else ""
+    step_key = raw_step or root_key
     panel, status = _panel_context(request, job, step_key, root_key)
     panel["job"] = job
     panel["can_see_raw"] = access.can_see_raw_events(request.user)
-    if fragment:
+    live_refresh = fragment and request.GET.get("live") == "1"
+    target = request.htmx.target if fragment else None
+    if fragment and not live_refresh and target != "step-results":
         return render(request, "jobs/detail.html#step-panel", panel, status=status)
-    window = _window(request)
-    steps = _step_rows(job.steps)
+    current_key = panel.get("step_key", "")
+    if fragment and not live_refresh:
+        listing = _step_window(request, job, None, current_key, raw_step)
+        listing["step_rows"] = _indexed(
+            listing["step_rows"], root_key, listing["first_index"], listing["step_filter"]
+        )
+        context = {**listing, "job": job, "current_step_key": current_key, "root_key": root_key}
+        context["step_count"] = job.step_count
+        status = 400 if listing["filter_form"].errors else 200
+        return render(request, "jobs/detail.html#step-results", context, status=status)
+    steps = _step_rows(job_steps(job).order_by("position"))
+    listing = _step_window(request, job, steps, current_key, raw_step)
+    if listing["filter_form"].errors:
+        status = 400
+    listing["step_rows"] = _indexed(
+        listing["step_rows"], root_key, listing["first_index"], listing["step_filter"]
+    )
+    window = _window(request, "wf_rows")
     waterfall = timeline.waterfall(steps, now=job.last_event_at, stop=window)
     stale_steps = {(s.node_id, s.attempt) for s in steps if s.ignored_stale}
-    lines = _narrative(job, root, stale_steps, 0, window)
+    lines_window = _window(request, "lines")
+    lines = _narrative(job, root, stale_steps, 0, lines_window)
     runs = (
         Q(retry_of=job.job_id) | Q(job_id=job.retry_of) if job.retry_of else Q(retry_of=job.job_id)
     )
@@ -360,8 +470,10 @@ def job_detail(request, job_id: str):
         .order_by("started_at", "id")
     )
     end = job.finished_at or job.last_event_at
+    resume = timeline.resume_preview(job.completed_node_ids, steps)
     context = {
         **panel,
+        **listing,
         "nav": "jobs",
         "job": job,
         "display_zone": display_zone(),
@@ -373,43 +485,81 @@ def job_detail(request, job_id: str):
         "previous_run": next((j for j in related if j.job_id == job.retry_of), None),
         "next_runs": [j for j in related if j.retry_of == job.job_id],
         "escalations": list(job.escalations.order_by("created_at", "pk")),
-        "resume": timeline.resume_preview(job.completed_node_ids, steps),
+        "completed_nodes": job_header.collapsible(list(job.completed_node_ids)),
+        "resume": resume,
+        "resume_skip": job_header.collapsible(resume.skip),
         "findings": job.findings,
+        "planner_attempts": job_header.planner_attempts(job_events(job))
+        if job.last_validation_error
+        else [],
         "waterfall": waterfall,
         "waterfall_rows": [_waterfall_item(row) for row in waterfall.rows],
-        "waterfall_more": _more_links(request, "waterfall", window, waterfall.node_count, step_key),
-        "step_rows": [_step_item(s, root_key) for s in steps[:window]],
-        "steps_more": _more_links(request, "steps", window, len(steps), step_key),
+        "waterfall_more": _more_links(request, "waterfall", window, waterfall.node_count, raw_step),
         "step_count": len(steps),
         "narrative_lines": [_line_item(line) for line in lines],
-        "narrative_more": _more_links(request, "narrative", window, job.event_count, step_key),
+        "narrative_more": _more_links(
+            request, "narrative", lines_window, job.event_count, raw_step
+        ),
         "narrative_count": job.event_count,
         "root_key": root_key,
-        "current_step_key": panel.get("step_key", ""),
+        "root_query": step_query(root.node_id, root.attempt) if root else "",
+        "current_step_key": current_key,
+        "live": job_header.is_live(job),
+        "live_seconds": job_header.poll_seconds(job),
     }
+    if live_refresh:
+        context["oob"] = True
+        return render(request, "jobs/live.html", context, status=200 if context["live"] else 286)
     return render(request, "jobs/detail.html", context, status=status)
 
 
-def _more_rows(request, job: Job, part: str, step_key: str):
-    """The next window of one of the long lists, as the partial that appends it."""
+def _indexed(
+    rows: list[StepRow], root_key: str, first_index: int, step_filter: step_list.StepFilter
+) -> list[dict]:
+    """Step list items carrying their offset in the (filtered) list (a live refresh sends the
+    first one and the count back, so the rows the reader has opened stay) and links that keep
+    the filter (a reload shows the same list)."""
+    items = [_step_item(row, root_key) for row in rows]
+    keep = "&" + urlencode(step_filter.query_items()) if step_filter.active else ""
+    for offset, item in enumerate(items):
+        item["index"] = first_index + offset
+        item["href"] += keep
+    return items
+
+
+def _more_rows(request, job: Job, part: str, raw_step: str):
+    """The next (or, for the step list, the earlier) window of one of the long lists, as the
+    partial that replaces its "show more" item."""
     start = _more_from(request)
     stop = start + ROWS_WINDOW
     root = _root_failure(job)
     root_key = root.step_key if root else ""
-    context: dict = {"job": job, "current_step_key": step_key, "root_key": root_key}
+    context: dict = {"job": job, "current_step_key": raw_step or root_key, "root_key": root_key}
     if part == "steps":
-        steps = _step_rows(job.steps.filter(position__gte=start, position__lt=stop))
-        context["step_rows"] = [_step_item(s, root_key) for s in steps]
-        context["steps_more"] = _more_links(request, part, stop, job.step_count, step_key)
+        step_filter, _form = step_list.parse_filter(request.GET)
+        listed = step_filter.apply(job_steps(job)).order_by("position")
+        total = listed.count()
+        to = step_list.parse_offset(request.GET.get("to"))
+        earlier = to is not None and start < to
+        stop = min(to, start + MAX_ROWS_WINDOW) if earlier else stop
+        steps = _step_rows(listed[start:stop])
+        context["step_rows"] = _indexed(steps, root_key, start, step_filter)
+        keep = [("step", raw_step)] if raw_step else []
+        links = step_list.window_links(start, stop, total, keep, step_filter)
+        context["steps_before"] = links.before if earlier else {}
+        context["steps_more"] = {} if earlier else links.after
     elif part == "waterfall":
         waterfall = timeline.waterfall(
-            _step_rows(job.steps), now=job.last_event_at, start=start, stop=stop
+            _step_rows(job_steps(job).order_by("position")),
+            now=job.last_event_at,
+            start=start,
+            stop=stop,
         )
         context["waterfall_rows"] = [_waterfall_item(row) for row in waterfall.rows]
-        context["waterfall_more"] = _more_links(request, part, stop, waterfall.node_count, step_key)
+        context["waterfall_more"] = _more_links(request, part, stop, waterfall.node_count, raw_step)
     else:
-        stale = set(job.steps.filter(ignored_stale=True).values_list("node_id", "attempt"))
+        stale = set(job_steps(job).filter(ignored_stale=True).values_list("node_id", "attempt"))
         lines = _narrative(job, root, stale, start, stop)
         context["narrative_lines"] = [_line_item(line) for line in lines]
-        context["narrative_more"] = _more_links(request, part, stop, job.event_count, step_key)
+        context["narrative_more"] = _more_links(request, part, stop, job.event_count, raw_step)
     return render(request, f"jobs/detail.html#{MORE_PARTS[part]}", context)

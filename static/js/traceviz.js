@@ -71,7 +71,144 @@
     if (userIsBusyIn(element)) event.preventDefault();
   });
 
-  document.addEventListener("htmx:afterSettle", markCurrentStep);
+  // The selected step's row is shown inside the list's own scroll box (the page itself does
+  // not move), and the panel is brought into view when it is off screen: on a deep link, on
+  // a small screen where it sits below the list, after a click far down the page.
+  function revealCurrentStep() {
+    var list = document.querySelector(".steps");
+    var current = document.querySelector('#step-list [data-step-link][aria-current="true"]');
+    if (list && current && list.scrollHeight > list.clientHeight) {
+      var top = current.getBoundingClientRect().top - list.getBoundingClientRect().top;
+      list.scrollTop += top - list.clientHeight / 3;
+    }
+  }
+
+  function panelOffScreen(panel) {
+    var box = panel.getBoundingClientRect();
+    return box.top < 0 || box.top > window.innerHeight - 80;
+  }
+
+  function revealPanel() {
+    var panel = document.getElementById("step-panel");
+    if (!panel || !panel.getAttribute("data-step-key")) return;
+    if (panelOffScreen(panel)) panel.scrollIntoView({ block: "start" });
+  }
+
+  document.addEventListener("DOMContentLoaded", function () {
+    markCurrentStep();
+    revealCurrentStep();
+    if (/[?&]step=/.test(window.location.search) || window.location.hash === "#step-panel") {
+      revealPanel();
+    }
+  });
+
+  document.addEventListener("htmx:afterSettle", function (event) {
+    markCurrentStep();
+    var source = event.detail && event.detail.elt;
+    if (source && source.hasAttribute && source.hasAttribute("data-live-job")) return;
+    var target = event.detail && event.detail.target;
+    if (target && target.id === "step-panel") revealPanel();
+    if (target && target.id === "step-results") revealCurrentStep();
+  });
   document.addEventListener("htmx:historyRestore", markCurrentStep);
-  document.addEventListener("DOMContentLoaded", markCurrentStep);
+
+  // A live job page's poll asks for what the reader is looking at: the step whose panel is
+  // open, the list's filter (from the address bar) and the rows opened with "Show earlier" /
+  // "Show more" (first offset and count), and as many waterfall rows as are shown.
+  var LIVE_KEEP = ["node", "segment", "retried"];
+  document.addEventListener("htmx:configRequest", function (event) {
+    var element = event.detail && event.detail.elt;
+    if (!element || !element.hasAttribute || !element.hasAttribute("data-live-job")) return;
+    var parameters = event.detail.parameters;
+    var address = new URLSearchParams(window.location.search);
+    LIVE_KEEP.forEach(function (name) {
+      if (address.get(name)) parameters[name] = address.get(name);
+    });
+    var panel = document.getElementById("step-panel");
+    var selected = address.get("step") || (panel && panel.getAttribute("data-step-key"));
+    if (selected) parameters.step = selected;
+    var rows = document.querySelectorAll("#step-list li[data-index]");
+    if (rows.length) {
+      parameters.first = rows[0].getAttribute("data-index");
+      parameters.rows = String(rows.length);
+    }
+    parameters.wf_rows = String(document.querySelectorAll("#waterfall .wf-row").length);
+    parameters.lines = String(document.querySelectorAll("#narrative li.line").length);
+  });
+
+  // A poll waits while the reader selects text in what it would replace; a focused step link
+  // gets its focus back on the fresh row, so j/k and Enter carry on where they were.
+  var LIVE_PARTS = ["job-head", "job-overview", "waterfall", "step-results", "step-panel", "narrative"];
+  var liveFocusKey = null;
+  var livePanel = null;
+  document.addEventListener("htmx:beforeRequest", function (event) {
+    var element = event.detail && event.detail.elt;
+    if (!element || !element.hasAttribute || !element.hasAttribute("data-live-job")) return;
+    var selection = window.getSelection && window.getSelection();
+    var selecting = LIVE_PARTS.some(function (id) {
+      var part = document.getElementById(id);
+      return part && selection && !selection.isCollapsed && part.contains(selection.anchorNode);
+    });
+    if (selecting) {
+      event.preventDefault();
+      return;
+    }
+    var focused = document.activeElement;
+    liveFocusKey = focused && focused.getAttribute ? focused.getAttribute("data-step-key") : null;
+    // The panel is replaced too (its step may have changed): keep where the reader was in it.
+    var panel = document.getElementById("step-panel");
+    livePanel = panel && {
+      key: panel.getAttribute("data-step-key"),
+      scrollTop: panel.scrollTop,
+      open: Array.prototype.map.call(panel.querySelectorAll("details"), function (d) {
+        return d.open;
+      }),
+    };
+  });
+
+  // Every part is replaced, so the browser's own scroll anchoring has nothing to hold on to:
+  // keep the part the reader is in where it was on screen.
+  var liveAnchor = null;
+  document.addEventListener("htmx:beforeSwap", function (event) {
+    var element = event.detail && event.detail.elt;
+    if (!element || !element.hasAttribute || !element.hasAttribute("data-live-job")) return;
+    liveAnchor = null;
+    for (var i = 0; i < LIVE_PARTS.length; i++) {
+      var part = document.getElementById(LIVE_PARTS[i]);
+      var box = part && part.getBoundingClientRect();
+      if (box && box.bottom > 0 && box.height > 0) {
+        if (!liveAnchor || box.top < liveAnchor.top) {
+          liveAnchor = { id: LIVE_PARTS[i], top: box.top };
+        }
+        if (box.top >= 0) break;
+      }
+    }
+  });
+
+  document.addEventListener("htmx:afterSettle", function (event) {
+    var element = event.detail && event.detail.elt;
+    if (!element || !element.hasAttribute || !element.hasAttribute("data-live-job")) return;
+    if (liveAnchor && window.scrollY > 0) {
+      var anchor = document.getElementById(liveAnchor.id);
+      if (anchor) window.scrollBy(0, anchor.getBoundingClientRect().top - liveAnchor.top);
+    }
+    liveAnchor = null;
+    var panel = document.getElementById("step-panel");
+    if (livePanel && panel && panel.getAttribute("data-step-key") === livePanel.key) {
+      panel.querySelectorAll("details").forEach(function (details, i) {
+        if (i < livePanel.open.length) details.open = livePanel.open[i];
+      });
+      panel.scrollTop = livePanel.scrollTop;
+    }
+    livePanel = null;
+    if (!liveFocusKey) return;
+    var links = document.querySelectorAll("#step-list [data-step-link]");
+    for (var i = 0; i < links.length; i++) {
+      if (links[i].getAttribute("data-step-key") === liveFocusKey) {
+        links[i].focus({ preventScroll: true });
+        break;
+      }
+    }
+    liveFocusKey = null;
+  });
 })();

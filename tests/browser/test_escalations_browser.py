@@ -53,8 +53,11 @@ def queue_data(transactional_db):
             ),
         ]
     )
+    # Age counts from the trigger event: the factories' events are months old, so give the
+    # triggers recent times, etl-3's 6 hours ago.
+    Escalation.objects.update(triggered_at=timezone.now())
     Escalation.objects.filter(job__job_id="etl-3").update(
-        opened_at=timezone.now() - timedelta(hours=6)
+        triggered_at=timezone.now() - timedelta(hours=6)
     )
     factories.user("sam", "support")
     factories.user("olga", "operator")

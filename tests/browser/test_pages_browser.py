@@ -97,7 +97,9 @@ def test_deep_link_opens_its_panel_and_back_restores_the_previous_one(page, live
 
 def test_keyboard_j_k_and_enter_open_a_step(page, live_server, jobs_data):
     log_in(page, live_server, "eng", "/jobs/release-42/")
-    page.locator("body").press("j")
+    # The root failure (upload:2) is selected by default: k moves up from it, j back down.
+    page.locator("body").press("k")
+    page.keyboard.press("k")
     page.keyboard.press("j")
     focused = page.evaluate("() => document.activeElement.dataset.stepKey")
     assert focused == "upload:1"

@@ -226,3 +226,21 @@ def test_header_indicator_costs_one_query(client, degraded_rule, django_assert_n
         Template("{% if n %}{{ n }}{% endif %}").render(
             Context({"n": context["firing_alert_count"]})
         )
+
+
+def test_alert_escalation_names_its_provider_model_and_links_the_affected_jobs(
+    degraded_rule, client
+):
+    planner_jobs("a", T0 - timedelta(minutes=10), jobs=5, degraded=2)
+    planner_jobs("x", T0 - timedelta(minutes=10), jobs=2, degraded=0, provider="other", model="m")
+    alerts.evaluate(now=T0)
+    escalation = Escalation.objects.get(alert_rule=degraded_rule)
+    client.force_login(user("sam", "support"))
+    response = client.get(f"/escalations/{escalation.pk}/")
+    body = response.content.decode()
+    assert "Failing node" not in body
+    assert "<dt>Provider / model</dt><dd><code>anthropic/claude-x</code>" in body
+    jobs_url = response.context["alert"].jobs_url
+    assert "provider=anthropic" in jobs_url and "model=claude-x" in jobs_url
+    listed = client.get(jobs_url).context["rows"]
+    assert sorted(row.job.job_id for row in listed) == [f"a{i}" for i in range(5)]

@@ -54,16 +54,35 @@ def htmx(**extra):
 # -- queue -----------------------------------------------------------------------------------
 
 
-def test_queue_lists_open_first_then_oldest_first(support, client):
+def triggered_ago(escalation: Escalation, hours: float) -> None:
+    Escalation.objects.filter(pk=escalation.pk).update(
+        triggered_at=timezone.now() - timedelta(hours=hours)
+    )
+
+
+def test_queue_lists_open_first_then_most_severe_then_oldest_trigger(support, client):
     late = open_escalation("j-late")
     early = open_escalation("j-early")
+    severe = open_escalation("j-severe", error_type="internal")
     acked = open_escalation("j-acked")
-    Escalation.objects.filter(pk=early.pk).update(opened_at=timezone.now() - timedelta(hours=2))
-    Escalation.objects.filter(pk=acked.pk).update(opened_at=timezone.now() - timedelta(hours=9))
+    triggered_ago(late, 1)
+    triggered_ago(early, 2)
+    triggered_ago(severe, 0.5)
+    triggered_ago(acked, 9)
     actions.acknowledge(Escalation.objects.get(pk=acked.pk), support)
     response = client.get("/escalations/")
     order = [row.escalation.pk for row in response.context["rows"]]
-    assert order == [early.pk, late.pk, acked.pk]
+    assert order == [severe.pk, early.pk, late.pk, acked.pk]
+
+
+def test_queue_age_counts_from_the_trigger_event_not_from_when_it_was_noticed(support, client):
+    escalation = open_escalation("j-old")
+    # Stored just now (opened_at = now), but its trigger event happened 3 hours ago.
+    triggered_ago(escalation, 3)
+    (row,) = client.get("/escalations/").context["rows"]
+    assert row.age == "3 h"
+    detail = client.get(f"/escalations/{escalation.pk}/")
+    assert detail.context["age"] == "3 h"
 
 
 def test_queue_row_links_job_and_failing_step_at_its_latest_attempt(support, client):
@@ -86,7 +105,8 @@ def test_queue_highlights_escalations_open_past_the_age_target(support, client, 
     settings.TRACEVIZ_ESCALATION_AGE_TARGET = timedelta(hours=4)
     old = open_escalation("j-old")
     fresh = open_escalation("j-fresh")
-    Escalation.objects.filter(pk=old.pk).update(opened_at=timezone.now() - timedelta(hours=5))
+    triggered_ago(old, 5)
+    triggered_ago(fresh, 0)
     rows = {row.escalation.pk: row for row in client.get("/escalations/").context["rows"]}
     assert rows[old.pk].overdue and rows[old.pk].age == "5 h"
     assert not rows[fresh.pk].overdue
@@ -444,3 +464,22 @@ def test_bulk_apply_skips_what_changed_since_the_preview(support, client):
     )
     assert EscalationEntry.objects.filter(escalation=second, action="acknowledged").count() == 1
     assert Escalation.objects.get(pk=first.pk).status == "acknowledged"
+
+
+def test_max_retries_message_and_row_agree_on_the_attempt_count(support, client, settings):
+    settings.TRACEVIZ_MAX_RETRIES = 5
+    items = [event("job_started", "j-retry", 0)]
+    for attempt in range(1, 8):
+        items.append(started("fetch", "j-retry", attempt * 2, attempt=attempt))
+        items.append(
+            finished("fetch", "retryable_failure", "j-retry", attempt * 2 + 1, attempt=attempt)
+        )
+    factories.store(items)
+    (row,) = client.get("/escalations/").context["rows"]
+    assert row.escalation.kind == "max_retries_exceeded"
+    assert row.attempts == 7
+    # The message names the limit; it never names an attempt count other than the row's.
+    assert "retry limit (5 attempts)" in row.escalation.message
+    assert "6" not in row.escalation.message
+    detail = client.get(f"/escalations/{row.escalation.pk}/").content.decode()
+    assert "fetch · attempt 7" in detail

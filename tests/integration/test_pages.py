@@ -399,7 +399,8 @@ def test_deep_link_renders_that_steps_panel(operator, release_42):
     body = response.content.decode()
     assert 'data-step-key="upload:2"' in body
     assert "404 bucket\nnot found" in body  # line breaks kept (CSS pre-wrap)
-    assert "retried by <strong>reducer</strong>" in body
+    assert "retried by <strong>reducer</strong>" not in body
+    assert "not retried: terminal, the reducer settles the job&#x27;s state" in body
     assert response.context["duration"] == ""  # attempt 2 sent no duration_ms
     assert response.context["job_duration"] == "7.0 s"
     assert "PermanentError</code> → " in body

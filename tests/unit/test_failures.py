@@ -102,3 +102,15 @@ def test_attention_statuses_are_failed_and_paused():
         "paused:approval",
         "paused:reconciliation",
     }
+
+
+@pytest.mark.parametrize(("code", "retryable", "owner"), FAILURE_CODES)
+def test_every_failure_code_says_who_retries_it_or_that_nobody_does(code, retryable, owner):
+    meaning = failures.retry_meaning(code)
+    assert meaning.startswith("retryable: " if retryable else "not retried: ")
+    assert str(owner) in meaning
+
+
+def test_retry_meaning_table_covers_exactly_the_pairs_the_codes_use():
+    used = {(retryable, owner) for retryable, owner in failures.FAILURE_CODES.values()}
+    assert set(failures.RETRY_MEANING) == used

@@ -1,6 +1,6 @@
 from django.conf import settings
 from django.contrib.auth.models import Group, User
-from django.core.management.base import BaseCommand
+from django.core.management.base import BaseCommand, CommandError
 from django.utils import timezone
 
 from jobs.contract import bodies
@@ -13,13 +13,30 @@ DEMO_PASSWORD = "traceviz-demo"
 DEMO_TOKEN_NAME = "demo"
 
 
+def login_url(host: str, port: int) -> str:
+    """The login page on ``host``:``port``; a wildcard address is reached on the loopback."""
+    if host in ("", "0.0.0.0", "::"):
+        host = "127.0.0.1"
+    if ":" in host:
+        host = f"[{host}]"
+    return f"http://{host}:{port}/accounts/login/"
+
+
 class Command(BaseCommand):
     help = (
         "Load demo jobs through the ingest path, create demo users (one per role plus an admin) "
         "and print a demo login and a fresh demo ingest token. Safe to run again."
     )
 
-    def handle(self, *args, **options):
+    def add_arguments(self, parser):
+        # `make run HOST=... PORT=...` passes what runserver will serve, so the printed login
+        # URL is the one that answers.
+        parser.add_argument("--host", default="127.0.0.1", help="host the server listens on")
+        parser.add_argument("--port", type=int, default=8000, help="port the server listens on")
+
+    def handle(self, *args, host, port, **options):
+        if not 0 < port < 65536:
+            raise CommandError(f"--port must be between 1 and 65535, not {port}")
         streams = demo_streams(timezone.now())
         progress = Progress(self.stderr, "demo events", sum(len(s) for s in streams))
         stored = 0
@@ -37,8 +54,8 @@ class Command(BaseCommand):
         _token, raw = IngestToken.issue(DEMO_TOKEN_NAME)
         self.stdout.write(
             f"Demo data: {len(streams)} jobs ({stored} new events).\n"
-            f"Log in at {settings.TRACEVIZ_SITE_URL}/accounts/login/ as admin, operator, "
-            f"support or engineer with password {DEMO_PASSWORD!r}.\n"
+            f"Log in at {login_url(host, port)} as admin, operator, support or "
+            f"engineer with password {DEMO_PASSWORD!r}.\n"
             f"Demo ingest token (shown once):\n{raw}"
         )
 

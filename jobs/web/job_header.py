@@ -1,0 +1,68 @@
+"""What the job page's header shows beyond the job row's own fields: long lists collapsed to
+a count, the planner's invalid outputs, and whether the page keeps itself up to date."""
+
+from jobs.replay.failures import STALLABLE_STATUSES
+
+# Header lists longer than this (completed nodes, nodes a restart would skip) collapse to a
+# count that expands: a 2,000-step job otherwise pushes the waterfall 59,000 px down.
+HEADER_LIST_LIMIT = 8
+PLANNER_ATTEMPTS_SHOWN = 20
+# The planner's invalid-output event (source 001).
+PARSE_INVALID = "graph.next_step.parse_invalid"
+# How often a live job page asks for news (the poll answers without this trigger once the job
+# stops expecting events): a big job's page costs more to render, so it asks less often.
+LIVE_POLL_SECONDS = 3
+BIG_JOB_POLL_SECONDS = 10
+BIG_JOB_STEPS = 2_000
+
+
+def is_live(job) -> bool:
+    """A job whose page polls: not finished, in a status that still expects events (the
+    statuses the stall rule watches)."""
+    return job.finished_at is None and job.status in STALLABLE_STATUSES
+
+
+def poll_seconds(job) -> int:
+    return BIG_JOB_POLL_SECONDS if job.step_count > BIG_JOB_STEPS else LIVE_POLL_SECONDS
+
+
+def collapsible(items: list[str]) -> dict:
+    """A header list as the template shows it: inline when short, else a count that expands
+    to the whole list joined in one string (one text node, not thousands of elements)."""
+    return {
+        "count": len(items),
+        "collapsed": len(items) > HEADER_LIST_LIMIT,
+        "items": items[:HEADER_LIST_LIMIT],
+        "first": items[0] if items else "",
+        "last": items[-1] if items else "",
+        "text": " → ".join(items),
+    }
+
+
+def planner_attempts(events) -> list[dict]:
+    """The planner's invalid outputs (``graph.next_step.parse_invalid``) among ``events`` (the
+    job's Event rows), as stored: their raw output preview was redacted and truncated on
+    ingest, their validation errors kept."""
+    rows = (
+        events.filter(type=PARSE_INVALID)
+        .order_by("ts", "seq", "event_id")
+        .values_list("ts", "payload")[:PLANNER_ATTEMPTS_SHOWN]
+    )
+    return [
+        {
+            "at": ts,
+            "attempt": payload.get("attempt"),
+            "cycle": payload.get("cycle"),
+            "provider_model": "/".join(
+                str(payload.get(name) or "?") for name in ("provider", "model")
+            ),
+            "parse_error_type": payload.get("parse_error_type", ""),
+            "validation_errors": [str(e) for e in _as_list(payload.get("validation_errors"))],
+            "raw_output_preview": str(payload.get("raw_output_preview") or ""),
+        }
+        for ts, payload in rows
+    ]
+
+
+def _as_list(value) -> list:
+    return value if isinstance(value, list) else []
