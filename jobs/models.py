@@ -476,15 +476,20 @@ class FailureGroupJob(models.Model):
 
 
 class FailureGroupHour(models.Model):
-    """Failed steps of a group per UTC hour of their failure (event time): the trend."""
+    """Failed steps of a group per UTC hour of their failure (event time) and provider/model of
+    their job: the trend and the providers involved in a window."""
 
     group = models.ForeignKey(FailureGroup, on_delete=models.CASCADE, related_name="hours")
     hour = models.DateTimeField()
+    provider = models.CharField(max_length=200, blank=True)
+    model = models.CharField(max_length=200, blank=True)
     step_count = models.IntegerField(default=0)
 
     class Meta:
         constraints = [
-            models.UniqueConstraint(fields=["group", "hour"], name="failure_group_hour"),
+            models.UniqueConstraint(
+                fields=["group", "hour", "provider", "model"], name="failure_group_hour"
+            ),
         ]
         indexes = [
             # The failures page: every group's hours inside the window.

@@ -146,10 +146,16 @@ def apply(contributions: Contributions, attributes: dict[int, tuple[str, str]]) 
         hours.update(deltas)
         hours = {key: count for key, count in sorted(hours.items()) if count > 0}
         step_deltas[group_id] += sum(deltas.values())
-        for key, delta in deltas.items():
-            if key:
-                hour_deltas[(group_id, hour_of_key(key))] += delta
         provider, model = attributes.get(job_pk, ("", ""))
+        # The hour rows lose what the pair held under its old provider/model and gain what it
+        # holds now (the same keys cancel out).
+        if row is not None:
+            for key, count in row.hours.items():
+                if key:
+                    hour_deltas[(group_id, hour_of_key(key), row.provider, row.model)] -= count
+        for key, count in hours.items():
+            if key:
+                hour_deltas[(group_id, hour_of_key(key), provider, model)] += count
         values = dict(step_count=sum(hours.values()), hours=hours, provider=provider, model=model)
         if row is None:
             if hours:
@@ -177,7 +183,9 @@ def apply(contributions: Contributions, attributes: dict[int, tuple[str, str]]) 
         if update:
             FailureGroup.objects.filter(pk=group_id).update(**update)
     hours = {key: delta for key, delta in sorted(hour_deltas.items()) if delta}
-    database.add_to_counts(FailureGroupHour, ("group_id", "hour"), "step_count", hours)
+    database.add_to_counts(
+        FailureGroupHour, ("group_id", "hour", "provider", "model"), "step_count", hours
+    )
 
 
 def forget_jobs(job_pks: list[int]) -> None:
@@ -196,13 +204,15 @@ def recount() -> None:
         list(FailureGroup.objects.select_for_update().order_by("pk").values_list("pk"))
         totals: dict[int, list[int]] = {}
         by_hour: Counter = Counter()
-        for group_id, hours in FailureGroupJob.objects.values_list("group_id", "hours"):
+        for group_id, hours, provider, model in FailureGroupJob.objects.values_list(
+            "group_id", "hours", "provider", "model"
+        ):
             total = totals.setdefault(group_id, [0, 0])
             total[0] += 1
             total[1] += sum(hours.values())
             for key, count in hours.items():
                 if key:
-                    by_hour[(group_id, hour_of_key(key))] += count
+                    by_hour[(group_id, hour_of_key(key), provider, model)] += count
         groups = list(FailureGroup.objects.only("pk", "job_count", "step_count"))
         for group in groups:
             group.job_count, group.step_count = totals.get(group.pk, (0, 0))
@@ -210,8 +220,10 @@ def recount() -> None:
         FailureGroupHour.objects.all().delete()
         FailureGroupHour.objects.bulk_create(
             [
-                FailureGroupHour(group_id=group_id, hour=hour, step_count=count)
-                for (group_id, hour), count in sorted(by_hour.items())
+                FailureGroupHour(
+                    group_id=group_id, hour=hour, provider=provider, model=model, step_count=count
+                )
+                for (group_id, hour, provider, model), count in sorted(by_hour.items())
             ],
             batch_size=1000,
         )
@@ -239,7 +251,7 @@ def differences() -> list[str]:
     for (group_id, job_pk, key), count in sorted(cells.items()):
         expected.setdefault((group_id, job_pk), {})[key] = count
         if key:
-            by_hour[(group_id, hour_of_key(key))] += count
+            by_hour[(group_id, hour_of_key(key), *jobs[job_pk])] += count
     stored = {
         (row.group_id, row.job_id): (row.step_count, row.hours, (row.provider, row.model))
         for row in FailureGroupJob.objects.all()
@@ -251,9 +263,9 @@ def differences() -> list[str]:
         if stored.get(pair) != want:
             found.append(f"group job {pair}: {stored.get(pair)} != {want}")
     stored_hours = {
-        (group_id, hour.astimezone(UTC)): count
-        for group_id, hour, count in FailureGroupHour.objects.values_list(
-            "group_id", "hour", "step_count"
+        (group_id, hour.astimezone(UTC), provider, model): count
+        for group_id, hour, provider, model, count in FailureGroupHour.objects.values_list(
+            "group_id", "hour", "provider", "model", "step_count"
         )
         if count
     }
