@@ -8,7 +8,7 @@ from datetime import datetime
 from django import forms
 from django.db.models import Q, QuerySet
 
-from jobs.models import Job, Step
+from jobs.models import FailureGroupJob, Job, Step
 from jobs.replay import failures
 from jobs.replay.failures import FailureCode, RunStatus
 
@@ -36,6 +36,9 @@ class JobFilterForm(forms.Form):
     has_findings = forms.BooleanField(required=False, label="Has findings")
     min_attempts = forms.IntegerField(required=False, min_value=1, label="Min attempts")
     reason = forms.CharField(required=False, max_length=200, label="Reason contains")
+    group = forms.RegexField(
+        required=False, regex=r"^[0-9a-f]{1,40}$", max_length=40, label="Failure group"
+    )
     cursor = forms.CharField(required=False, max_length=200)
 
     def clean_q(self):
@@ -94,6 +97,12 @@ def filter_jobs(filters: dict) -> QuerySet[Job]:
         jobs = jobs.filter(max_attempt__gte=filters["min_attempts"])
     if filters.get("reason"):
         jobs = jobs.filter(id__in=Step.objects.reason_matches(filters["reason"]).values("job_id"))
+    if filters.get("group"):
+        jobs = jobs.filter(
+            id__in=FailureGroupJob.objects.filter(group__fingerprint=filters["group"]).values(
+                "job_id"
+            )
+        )
     return jobs
 
 

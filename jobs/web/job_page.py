@@ -165,7 +165,8 @@ def _root_failure(job: Job) -> Step | None:
         job.steps.filter(node_id=job.failing_node_id, ignored_stale=False)
         .exclude(result_type__in=["", failures.ResultType.SUCCESS])
         .order_by("-position")
-        .only("node_id", "attempt", "finished_event_id")
+        .select_related("failure_group")
+        .only("node_id", "attempt", "finished_event_id", "failure_group")
         .first()
     )
 
@@ -176,7 +177,13 @@ def _panel_context(request, job: Job, raw_key: str | None, root_key: str) -> tup
         return {"step": None, "panel_message": ""}, 200
     parsed = parse_step_key(raw_key)
     attempts = (
-        list(job.steps.filter(node_id=parsed[0]).order_by("attempt", "position")) if parsed else []
+        list(
+            job.steps.filter(node_id=parsed[0])
+            .select_related("failure_group")
+            .order_by("attempt", "position")
+        )
+        if parsed
+        else []
     )
     step = next((s for s in attempts if s.attempt == parsed[1]), None) if parsed else None
     if step is None:
@@ -205,6 +212,7 @@ def _panel_context(request, job: Job, raw_key: str | None, root_key: str) -> tup
     code, error_type = step.failure_code, step.error_type
     return {
         "step": step,
+        "step_group": step.failure_group,
         "step_key": step.step_key,
         "panel_message": "",
         "attempts": [_step_entry(s, root_key) for s in attempts],
@@ -385,6 +393,7 @@ def job_detail(request, job_id: str):
         "narrative_more": _more_links(request, "narrative", window, job.event_count, step_key),
         "narrative_count": job.event_count,
         "root_key": root_key,
+        "root_group": root.failure_group if root else None,
         "current_step_key": panel.get("step_key", ""),
     }
     return render(request, "jobs/detail.html", context, status=status)

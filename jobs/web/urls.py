@@ -13,6 +13,7 @@ from jobs.web import (
     dashboard,
     escalations,
     export,
+    failures,
     job_page,
     jobs_list,
     metrics,
@@ -31,6 +32,8 @@ urlpatterns = [
     # Pages.
     path("accounts/login/", auth.login, name="login"),
     path("dashboard/", dashboard.dashboard, name="dashboard"),
+    path("failures/", failures.failure_group_list, name="failures"),
+    path("failures/<str:fingerprint>/", failures.failure_group_detail, name="failure-group"),
     path("escalations/", escalations.escalation_list, name="escalations"),
     path("escalations/bulk/", escalations.escalation_bulk, name="escalation-bulk"),
     path("escalations/<int:escalation_id>/", escalations.escalation_detail, name="escalation"),
