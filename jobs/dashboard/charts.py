@@ -351,7 +351,10 @@ def planner(window: Window) -> tuple[dict, dict]:
                     "y": [p[kind] for p in points],
                     "customdata": custom,
                     "marker": {"color": color, "opacity": opacity},
-                    "hovertemplate": f"{subject}<br>%{{y}} {kind} events in %{{customdata[1]}} "
+                    # Producer text goes in as data (meta), never into the template: charts.js
+                    # escapes data so plotly draws it as text, not as its HTML subset.
+                    "meta": [subject],
+                    "hovertemplate": f"%{{meta[0]}}<br>%{{y}} {kind} events in %{{customdata[1]}} "
                     "jobs<br>%{x}<extra>click to list the jobs</extra>",
                 }
             )
@@ -364,7 +367,8 @@ def planner(window: Window) -> tuple[dict, dict]:
                 "y": [round(p["degraded"] / p["jobs"], 4) if p["jobs"] else 0 for p in points],
                 "customdata": custom,
                 "line": {"color": color},
-                "hovertemplate": f"{subject}: %{{y:.0%}} degraded<br>%{{customdata[3]}} of "
+                "meta": [subject],
+                "hovertemplate": "%{meta[0]}: %{y:.0%} degraded<br>%{customdata[3]} of "
                 "%{customdata[1]} jobs<br>%{x}<extra>click to list the jobs</extra>",
             }
         )

@@ -7,13 +7,17 @@ from collections import defaultdict
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 
-from django.db.models import Sum
+from django.db.models import IntegerField, Sum
+from django.db.models.expressions import RawSQL
 
 from jobs.dashboard.window import Window, wall, zone_label
+from jobs.ingest import database
 from jobs.models import FailureGroup, FailureGroupHour, FailureGroupJob, hour_floor
 
 MAX_GROUPS = 100
 SPARK_WIDTH, SPARK_HEIGHT = 120, 24
+# At most this many bars: a longer range merges neighbouring hours (7 days: 4 hours a bar).
+SPARK_BARS = 48
 
 
 @dataclass(slots=True)
@@ -38,9 +42,10 @@ class GroupRow:
     involved: list[Involved] = field(default_factory=list)
 
     @property
-    def sparkline(self) -> list[dict]:
-        """Bars of an inline SVG (x, y, height in its viewBox), one per hour with failures."""
-        return spark_bars(self.hourly)
+    def sparkline(self) -> str:
+        """An inline SVG path of bars (in a SPARK_WIDTH x SPARK_HEIGHT viewBox), one per hour
+        with failures: one element per row, so a 7-day range stays cheap to render."""
+        return spark_path(self.hourly)
 
 
 def window_hours(window: Window) -> list[datetime]:
@@ -53,21 +58,26 @@ def window_hours(window: Window) -> list[datetime]:
     return hours
 
 
-def spark_bars(counts: list[int]) -> list[dict]:
+def spark_path(counts: list[int]) -> str:
+    """``M x,y h w v h h -w z`` per bar with failures (an hour, or several merged), heights
+    relative to the busiest bar; "" when there are none."""
+    if len(counts) > SPARK_BARS:
+        per_bar = -(-len(counts) // SPARK_BARS)
+        counts = [sum(counts[i : i + per_bar]) for i in range(0, len(counts), per_bar)]
     top = max(counts, default=0)
     if not top:
-        return []
+        return ""
     width = SPARK_WIDTH / len(counts)
-    return [
-        {
-            "x": round(index * width, 2),
-            "width": round(max(width - 0.5, 0.5), 2),
-            "height": round(max(count / top * SPARK_HEIGHT, 1), 2),
-            "y": round(SPARK_HEIGHT - max(count / top * SPARK_HEIGHT, 1), 2),
-        }
-        for index, count in enumerate(counts)
-        if count
-    ]
+    bar = max(width - 0.5, 0.5)
+    parts = []
+    for index, count in enumerate(counts):
+        if count:
+            height = max(count / top * SPARK_HEIGHT, 1)
+            parts.append(
+                f"M{index * width:.2f},{SPARK_HEIGHT - height:.2f}h{bar:.2f}v{height:.2f}"
+                f"h{-bar:.2f}z"
+            )
+    return "".join(parts)
 
 
 def _hour_rows(window: Window, group_ids=None):
@@ -102,28 +112,42 @@ def group_in_window(group: FailureGroup, window: Window) -> GroupRow:
     return _rows(window, [(group, 0)])[0]
 
 
+def _epoch_hour(value: datetime) -> int:
+    return int(value.timestamp()) // 3600
+
+
 def _rows(window: Window, groups: list[tuple[FailureGroup, int]]) -> list[GroupRow]:
-    hours = window_hours(window)
-    index = {hour: position for position, hour in enumerate(hours)}
-    hourly = {group.pk: [0] * len(hours) for group, _ in groups}
-    involved: dict[int, dict[tuple[str, str], int]] = defaultdict(lambda: defaultdict(int))
-    rows = _hour_rows(window, list(hourly)).values_list(
-        "group_id", "hour", "provider", "model", "step_count"
+    """Rows for these groups: two aggregates over the window's hour rows (per group and hour,
+    read as integers; per group and provider/model)."""
+    first = _epoch_hour(hour_floor(window.start))
+    length = len(window_hours(window))
+    hourly = {group.pk: [0] * length for group, _ in groups}
+    ids = list(hourly)
+    epoch_hour = RawSQL(database.sql_hours_since_epoch('"hour"'), [], output_field=IntegerField())
+    per_hour = (
+        _hour_rows(window, ids)
+        .annotate(epoch_hour=epoch_hour)
+        .values_list("group_id", "epoch_hour")
+        .annotate(steps=Sum("step_count"))
+        .order_by()
     )
-    for group_id, hour, provider, model, count in rows:
-        position = index.get(hour_floor(hour))
-        if position is not None:
-            hourly[group_id][position] += count
-        involved[group_id][(provider, model)] += count
-    result = []
-    for group, _ in groups:
-        counts = hourly[group.pk]
-        people = sorted(
-            (Involved(p, m, n) for (p, m), n in involved[group.pk].items() if n),
-            key=lambda item: (-item.steps, item.provider, item.model),
-        )
-        result.append(GroupRow(group, sum(counts), counts, people))
-    return result
+    for group_id, hour, count in per_hour:
+        if 0 <= hour - first < length:
+            hourly[group_id][hour - first] += count
+    involved: dict[int, list[Involved]] = defaultdict(list)
+    per_provider = (
+        _hour_rows(window, ids)
+        .values_list("group_id", "provider", "model")
+        .annotate(steps=Sum("step_count"))
+        .order_by("group_id", "-steps", "provider", "model")
+    )
+    for group_id, provider, model, count in per_provider:
+        if count:
+            involved[group_id].append(Involved(provider, model, count))
+    return [
+        GroupRow(group, sum(hourly[group.pk]), hourly[group.pk], involved[group.pk])
+        for group, _ in groups
+    ]
 
 
 def recent_jobs(group: FailureGroup, limit: int = 50):
@@ -161,7 +185,7 @@ def trend_figure(window: Window, group: FailureGroup) -> dict:
     series: dict[tuple[str, str], list[int]] = {}
     rows = _hour_rows(window, [group.pk]).values_list("hour", "provider", "model", "step_count")
     for hour, provider, model, count in rows:
-        position = index.get(hour_floor(hour))
+        position = index.get(hour)
         if position is not None and count:
             series.setdefault((provider, model), [0] * len(hours))[position] += count
     x = [wall(hour) for hour in hours]

@@ -386,6 +386,14 @@ def sql_hour_of(column: str) -> str:
     return f"strftime('%%Y-%%m-%%d %%H:00:00', {column})"
 
 
+def sql_hours_since_epoch(column: str) -> str:
+    """An expression: the whole UTC hours from 1970 to a timestamp column (an integer, which a
+    page reads far faster than thousands of timestamps)."""
+    if connection.vendor == POSTGRES:
+        return f"(EXTRACT(EPOCH FROM {column}) / 3600)::bigint"
+    return f"(CAST(strftime('%%s', {column}) AS INTEGER) / 3600)"
+
+
 def sql_json_null() -> str:
     return "NULL::jsonb" if connection.vendor == POSTGRES else "NULL"
 
