@@ -22,6 +22,17 @@ def create_rule(apps, schema_editor):
     AlertRule.objects.get_or_create(name=NEW_SIGNATURE_RULE["name"], defaults=NEW_SIGNATURE_RULE)
 
 
+def recount_error_type_hours(apps, schema_editor):
+    """The error-type panel now counts each job by its root failure: its rollup rows are
+    recomputed (their hours marked dirty, the dashboard's refresh redoes them)."""
+    Rollup = apps.get_model("jobs", "DashboardRollup")
+    Dirty = apps.get_model("jobs", "DashboardDirtyHour")
+    stale = Rollup.objects.filter(kind="error_type")
+    hours = sorted(set(stale.values_list("hour", flat=True)))
+    Dirty.objects.bulk_create([Dirty(hour=hour) for hour in hours], batch_size=1000)
+    stale.delete()
+
+
 def delete_rule(apps, schema_editor):
     apps.get_model("jobs", "AlertRule").objects.filter(name=NEW_SIGNATURE_RULE["name"]).delete()
 
@@ -108,4 +119,5 @@ class Migration(migrations.Migration):
             constraint=models.UniqueConstraint(fields=('group', 'job'), name='failure_group_job'),
         ),
         migrations.RunPython(create_rule, delete_rule),
+        migrations.RunPython(recount_error_type_hours, migrations.RunPython.noop),
     ]

@@ -15,6 +15,7 @@ LABELS = {
     "segment": "Segment",
     "failure_code": "Failure code",
     "error_type": "Error type",
+    "root_error_type": "Root failure error type",
     "provider": "Provider",
     "model": "Model",
     "workflow": "Workflow",

@@ -32,6 +32,8 @@ class JobFilterForm(forms.Form):
     segment = forms.ChoiceField(choices=SEGMENT_CHOICES, required=False)
     failure_code = forms.ChoiceField(choices=FAILURE_CODE_CHOICES, required=False)
     error_type = forms.ChoiceField(choices=ERROR_TYPE_CHOICES, required=False)
+    # The error type of the job's root failure (the dashboard's error-type panel links here).
+    root_error_type = forms.CharField(required=False, max_length=200)
     provider = forms.CharField(required=False, max_length=200)
     model = forms.CharField(required=False, max_length=200)
     workflow = forms.CharField(required=False, max_length=200)
@@ -109,6 +111,8 @@ def filter_jobs(filters: dict, now: datetime | None = None) -> QuerySet[Job]:
         jobs = jobs.filter(
             id__in=Step.objects.filter(error_type=filters["error_type"]).values("job_id")
         )
+    if filters.get("root_error_type"):
+        jobs = jobs.filter(error_type=filters["root_error_type"])
     for name in ("provider", "model"):
         if filters.get(name):
             jobs = jobs.filter(**{f"{name}__iexact": filters[name]})
