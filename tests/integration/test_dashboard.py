@@ -326,7 +326,7 @@ def test_dashboard_emits_each_figure_as_json_and_a_chart_div(operator_client, fi
     ):
         assert f'<script id="{chart_id}" type="application/json">' in html
         assert f'data-chart="{chart_id}"' in html
-    assert "vendor/plotly/plotly.min.js" in html
+    assert "vendor/plotly/plotly-basic.min.js" in html
     assert "js/charts.js" in html
     assert response["Vary"] and "HX-Request" in response["Vary"]
 
