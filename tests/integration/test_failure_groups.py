@@ -166,3 +166,17 @@ def test_new_signature_rule_stays_quiet_for_a_known_group(signature_rule):
     assert FailureGroup.objects.count() == 1
     assert alerts.evaluate(timezone.now()).fired == []
     assert not Escalation.objects.filter(alert_rule=signature_rule).exists()
+
+
+def test_purge_scrubs_a_secret_from_group_reasons():
+    secret = "correcthorsebatterystaple"  # no digits: normalisation keeps it
+    store(
+        [
+            event("job_started", "j1", 0, workflow="billing"),
+            finished("fetch", "permanent_failure", "j1", at=1, reason=f"bad password {secret}"),
+        ]
+    )
+    assert secret in FailureGroup.objects.get().reason
+    call_command("purge_text", secret, stdout=None)
+    assert not FailureGroup.objects.filter(reason__contains=secret).exists()
+    assert failure_groups.differences() == []
