@@ -42,6 +42,7 @@ run: export DEBUG ?= true
 run: export TRACEVIZ_SITE_URL ?= http://$(HOST):$(PORT)
 run: $(STAMP)
 	$(BIN)/python manage.py migrate --noinput
+	$(BIN)/python manage.py collectstatic --noinput --verbosity 0
 	$(BIN)/python manage.py load_demo --host '$(HOST)' --port '$(PORT)'
 	@$(BIN)/python manage.py run_scheduler & scheduler=$$!; \
 	  trap 'kill $$scheduler 2>/dev/null; wait $$scheduler' EXIT; \

@@ -384,6 +384,17 @@ class Step(models.Model):
     marks = JSONField(default=dict, blank=True)
     # The job's partition_day, as for events.
     partition_day = models.DateField(default=today_utc)
+    # The failure group of a grouped failure (jobs.replay.signatures), set by projection. No
+    # database constraint: the step table is partitioned and groups are never deleted.
+    failure_group = models.ForeignKey(
+        "FailureGroup",
+        null=True,
+        blank=True,
+        on_delete=models.DO_NOTHING,
+        db_constraint=False,
+        db_index=True,
+        related_name="steps",
+    )
 
     objects = StepQuerySet.as_manager()
 
@@ -407,6 +418,95 @@ class Step(models.Model):
     @property
     def step_key(self) -> str:
         return f"{self.node_id}:{self.attempt}"
+
+
+class FailureGroup(models.Model):
+    """Failed steps sharing a signature (jobs.replay.signatures), kept up to date by projection
+    (jobs.ingest.failure_groups). Never deleted: a signature seen before is not new again after
+    retention removed its jobs (the "new failure signature" alert rule relies on it).
+
+    ``job_count`` and ``step_count`` are the sums of the group's FailureGroupJob rows;
+    ``first_seen``/``last_seen`` are event times of the earliest/latest failure ever grouped.
+    """
+
+    fingerprint = models.CharField(max_length=40, unique=True)
+    workflow = models.CharField(max_length=200, blank=True)
+    node_id = models.CharField(max_length=200, blank=True)
+    failure_code = models.CharField(max_length=200, blank=True)
+    error_type = models.CharField(max_length=200, blank=True)
+    reason = models.TextField(blank=True)
+    # The job and step the group was first made from (the job may have left by retention).
+    example_job = models.ForeignKey(
+        Job, null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
+    )
+    example_step = models.CharField(max_length=220, blank=True)
+    first_seen = models.DateTimeField(null=True, blank=True)
+    last_seen = models.DateTimeField(null=True, blank=True)
+    job_count = models.IntegerField(default=0)
+    step_count = models.IntegerField(default=0)
+    # When traceviz first grouped the signature (the alert rule's "new").
+    created_at = models.DateTimeField(default=timezone.now)
+
+    class Meta:
+        indexes = [
+            # Alert rule "new failure signature": groups created in the rule's window.
+            models.Index(fields=["created_at"], name="failure_group_created"),
+        ]
+
+    def __str__(self):
+        return self.fingerprint
+
+
+class FailureGroupJob(models.Model):
+    """A job's failed steps in one group: how many, and the job's provider/model (the page's
+    "providers involved" and the jobs list's ``group`` filter)."""
+
+    group = models.ForeignKey(FailureGroup, on_delete=models.CASCADE, related_name="group_jobs")
+    job = models.ForeignKey(Job, on_delete=models.CASCADE, related_name="failure_groups")
+    step_count = models.IntegerField(default=0)
+    # The same steps by UTC hour of their failure ({"2026-11-20T10": 3}; "" for no time), so a
+    # full replay or retention takes out exactly what the job put into the hour rows.
+    hours = JSONField(default=dict, blank=True)
+    provider = models.CharField(max_length=200, blank=True)
+    model = models.CharField(max_length=200, blank=True)
+
+    class Meta:
+        constraints = [
+            # Its index serves the group page's providers and the jobs list's group filter.
+            models.UniqueConstraint(fields=["group", "job"], name="failure_group_job"),
+        ]
+        indexes = [
+            # Projection and the job page: a job's groups.
+            models.Index(fields=["job"], name="failure_group_job_job"),
+        ]
+
+    def __str__(self):
+        return f"{self.group_id} {self.job_id}"
+
+
+class FailureGroupHour(models.Model):
+    """Failed steps of a group per UTC hour of their failure (event time) and provider/model of
+    their job: the trend and the providers involved in a window."""
+
+    group = models.ForeignKey(FailureGroup, on_delete=models.CASCADE, related_name="hours")
+    hour = models.DateTimeField()
+    provider = models.CharField(max_length=200, blank=True)
+    model = models.CharField(max_length=200, blank=True)
+    step_count = models.IntegerField(default=0)
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(
+                fields=["group", "hour", "provider", "model"], name="failure_group_hour"
+            ),
+        ]
+        indexes = [
+            # The failures page: every group's hours inside the window.
+            models.Index(fields=["hour", "group"], name="failure_group_hour_window"),
+        ]
+
+    def __str__(self):
+        return f"{self.group_id} {self.hour:%Y-%m-%d %H:00}"
 
 
 class Call(models.Model):
@@ -599,6 +699,7 @@ class AlertRule(models.Model):
         PLANNER_DEGRADED_RATE = "planner_degraded_rate", "Planner degraded rate (fraction)"
         PLANNER_PARSE_INVALID = "planner_parse_invalid", "Planner parse_invalid count"
         FAILURE_CODE_RATE = "failure_code_rate", "Failure rate of a failure code (fraction)"
+        NEW_FAILURE_SIGNATURE = "new_failure_signature", "New failure signature"
 
     name = models.CharField(max_length=200, unique=True)
     kind = models.CharField(max_length=32, choices=Kind.choices)

@@ -39,6 +39,16 @@ def pytest_sessionstart(session):
         raise pytest.UsageError("CI=true: TRACEVIZ_TEST_REDIS_URL must point at Redis")
 
 
+@pytest.fixture(autouse=True)
+def unhashed_static_files(settings):
+    """Tests run without collectstatic: static URLs are the source names (the manifest
+    storage would need its manifest), served by the finders as under DEBUG."""
+    settings.STORAGES = {
+        **settings.STORAGES,
+        "staticfiles": {"BACKEND": "whitenoise.storage.CompressedStaticFilesStorage"},
+    }
+
+
 def pytest_report_header(config):
     header = f"traceviz: database {connection.vendor}, redis {REDIS_URL or 'not configured'}"
     if TEST_DATABASE == "sqlite":

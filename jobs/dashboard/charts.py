@@ -67,7 +67,11 @@ def _time_axis(window: Window, title: str) -> dict:
     return {
         "type": "date",
         "range": [wall(window.start), wall(window.end)],
-        "title": {"text": f"{title} ({zone_label()})"},
+        "title": {"text": f"{title} ({zone_label()})", "standoff": 8},
+        # Two-line ticks (time, then the date where it changes) need the room automargin
+        # makes; a fixed bottom margin clipped the dates.
+        "automargin": True,
+        "nticks": 8,
     }
 
 
@@ -76,7 +80,7 @@ def _time_axis(window: Window, title: str) -> dict:
 
 def _layout(**extra) -> dict:
     layout = {
-        "margin": {"l": 56, "r": 16, "t": 36, "b": 56},
+        "margin": {"l": 56, "r": 16, "t": 36, "b": 72},
         "height": 340,
         "hovermode": "closest",
         "legend": {"orientation": "h", "x": 0, "y": 1.02, "yanchor": "bottom"},
@@ -234,8 +238,9 @@ def failures_by_code(window: Window, plan: rollup.Plan | None = None) -> dict:
 
 
 def failures_by_error_type(window: Window, plan: rollup.Plan | None = None) -> dict:
-    """Jobs with a step of each error type, stacked by the job's run status (source 003 table);
-    each segment links to exactly those jobs (error_type + status)."""
+    """Jobs by the error type of their final root failure (each job once, not every type it
+    hit on the way), stacked by the job's run status (source 003 table); each segment links to
+    exactly those jobs (root_error_type + status)."""
     cells: dict[tuple[str, str], dict] = {}
     for cell in window.cells(plan, Kind.ERROR_TYPE):
         if cell.dimension not in failures.RUN_STATUS_BY_ERROR_TYPE:
@@ -264,15 +269,14 @@ def failures_by_error_type(window: Window, plan: rollup.Plan | None = None) -> d
                 "x": [r["jobs"] for r in own],
                 "customdata": [
                     [
-                        jobs_url(window, error_type=r["error_type"], status=status.value),
+                        jobs_url(window, root_error_type=r["error_type"], status=status.value),
                         r["jobs"],
-                        r["steps"],
                     ]
                     for r in own
                 ],
                 "marker": {"color": color},
-                "hovertemplate": f"%{{y}} → {status.value}: %{{customdata[1]}} jobs "
-                "(%{customdata[2]} steps)<extra>click to list them</extra>",
+                "hovertemplate": f"%{{y}} → {status.value}: %{{customdata[1]}} jobs whose root "
+                "failure has it<extra>click to list them</extra>",
             }
         )
     layout = _layout(
@@ -351,7 +355,10 @@ def planner(window: Window) -> tuple[dict, dict]:
                     "y": [p[kind] for p in points],
                     "customdata": custom,
                     "marker": {"color": color, "opacity": opacity},
-                    "hovertemplate": f"{subject}<br>%{{y}} {kind} events in %{{customdata[1]}} "
+                    # Producer text goes in as data (meta), never into the template: charts.js
+                    # escapes data so plotly draws it as text, not as its HTML subset.
+                    "meta": [subject],
+                    "hovertemplate": f"%{{meta[0]}}<br>%{{y}} {kind} events in %{{customdata[1]}} "
                     "jobs<br>%{x}<extra>click to list the jobs</extra>",
                 }
             )
@@ -364,7 +371,8 @@ def planner(window: Window) -> tuple[dict, dict]:
                 "y": [round(p["degraded"] / p["jobs"], 4) if p["jobs"] else 0 for p in points],
                 "customdata": custom,
                 "line": {"color": color},
-                "hovertemplate": f"{subject}: %{{y:.0%}} degraded<br>%{{customdata[3]}} of "
+                "meta": [subject],
+                "hovertemplate": "%{meta[0]}: %{y:.0%} degraded<br>%{customdata[3]} of "
                 "%{customdata[1]} jobs<br>%{x}<extra>click to list the jobs</extra>",
             }
         )

@@ -66,7 +66,8 @@ def panels(window: Window) -> dict:
                     "y": [point[f"{side}_tokens"] or 0 for point in points],
                     "customdata": custom,
                     "marker": {"color": color, "opacity": opacity},
-                    "hovertemplate": f"{subject}<br>%{{y:,}} {side} tokens in %{{customdata[1]}}"
+                    "meta": [subject],
+                    "hovertemplate": f"%{{meta[0]}}<br>%{{y:,}} {side} tokens in %{{customdata[1]}}"
                     " calls<br>%{x}<extra>click to list the jobs</extra>",
                 }
             )
@@ -80,7 +81,8 @@ def panels(window: Window) -> dict:
                     "y": [float(point["cost"] or 0) for point in points],
                     "customdata": custom,
                     "line": {"color": color},
-                    "hovertemplate": f"{subject}: $%{{y:.4f}} in %{{customdata[1]}} calls"
+                    "meta": [subject],
+                    "hovertemplate": "%{meta[0]}: $%{y:.4f} in %{customdata[1]} calls"
                     "<br>%{x}<extra>click to list the jobs</extra>",
                 }
             )

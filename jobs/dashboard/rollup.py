@@ -244,9 +244,10 @@ def _select(
         Kind.FAILURE_CODE: f"SELECT {hour}, 'failure_code', j.provider, j.model, s.failure_code, "
         f"'', {counted} FROM {steps_join} WHERE {condition} AND s.failure_code <> '' "
         "GROUP BY 1, 3, 4, 5",
-        Kind.ERROR_TYPE: f"SELECT {hour}, 'error_type', j.provider, j.model, s.error_type, "
-        f"j.status, {counted} FROM {steps_join} WHERE {condition} AND s.error_type <> '' "
-        "GROUP BY 1, 3, 4, 5, 6",
+        # Each job once, by its final root failure's error type (not every type it hit).
+        Kind.ERROR_TYPE: f"SELECT {hour}, 'error_type', j.provider, j.model, j.error_type, "
+        f"j.status, count(*), count(*), {no_histogram} FROM {job} j WHERE {condition} "
+        "AND j.error_type <> '' GROUP BY 1, 3, 4, 5, 6",
         Kind.DURATION: "SELECT t.hour, 'duration', t.provider, t.model, t.node_id, '', "
         f"CAST(sum(t.n) AS BIGINT), 0, {histogram} FROM ("
         f"SELECT {hour} AS hour, j.provider, j.model, s.node_id, {bucket} AS bucket, "

@@ -20,7 +20,16 @@ from django.db.models.functions import Trunc
 from django.utils import timezone
 
 from jobs.escalations import actions
-from jobs.models import AlertEpisode, AlertRule, Escalation, EscalationEntry, Event, Job, Step
+from jobs.models import (
+    AlertEpisode,
+    AlertRule,
+    Escalation,
+    EscalationEntry,
+    Event,
+    FailureGroup,
+    Job,
+    Step,
+)
 from jobs.replay.state import EscalationTrigger
 
 logger = logging.getLogger(__name__)
@@ -94,6 +103,8 @@ def measure(rule: AlertRule, now: datetime) -> list[Measurement]:
     start = now - timedelta(minutes=rule.window_minutes)
     if rule.kind == Kind.FAILURE_CODE_RATE:
         return _failure_code_rate(rule, start, now)
+    if rule.kind == Kind.NEW_FAILURE_SIGNATURE:
+        return _new_signatures(start, now)
     measurements = []
     for row in planner_activity(start, now, provider=rule.provider, model=rule.model):
         count = row["degraded"] if rule.kind == Kind.PLANNER_DEGRADED_RATE else row["parse_invalid"]
@@ -121,6 +132,16 @@ def _failure_code_rate(rule: AlertRule, start: datetime, end: datetime) -> list[
     ]
 
 
+def _new_signatures(start: datetime, end: datetime) -> list[Measurement]:
+    """Failure groups traceviz first made in the window, one subject each (its fingerprint):
+    a signature seen before, even if retention removed its jobs since, is not new."""
+    groups = FailureGroup.objects.filter(created_at__gte=start, created_at__lt=end).order_by("pk")
+    return [
+        Measurement(group.fingerprint, "", "", group.step_count, group.job_count, 1.0)
+        for group in groups.only("fingerprint", "step_count", "job_count")
+    ]
+
+
 def holds(rule: AlertRule, measurement: Measurement) -> bool:
     return measurement.jobs >= rule.min_jobs and measurement.value > rule.threshold
 
@@ -128,6 +149,14 @@ def holds(rule: AlertRule, measurement: Measurement) -> bool:
 def describe(rule: AlertRule, measurement: Measurement) -> str:
     """The escalation message: what is above which threshold, over which window."""
     window = f"over {rule.window_minutes} min"
+    if rule.kind == Kind.NEW_FAILURE_SIGNATURE:
+        group = FailureGroup.objects.get(fingerprint=measurement.subject)
+        where = " · ".join(part for part in (group.workflow, group.node_id) if part)
+        what = " ".join(part for part in (group.failure_code, group.error_type) if part)
+        return (
+            f"New failure signature {group.fingerprint} ({where or 'no workflow'}: "
+            f"{what or 'no code'}) in {measurement.jobs} jobs {window}: {group.reason[:200]}"
+        )
     if rule.kind == Kind.PLANNER_PARSE_INVALID:
         return (
             f"Planner parse_invalid for {measurement.subject}: {measurement.count} events in "

@@ -15,8 +15,8 @@ from django.core.serializers.json import DjangoJSONEncoder
 
 from jobs.ingest import projection
 from jobs.models import Event as EventRow
-from jobs.models import Job
-from jobs.replay import rules, walk
+from jobs.models import FailureGroupJob, Job
+from jobs.replay import rules, signatures, walk
 from jobs.replay.state import JobState
 
 # Not a function of the events: when the latest batch arrived (the stall clock).
@@ -69,7 +69,7 @@ def differences(job_id: str) -> list[Difference]:
         stored = getattr(job, name)
         if not _same(stored, value):
             found.append(Difference(job_id, "job", name, stored, value))
-    stored_steps = {(s.node_id, s.attempt): s for s in job.steps.all()}
+    stored_steps = {(s.node_id, s.attempt): s for s in job.steps.select_related("failure_group")}
     replayed_steps = {(s.node_id, s.attempt): s for s in state.steps}
     for key in sorted(stored_steps.keys() | replayed_steps.keys()):
         where = f"step {key[0]}:{key[1]}"
@@ -83,12 +83,42 @@ def differences(job_id: str) -> list[Difference]:
         for name, value in expected.items():
             if name != "job_id" and not _same(getattr(row, name), value):
                 found.append(Difference(job_id, where, name, getattr(row, name), value))
+        found.extend(_group_difference(job, where, row, replayed_steps[key], state))
+    found.extend(_group_job_differences(job, stored_steps.values()))
     # All of a job's rows share its partition day (the unique keys rely on it).
     days = set(EventRow.objects.filter(job_id=job_id).values_list("partition_day", flat=True))
     if days != {job.partition_day}:
         found.append(Difference(job_id, "events", "partition_day", sorted(days), job.partition_day))
     found.extend(_escalation_differences(job, state))
     return found
+
+
+def _group_difference(job: Job, where: str, row, step, state: JobState) -> list[Difference]:
+    """The stored step's failure group is the replayed step's signature's."""
+    expected = signatures.signature(step, state.attributes.get("workflow", ""))
+    fingerprint = expected.fingerprint if expected else None
+    stored = row.failure_group.fingerprint if row.failure_group else None
+    if stored == fingerprint:
+        return []
+    return [Difference(job.job_id, where, "failure_group", stored, fingerprint)]
+
+
+def _group_job_differences(job: Job, rows) -> list[Difference]:
+    """The job's (group, job) rows count its grouped steps and carry its provider/model."""
+    expected: dict[int, tuple] = {}
+    for row in rows:
+        if row.failure_group_id is not None:
+            count = expected.get(row.failure_group_id, (0,))[0]
+            expected[row.failure_group_id] = (count + 1, job.provider, job.model)
+    stored = {
+        group_id: (count, provider, model)
+        for group_id, count, provider, model in FailureGroupJob.objects.filter(job=job).values_list(
+            "group_id", "step_count", "provider", "model"
+        )
+    }
+    if stored == expected:
+        return []
+    return [Difference(job.job_id, "failure groups", "(group, job)", stored, expected)]
 
 
 def _escalation_differences(job: Job, state: JobState) -> list[Difference]:

@@ -22,7 +22,7 @@ from django.utils import timezone
 
 from jobs.contract.events import Event
 from jobs.escalations import actions, repair_budget
-from jobs.ingest import counters, database
+from jobs.ingest import counters, database, failure_groups
 from jobs.models import Call, DashboardDirtyHour, Escalation, Job, Step
 from jobs.models import Event as EventRow
 from jobs.replay import walk
@@ -45,6 +45,10 @@ RESUMED_FROM = (
     "segment_strip",
     "started_at",
     "last_received_at",
+    # A change of workflow re-signs every failure of the job: a full replay.
+    "workflow",
+    "provider",
+    "model",
 )
 
 
@@ -191,7 +195,10 @@ def _fold_onto_snapshots(
                 fold.apply(event)
         except walk.NeedsFullReplay:
             continue
-        projected[job_id] = Projected(fold.finish(), INCREMENTAL, fold)
+        state = fold.finish()
+        if state.attributes.get("workflow", "") != job["workflow"]:
+            continue  # the job's failure signatures change: replayed whole
+        projected[job_id] = Projected(state, INCREMENTAL, fold)
     return projected
 
 
@@ -298,22 +305,95 @@ def _write_steps(
     days: dict[str, date],
 ) -> None:
     """A full replay's steps replace the job's whole; an incremental fold's changed steps are
-    upserted by (job, node, attempt)."""
+    upserted by (job, node, attempt). Either way the failure groups lose the replaced rows'
+    failures and gain the written ones' (``failure_groups``)."""
+    written = {
+        ids[(job_id,)]: (p.state.steps if p.path == FULL else p.state.changed_steps)
+        for job_id, p in projected.items()
+    }
+    group_ids = failure_groups.assign_groups(
+        {
+            ids[(job_id,)]: (p.state.attributes.get("workflow", ""), written[ids[(job_id,)]])
+            for job_id, p in projected.items()
+        }
+    )
+    contributions = failure_groups.Contributions()
     replaced = [j for j, p in projected.items() if p.path == FULL and j in existing]
     if replaced:
+        replaced_pks = [existing[j]["id"] for j in replaced]
+        contributions.replaced.update(replaced_pks)
         Step.objects.filter(
-            job_id__in=[existing[j]["id"] for j in replaced],
-            partition_day__in=sorted({days[j] for j in replaced}),
+            job_id__in=replaced_pks, partition_day__in=sorted({days[j] for j in replaced})
         ).delete()
+    _subtract_changed(projected, ids, days, contributions)
     inserted, upserted = [], []
     for job_id, p in projected.items():
         job_pk, day = ids[(job_id,)], days[job_id]
-        if p.path == FULL:
-            inserted.extend(step_row(step, job_pk, day) for step in p.state.steps)
-        else:
-            upserted.extend(step_row(step, job_pk, day) for step in p.state.changed_steps)
+        rows = [step_row(step, job_pk, day) for step in written[job_pk]]
+        for row, step in zip(rows, written[job_pk], strict=True):
+            group_id = group_ids.get((job_pk, step.node_id, step.attempt))
+            row["failure_group_id"] = group_id
+            if group_id is not None:
+                at = failure_groups.seen_at(step.started_at, step.finished_at)
+                contributions.add(group_id, job_pk, at, +1)
+        (inserted if p.path == FULL else upserted).extend(rows)
     database.insert_rows(Step, inserted)
     database.upsert_rows(Step, upserted, unique=STEP_KEY, returning=False)
+    touched = {job_pk for _, job_pk, _ in contributions.cells} | contributions.replaced
+    attributes = {
+        ids[(job_id,)]: (
+            p.state.attributes.get("provider", ""),
+            p.state.attributes.get("model", ""),
+        )
+        for job_id, p in projected.items()
+        if ids[(job_id,)] in touched
+        or (job_id in existing and _provider_model(existing[job_id]) != _provider_model_of(p))
+    }
+    if attributes:
+        failure_groups.apply(contributions, attributes)
+
+
+def _provider_model(row: dict) -> tuple[str, str]:
+    return row["provider"], row["model"]
+
+
+def _provider_model_of(p: Projected) -> tuple[str, str]:
+    return p.state.attributes.get("provider", ""), p.state.attributes.get("model", "")
+
+
+def _subtract_changed(
+    projected: dict[str, Projected],
+    ids: dict[tuple, int],
+    days: dict[str, date],
+    contributions: "failure_groups.Contributions",
+) -> None:
+    """Subtract the failure-group contributions of the stored rows an incremental fold's
+    changed steps replace (one query per partition day, by the step unique index)."""
+    keys_by_day: dict[date, set[tuple[int, str, int]]] = {}
+    for job_id, p in projected.items():
+        if p.path == INCREMENTAL:
+            keys_by_day.setdefault(days[job_id], set()).update(
+                (ids[(job_id,)], step.node_id, step.attempt) for step in p.state.changed_steps
+            )
+    for day, keys in keys_by_day.items():
+        if not keys:
+            continue
+        pairs = sorted({(job_pk, node) for job_pk, node, _ in keys})
+        rows = (
+            Step.objects.filter(database.pairs_in(Step, ("job", "node_id"), pairs))
+            .filter(partition_day=day, failure_group__isnull=False)
+            .values_list(
+                "job_id", "node_id", "attempt", "failure_group_id", "started_at", "finished_at"
+            )
+        )
+        failure_groups.subtract_stored(
+            (
+                (job_pk, group_id, started_at, finished_at)
+                for job_pk, node, attempt, group_id, started_at, finished_at in rows
+                if (job_pk, node, attempt) in keys
+            ),
+            contributions,
+        )
 
 
 def _write_calls(

@@ -11,7 +11,15 @@ from django.db.models.functions import Cast
 
 from jobs.ingest.locks import lock_jobs
 from jobs.ingest.projection import replay_jobs
-from jobs.models import Escalation, EscalationEntry, Event, Job, Notification, Step
+from jobs.models import (
+    Escalation,
+    EscalationEntry,
+    Event,
+    FailureGroup,
+    Job,
+    Notification,
+    Step,
+)
 
 PURGED = "[PURGED]"
 
@@ -58,6 +66,9 @@ TEXT_FIELDS = {
         "history",
     ],
     Escalation: ["message"],
+    # A group's normalised reason came from a step's reason (and a new-signature escalation's
+    # message from the group).
+    FailureGroup: ["reason"],
     EscalationEntry: ["note"],
     Notification: ["last_error"],
 }
@@ -101,7 +112,7 @@ def purge_text(needle: str, *, dry_run: bool) -> PurgeReport:
             Event.objects.filter(pk=event.pk).update(payload=_scrub(event.payload, needle))
         replay_jobs(job_ids)
         report.jobs_rebuilt = len(job_ids)
-        for model in (Escalation, EscalationEntry, Notification):
+        for model in (Escalation, EscalationEntry, Notification, FailureGroup):
             for row in _matching(model, needle).iterator():
                 for name in TEXT_FIELDS[model]:
                     setattr(row, name, _scrub(getattr(row, name), needle))

@@ -26,7 +26,7 @@ from django.db import transaction
 from django.db.models import Exists, OuterRef, QuerySet
 from django.utils import timezone
 
-from jobs.ingest import database
+from jobs.ingest import database, failure_groups
 from jobs.ingest.locks import lock_jobs
 from jobs.models import DashboardDirtyHour, Escalation, Event, Job, Step
 
@@ -87,6 +87,7 @@ def apply_retention(
             result.events += _delete_events(job_ids, event_batch)
             doomed = Job.objects.filter(job_id__in=job_ids)
             DashboardDirtyHour.objects.mark(doomed.values_list("started_at", flat=True))
+            failure_groups.forget_jobs(sorted(doomed.values_list("pk", flat=True)))
             doomed.delete_with_steps()
         result.jobs += len(job_ids)
     old_resolved = Escalation.objects.filter(
@@ -125,6 +126,7 @@ def _drop_day(day: date, today: date, cutoff: datetime, result: RetentionResult)
             _move(kept, day, today)
             gone = Job.objects.filter(pk__in=doomed)
             DashboardDirtyHour.objects.mark(gone.values_list("started_at", flat=True))
+            failure_groups.forget_jobs(sorted(doomed))
             # Their steps and events stay until the partitions go (no row-by-row deletes).
             gone.delete()
         result.jobs += len(doomed)

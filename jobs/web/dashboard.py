@@ -10,7 +10,7 @@ from django.utils import timezone
 from django.views.decorators.http import require_GET
 from django.views.decorators.vary import vary_on_headers
 
-from jobs.dashboard import charts, headlines, llm_usage
+from jobs.dashboard import charts, headlines, llm_usage, provider_health
 from jobs.dashboard.window import iso, parse_window, zone_label
 from jobs.escalations import alerts
 from jobs.web import access
@@ -27,7 +27,11 @@ RANGE_CHOICES = (("1h", "1 hour"), ("24h", "24 hours"), ("7d", "7 days"), ("cust
 def dashboard(request):
     now = timezone.now()
     window, errors = parse_window(request.GET, now)
-    figures = {**charts.panels(window, now), **llm_usage.panels(window)}
+    figures = {
+        **charts.panels(window, now),
+        **llm_usage.panels(window),
+        "provider_failure_rate": provider_health.panel(window),
+    }
     context = {
         "nav": "dashboard",
         "window": window,

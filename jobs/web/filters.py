@@ -3,12 +3,13 @@ one queryset. Every filter combines with every other one (AND)."""
 
 import base64
 import binascii
-from datetime import datetime
+from datetime import datetime, timedelta
 
 from django import forms
 from django.db.models import Q, QuerySet
+from django.utils import timezone
 
-from jobs.models import Job, Step
+from jobs.models import FailureGroupJob, Job, Step
 from jobs.replay import failures
 from jobs.replay.failures import FailureCode, RunStatus
 
@@ -17,6 +18,11 @@ SEGMENT_CHOICES = [("", "any"), ("retryable", "has retryable"), ("failed", "has 
 STATUS_CHOICES = [(s.value, s.value) for s in RunStatus]
 FAILURE_CODE_CHOICES = [("", "any")] + [(c.value, c.value) for c in FailureCode]
 ERROR_TYPE_CHOICES = [("", "any")] + [(t, t) for t in failures.RUN_STATUS_BY_ERROR_TYPE]
+# Started within the last ... (the dashboard's presets); combines with since/until.
+RANGES = {"1h": timedelta(hours=1), "24h": timedelta(hours=24), "7d": timedelta(days=7)}
+RANGE_CHOICES = [("", "any time"), ("1h", "last hour"), ("24h", "last 24 h"), ("7d", "last 7 days")]
+# "failed" alone means the failed family; next to a specific failed:* status it means itself.
+FAILED_FAMILY = (RunStatus.FAILED, RunStatus.FAILED_LOGIC, RunStatus.FAILED_INTERNAL)
 
 
 class JobFilterForm(forms.Form):
@@ -26,9 +32,12 @@ class JobFilterForm(forms.Form):
     segment = forms.ChoiceField(choices=SEGMENT_CHOICES, required=False)
     failure_code = forms.ChoiceField(choices=FAILURE_CODE_CHOICES, required=False)
     error_type = forms.ChoiceField(choices=ERROR_TYPE_CHOICES, required=False)
+    # The error type of the job's root failure (the dashboard's error-type panel links here).
+    root_error_type = forms.CharField(required=False, max_length=200)
     provider = forms.CharField(required=False, max_length=200)
     model = forms.CharField(required=False, max_length=200)
     workflow = forms.CharField(required=False, max_length=200)
+    range = forms.ChoiceField(choices=RANGE_CHOICES, required=False, label="Started within")
     since = forms.DateTimeField(required=False, label="Started from")
     until = forms.DateTimeField(required=False, label="Started before")
     retrying = forms.BooleanField(required=False, label="Retrying now")
@@ -36,13 +45,27 @@ class JobFilterForm(forms.Form):
     has_findings = forms.BooleanField(required=False, label="Has findings")
     min_attempts = forms.IntegerField(required=False, min_value=1, label="Min attempts")
     reason = forms.CharField(required=False, max_length=200, label="Reason contains")
+    group = forms.RegexField(
+        required=False, regex=r"^[0-9a-f]{1,40}$", max_length=40, label="Failure group"
+    )
     cursor = forms.CharField(required=False, max_length=200)
+    # The live refresh's first row: rows newer than it are counted, not inserted above it.
+    anchor = forms.CharField(required=False, max_length=200)
 
     def clean_q(self):
         return self.cleaned_data["q"].strip()
 
     def clean_reason(self):
         return self.cleaned_data["reason"].strip()
+
+    def clean_anchor(self):
+        raw = self.cleaned_data["anchor"]
+        if not raw:
+            return None
+        try:
+            return decode_cursor(raw)
+        except ValueError:
+            raise forms.ValidationError("not a refresh link this list made") from None
 
     def clean_cursor(self):
         raw = self.cleaned_data["cursor"]
@@ -54,15 +77,26 @@ class JobFilterForm(forms.Form):
             raise forms.ValidationError("not a page link this list made") from None
 
 
-def filter_jobs(filters: dict) -> QuerySet[Job]:
+def statuses_of(selected: list[str]) -> list[str]:
+    """The run statuses a status selection means: "failed" is the failed family unless a
+    specific failed:* status is selected beside it."""
+    chosen = set(selected)
+    if RunStatus.FAILED in chosen and not chosen & set(FAILED_FAMILY[1:]):
+        chosen.update(FAILED_FAMILY)
+    return sorted(chosen)
+
+
+def filter_jobs(filters: dict, now: datetime | None = None) -> QuerySet[Job]:
     """The jobs matching cleaned filters, newest first (cursor not applied)."""
     jobs = Job.objects.order_by("-started_at", "-id")
     if filters.get("q"):
         q = filters["q"]
         # A lookup finds the job whatever its status: the attention default does not apply.
-        jobs = jobs.filter(Q(job_id=q) | Q(correlation_id=q) | Q(session_id=q))
+        # A job id also matches by its beginning (served by the job_id index under the C
+        # collation; an exact id is found either way).
+        jobs = jobs.filter(Q(job_id__startswith=q) | Q(correlation_id=q) | Q(session_id=q))
     elif filters.get("status"):
-        jobs = jobs.filter(status__in=filters["status"])
+        jobs = jobs.filter(status__in=statuses_of(filters["status"]))
     elif filters.get("show") != "all" and not (filters.get("retrying") or filters.get("stalled")):
         jobs = jobs.filter(status__in=sorted(failures.ATTENTION_STATUSES))
     if filters.get("segment") == "retryable":
@@ -77,9 +111,15 @@ def filter_jobs(filters: dict) -> QuerySet[Job]:
         jobs = jobs.filter(
             id__in=Step.objects.filter(error_type=filters["error_type"]).values("job_id")
         )
-    for name in ("provider", "model", "workflow"):
+    if filters.get("root_error_type"):
+        jobs = jobs.filter(error_type=filters["root_error_type"])
+    for name in ("provider", "model"):
         if filters.get(name):
-            jobs = jobs.filter(**{name: filters[name]})
+            jobs = jobs.filter(**{f"{name}__iexact": filters[name]})
+    if filters.get("workflow"):
+        jobs = jobs.filter(workflow=filters["workflow"])
+    if filters.get("range") in RANGES:
+        jobs = jobs.filter(started_at__gte=(now or timezone.now()) - RANGES[filters["range"]])
     if filters.get("since"):
         jobs = jobs.filter(started_at__gte=filters["since"])
     if filters.get("until"):
@@ -94,6 +134,12 @@ def filter_jobs(filters: dict) -> QuerySet[Job]:
         jobs = jobs.filter(max_attempt__gte=filters["min_attempts"])
     if filters.get("reason"):
         jobs = jobs.filter(id__in=Step.objects.reason_matches(filters["reason"]).values("job_id"))
+    if filters.get("group"):
+        jobs = jobs.filter(
+            id__in=FailureGroupJob.objects.filter(group__fingerprint=filters["group"]).values(
+                "job_id"
+            )
+        )
     return jobs
 
 
@@ -103,6 +149,17 @@ def after_cursor(jobs: QuerySet[Job], cursor: tuple[datetime, int] | None) -> Qu
         return jobs
     started, pk = cursor
     return jobs.filter(Q(started_at__lt=started) | Q(started_at=started, id__lt=pk))
+
+
+def from_anchor(jobs: QuerySet[Job], anchor: tuple[datetime, int]) -> QuerySet[Job]:
+    """The anchor row and the rows after it (keyset order, newest first)."""
+    started, pk = anchor
+    return jobs.filter(Q(started_at__lt=started) | Q(started_at=started, id__lte=pk))
+
+
+def newer_than(jobs: QuerySet[Job], anchor: tuple[datetime, int]) -> QuerySet[Job]:
+    started, pk = anchor
+    return jobs.filter(Q(started_at__gt=started) | Q(started_at=started, id__gt=pk))
 
 
 def encode_cursor(job: Job) -> str:
@@ -121,4 +178,6 @@ def decode_cursor(cursor: str) -> tuple[datetime, int]:
 
 def is_default(filters: dict) -> bool:
     """True when no filter narrows the default "needs attention" view."""
-    return not any(value for name, value in filters.items() if name not in ("show", "cursor"))
+    return not any(
+        value for name, value in filters.items() if name not in ("show", "cursor", "anchor")
+    )

@@ -199,7 +199,8 @@ def _root_failure(job: Job) -> Step | None:
         .filter(node_id=job.failing_node_id, ignored_stale=False)
         .exclude(result_type__in=["", failures.ResultType.SUCCESS])
         .order_by("-position")
-        .only("node_id", "attempt", "finished_event_id")
+        .select_related("failure_group")
+        .only("node_id", "attempt", "finished_event_id", "failure_group")
         .first()
     )
 
@@ -210,7 +211,12 @@ def _panel_context(request, job: Job, raw_key: str | None, root_key: str) -> tup
         return {"step": None, "panel_message": ""}, 200
     parsed = parse_step_key(raw_key)
     attempts = (
-        list(job_steps(job).filter(node_id=parsed[0]).order_by("attempt", "position"))
+        list(
+            job_steps(job)
+            .filter(node_id=parsed[0])
+            .select_related("failure_group")
+            .order_by("attempt", "position")
+        )
         if parsed
         else []
     )
@@ -241,6 +247,7 @@ def _panel_context(request, job: Job, raw_key: str | None, root_key: str) -> tup
     code, error_type = step.failure_code, step.error_type
     return {
         "step": step,
+        "step_group": step.failure_group,
         "step_key": step.step_key,
         "panel_message": "",
         "attempts": [_step_entry(s, root_key) for s in attempts],
@@ -503,6 +510,7 @@ def job_detail(request, job_id: str):
         "narrative_count": job.event_count,
         "root_key": root_key,
         "root_query": step_query(root.node_id, root.attempt) if root else "",
+        "root_group": root.failure_group if root else None,
         "current_step_key": current_key,
         "live": job_header.is_live(job),
         "live_seconds": job_header.poll_seconds(job),

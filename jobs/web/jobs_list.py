@@ -15,11 +15,24 @@ from django.views.decorators.vary import vary_on_headers
 
 from jobs.models import Escalation, Job
 from jobs.replay import failures
-from jobs.web import access, narrative
-from jobs.web.filters import JobFilterForm, after_cursor, encode_cursor, filter_jobs, is_default
+from jobs.templatetags.traceviz import stamp
+from jobs.web import access, filter_chips, narrative
+from jobs.web.filters import (
+    JobFilterForm,
+    after_cursor,
+    encode_cursor,
+    filter_jobs,
+    from_anchor,
+    is_default,
+    newer_than,
+)
 from jobs.web.rendering import display_zone, in_display_time_zone, wants_fragment
 
 STRIP_CELLS = 40
+# The result count stops counting here ("1,000+ jobs"): a count of every matching job would
+# cost more than the page.
+COUNT_CAP = 1000
+NEW_JOBS_CAP = 99
 REASON_PREVIEW_CHARS = 120
 OPEN_ESCALATION_STATUSES = (Escalation.Status.OPEN, Escalation.Status.ACKNOWLEDGED)
 # Job columns the list never shows: left in the database so a page of 200 rows stays light.
@@ -27,8 +40,6 @@ LIST_DEFERRED = (
     "metadata",
     "completed_node_ids",
     "payload_results",
-    "last_validation_error",
-    "finish_reason",
     "cancel_reason",
     "fold",
 )
@@ -42,6 +53,8 @@ class JobRow:
     strip_summary: str
     reason_preview: str
     reason_truncated: bool
+    # A failure at job level or in the planner (no failing node): what it was.
+    job_failure: str
     duration: str
     stalled: bool
     open_escalations: int
@@ -56,6 +69,7 @@ def _job_row(job: Job) -> JobRow:
     duration_ms = (end - job.started_at).total_seconds() * 1000 if end and job.started_at else None
     reason = job.failing_reason
     return JobRow(
+        job_failure=_job_failure(job),
         job=job,
         strip=[(segment, stale) for segment, stale in job.segment_strip[:STRIP_CELLS]],
         strip_more=max(job.step_count - STRIP_CELLS, 0),
@@ -67,6 +81,26 @@ def _job_row(job: Job) -> JobRow:
         open_escalations=job.open_escalations,
         findings=len(job.findings),
     )
+
+
+def _job_failure(job: Job) -> str:
+    """What failed a job that has no failing node: the planner (its last validation error) or
+    the job itself (its finish code and reason); "" otherwise."""
+    if job.failing_node_id:
+        return ""
+    planner = job.last_validation_error
+    if isinstance(planner, dict) and planner:
+        who = "/".join(str(p) for p in (planner.get("provider"), planner.get("model")) if p)
+        attempts = planner.get("attempts")
+        return (
+            f"planner: {planner.get('reason') or 'degraded'}"
+            + (f" after {attempts} attempts" if attempts else "")
+            + (f" ({who})" if who else "")
+        )
+    if job.status.startswith("failed") and (job.finish_code or job.finish_reason):
+        text = ": ".join(part for part in (job.finish_code, job.finish_reason) if part)
+        return f"job: {text}"[:REASON_PREVIEW_CHARS]
+    return ""
 
 
 def _open_escalations():
@@ -90,17 +124,29 @@ def jobs_list(request):
     form.is_valid()  # invalid fields are shown with their error and left out of the filter
     filters = form.cleaned_data
     page_size = settings.TRACEVIZ_JOBS_PAGE_SIZE
-    jobs = (
-        after_cursor(filter_jobs(filters), filters.get("cursor"))
-        .defer(*LIST_DEFERRED)
-        .annotate(open_escalations=_open_escalations())
-    )
+    matching = filter_jobs(filters)
+    anchor = filters.get("anchor")
+    listed = after_cursor(matching, filters.get("cursor"))
+    if anchor:
+        # The live refresh keeps the rows where the reader left them: newer jobs are counted.
+        listed = from_anchor(listed, anchor)
+    jobs = listed.defer(*LIST_DEFERRED).annotate(open_escalations=_open_escalations())
     page = list(jobs[: page_size + 1])
     next_cursor = encode_cursor(page[page_size - 1]) if len(page) > page_size else None
     page = page[:page_size]
+    total = matching.order_by()[: COUNT_CAP + 1].count()
+    new_jobs = newer_than(matching, anchor).order_by()[: NEW_JOBS_CAP + 1].count() if anchor else 0
     query = request.GET.copy()
     query.pop("cursor", None)
+    query.pop("anchor", None)
     base_query = query.urlencode()
+    refresh = query.copy()
+    if anchor:
+        refresh["anchor"] = request.GET["anchor"]
+    elif not filters.get("cursor") and page:
+        refresh["anchor"] = encode_cursor(page[0])
+    elif request.GET.get("cursor"):
+        refresh["cursor"] = request.GET["cursor"]
     if next_cursor:
         query["cursor"] = next_cursor
     template = "jobs/list.html"
@@ -115,7 +161,15 @@ def jobs_list(request):
         "first_page_url": "?" + base_query if base_query else request.path,
         "is_first_page": not filters.get("cursor"),
         "next_page_url": "?" + query.urlencode() if next_cursor else "",
-        "refresh_url": request.get_full_path(),
+        "refresh_url": request.path + ("?" + refresh.urlencode() if refresh else ""),
+        "newest_url": "?" + base_query if base_query else request.path,
+        "new_jobs": new_jobs,
+        "new_jobs_more": new_jobs > NEW_JOBS_CAP,
+        "total": min(total, COUNT_CAP),
+        "total_more": total > COUNT_CAP,
+        "chips": filter_chips.chips(request.GET, filters, stamp),
+        "window_since": filters.get("since"),
+        "window_until": filters.get("until"),
         "status_choices": [s.value for s in failures.RunStatus],
         "selected_statuses": filters.get("status") or [],
         "display_zone": display_zone(),

@@ -11,6 +11,7 @@ from jobs.web import (
     dashboard,
     escalations,
     export,
+    failures,
     job_page,
     jobs_list,
     metrics,
@@ -46,6 +47,8 @@ urlpatterns = [
     path("metrics", metrics.prometheus_metrics, name="metrics"),
     # Pages.
     path("dashboard/", dashboard.dashboard, name="dashboard"),
+    path("failures/", failures.failure_group_list, name="failures"),
+    path("failures/<str:fingerprint>/", failures.failure_group_detail, name="failure-group"),
     path("escalations/", escalations.escalation_list, name="escalations"),
     path("escalations/bulk/", escalations.escalation_bulk, name="escalation-bulk"),
     path("escalations/<int:escalation_id>/", escalations.escalation_detail, name="escalation"),

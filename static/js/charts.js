@@ -34,6 +34,41 @@
     return figure;
   }
 
+  // plotly draws text through its own HTML subset (<a href>, <span style>, <br>): every string
+  // of the data (producer text: providers, models, node ids, reasons) is escaped so it is drawn
+  // as text. Our own markup lives in hovertemplate and layout, which are left alone. Index 0 of
+  // a point's customdata is our jobs-list URL, used on click and never drawn.
+  // Only what starts a tag or an entity: plotly decodes &amp; &lt; &gt; (not &quot;).
+  var ENTITIES = { "&": "&amp;", "<": "&lt;", ">": "&gt;" };
+  var DATA_KEYS = ["name", "x", "y", "text", "hovertext", "labels", "meta", "legendgrouptitle"];
+
+  function escapeText(value) {
+    if (typeof value === "string") {
+      return value.replace(/[&<>]/g, function (c) { return ENTITIES[c]; });
+    }
+    if (Array.isArray(value)) return value.map(escapeText);
+    if (value && typeof value === "object") {
+      var copy = {};
+      Object.keys(value).forEach(function (key) { copy[key] = escapeText(value[key]); });
+      return copy;
+    }
+    return value;
+  }
+
+  function escapeData(figure) {
+    (figure.data || []).forEach(function (trace) {
+      DATA_KEYS.forEach(function (key) {
+        if (key in trace) trace[key] = escapeText(trace[key]);
+      });
+      if (Array.isArray(trace.customdata)) {
+        trace.customdata = trace.customdata.map(function (point) {
+          return Array.isArray(point) ? [point[0]].concat(escapeText(point.slice(1))) : point;
+        });
+      }
+    });
+    return figure;
+  }
+
   function linkOf(point) {
     var custom = point && point.customdata;
     return Array.isArray(custom) && typeof custom[0] === "string" ? custom[0] : null;
@@ -84,7 +119,7 @@
     if (element._fullLayout || typeof Plotly === "undefined") return;
     var source = figureSource(element);
     if (!source) return;
-    var figure = resolveColors(JSON.parse(source.textContent));
+    var figure = resolveColors(escapeData(JSON.parse(source.textContent)));
     element.replaceChildren();
     delete element.dataset.ready;
     Plotly.newPlot(element, figure.data, figure.layout, {

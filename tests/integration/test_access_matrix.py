@@ -9,7 +9,7 @@ import pytest
 from django.contrib.auth.models import Group, User
 from django.urls import URLResolver, get_resolver
 
-from jobs.models import Escalation, IngestToken
+from jobs.models import Escalation, FailureGroup, IngestToken
 from tests.factories import event, finished, started, store
 
 pytestmark = pytest.mark.django_db
@@ -73,6 +73,10 @@ MATRIX = [
     Row("metrics", "POST", "/metrics", WRONG_METHOD),
     Row("dashboard/", "GET", "/dashboard/", PAGE),
     Row("dashboard/", "POST", "/dashboard/", WRONG_METHOD),
+    Row("failures/", "GET", "/failures/", PAGE),
+    Row("failures/", "POST", "/failures/", WRONG_METHOD),
+    Row("failures/<str:fingerprint>/", "GET", "/failures/{group}/", PAGE),
+    Row("failures/<str:fingerprint>/", "POST", "/failures/{group}/", WRONG_METHOD),
     Row("escalations/", "GET", "/escalations/", PAGE),
     Row("escalations/", "POST", "/escalations/", WRONG_METHOD),
     Row(
@@ -185,11 +189,16 @@ def world(db):
         users[role].groups.add(Group.objects.get_or_create(name=role)[0])
     users["staff"] = User.objects.create(username="staff", is_staff=True)
     _token, raw = IngestToken.issue("access-matrix")
-    return {"job": JOB_ID, "esc": str(escalation.pk), "users": users, "token": raw}
+    group = FailureGroup.objects.get().fingerprint
+    return {"job": JOB_ID, "esc": str(escalation.pk), "group": group, "users": users, "token": raw}
 
 
 def fill(template: str, world: dict) -> str:
-    return template.replace("{job}", world["job"]).replace("{esc}", world["esc"])
+    return (
+        template.replace("{job}", world["job"])
+        .replace("{esc}", world["esc"])
+        .replace("{group}", world["group"])
+    )
 
 
 @pytest.mark.parametrize("role", ROLES)

@@ -9,9 +9,19 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from jobs.contract import bodies
-from jobs.ingest import counters, parity
+from jobs.ingest import counters, failure_groups, parity
 from jobs.ingest.store import store_batch
-from jobs.models import Counter, Escalation, EscalationEntry, Event, Job, Step
+from jobs.models import (
+    Counter,
+    Escalation,
+    EscalationEntry,
+    Event,
+    FailureGroup,
+    FailureGroupHour,
+    FailureGroupJob,
+    Job,
+    Step,
+)
 from jobs.replay import walk
 from tests.factories import BASE_TS, event, finished, started, store
 from tests.strategies import job_events
@@ -114,7 +124,12 @@ def projection_rows() -> tuple:
     steps = sorted(
         Step.objects.values(
             "job__job_id",
-            *[f.attname for f in Step._meta.concrete_fields if f.attname not in ("id", "job_id")],
+            "failure_group__fingerprint",
+            *[
+                f.attname
+                for f in Step._meta.concrete_fields
+                if f.attname not in ("id", "job_id", "failure_group_id")
+            ],
         ),
         key=lambda row: (row["job__job_id"], row["position"]),
     )
@@ -123,11 +138,32 @@ def projection_rows() -> tuple:
             "job__job_id", "kind", "node_id", "severity", "status"
         )
     )
-    return jobs, steps, live
+    return jobs, steps, live, group_rows()
+
+
+def group_rows() -> tuple:
+    """Failure groups as counts (first/last seen are history: a failure that a late event
+    turned stale was still seen)."""
+    groups = sorted(
+        FailureGroup.objects.filter(job_count__gt=0).values_list(
+            "fingerprint", "job_count", "step_count"
+        )
+    )
+    group_jobs = sorted(
+        FailureGroupJob.objects.values_list(
+            "group__fingerprint", "job__job_id", "step_count", "provider", "model"
+        )
+    )
+    hours = sorted(
+        FailureGroupHour.objects.filter(step_count__gt=0).values_list(
+            "group__fingerprint", "hour", "step_count"
+        )
+    )
+    return groups, group_jobs, hours
 
 
 def clear() -> None:
-    for model in (EscalationEntry, Escalation, Event, Job):
+    for model in (EscalationEntry, Escalation, Event, Step, Job, FailureGroup):
         model.objects.all().delete()
 
 
@@ -145,13 +181,16 @@ def test_incremental_shuffled_and_rebuilt_rows_are_identical(db, data, jobs):
     in_order = projection_rows()
     for job_id in jobs:
         assert parity.differences(job_id) == []
+    assert failure_groups.differences() == []
 
     clear()
     deliver(data.draw(st.permutations(items)), sizes)
     shuffled = projection_rows()
+    assert failure_groups.differences() == []
 
     call_command("rebuild_projections", stdout=None, stderr=None)
     rebuilt = projection_rows()
+    assert failure_groups.differences() == []
     assert in_order == shuffled == rebuilt
 
 

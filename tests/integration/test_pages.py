@@ -283,7 +283,8 @@ def test_all_shows_every_job(operator):
 @pytest.mark.parametrize(
     ("query", "expected"),
     [
-        ("status=failed", ["failed-net"]),
+        # "failed" is the failed family (issue 14); failed:logic beside it narrows it.
+        ("status=failed", ["logic-1", "failed-net"]),
         ("status=failed&status=failed:logic", ["logic-1", "failed-net"]),
         ("show=all&segment=retryable", ["paused-1"]),
         ("show=all&segment=failed", ["logic-1", "failed-net"]),

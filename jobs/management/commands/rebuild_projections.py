@@ -1,6 +1,7 @@
 from django.core.management.base import BaseCommand, CommandError
 from django.db import transaction
 
+from jobs.ingest import failure_groups
 from jobs.ingest.locks import lock_jobs
 from jobs.ingest.projection import replay_jobs
 from jobs.management.progress import Progress
@@ -47,4 +48,5 @@ class Command(BaseCommand):
                 f"interrupted after {progress.done} of {len(job_ids)} jobs; every batch so far "
                 f"is committed. Resume with: manage.py rebuild_projections{resume}"
             ) from None
+        failure_groups.recount()
         self.stdout.write(progress.finish())

@@ -40,7 +40,7 @@ def remove_staff_group(apps, schema_editor):
 
 class Migration(migrations.Migration):
     dependencies = [
-        ("jobs", "0015_partition_events_and_steps_by_day"),
+        ("jobs", "0016_failure_groups"),
         ("auth", "0012_alter_user_first_name_max_length"),
         ("contenttypes", "0002_remove_content_type_name"),
     ]

@@ -1,0 +1,285 @@
+"""Failure groups kept up to date by projection (DESIGN.md section 6), inside the batch's
+transaction: never computed per page view.
+
+Every grouped failure (``signatures.is_grouped``) is a *contribution* of one step to its group:
+to the (group, job) row's step count, to the (group, hour of the failure) row's count and to the
+group's first/last seen. Projection subtracts the contributions of the Step rows it is about to
+replace (all of a fully replayed job's, the changed ones of an incremental fold) and adds those
+of the rows it writes; retention subtracts those of the jobs it deletes. So the counts are the
+same as counting the Step rows afresh (``differences`` checks it), whichever path wrote them.
+
+Shared rows (a group's totals, its hours) are updated in group order, so two batches touching
+the same groups wait for each other instead of deadlocking.
+"""
+
+from collections import Counter
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+
+from django.db import transaction
+from django.db.models import F, Value
+from django.db.models.functions import Coalesce, Greatest, Least
+
+from jobs.ingest import database
+from jobs.models import FailureGroup, FailureGroupHour, FailureGroupJob, Job, Step, hour_floor
+from jobs.replay.signatures import Signature, signature
+from jobs.replay.state import StepState
+
+HOUR_FORMAT = "%Y-%m-%dT%H"
+
+
+def seen_at(started_at: datetime | None, finished_at: datetime | None) -> datetime | None:
+    """When a failure was seen (event time): its finish, else its start."""
+    return finished_at or started_at
+
+
+def hour_key(at: datetime | None) -> str:
+    """The key of a failure's hour in ``FailureGroupJob.hours``: "2026-11-20T10", "" for none."""
+    return hour_floor(at).strftime(HOUR_FORMAT) if at is not None else ""
+
+
+def hour_of_key(key: str) -> datetime:
+    return datetime.strptime(key, HOUR_FORMAT).replace(tzinfo=UTC)
+
+
+@dataclass(slots=True)
+class Contributions:
+    """Signed step counts by (group, job, hour key), the seen times of the added steps by
+    group, and the jobs whose stored contributions are all taken out (a full replay, a
+    deletion)."""
+
+    cells: Counter = field(default_factory=Counter)
+    seen: dict[int, list[datetime]] = field(default_factory=dict)
+    replaced: set[int] = field(default_factory=set)
+
+    def add(self, group_id: int, job_pk: int, at: datetime | None, sign: int) -> None:
+        self.cells[(group_id, job_pk, hour_key(at))] += sign
+        if at is not None and sign > 0:
+            self.seen.setdefault(group_id, []).append(at)
+
+
+def assign_groups(
+    steps_by_job: dict[int, tuple[str, Iterable[StepState]]],
+) -> dict[tuple[int, str, int], int]:
+    """Create the groups of these steps that do not exist yet; returns each grouped step's
+    group id by (job pk, node, attempt). ``steps_by_job``: job pk -> (its job_id's workflow,
+    the steps about to be written)."""
+    wanted: dict[str, tuple[Signature, int, StepState]] = {}
+    keys: dict[tuple[int, str, int], str] = {}
+    for job_pk, (workflow, steps) in steps_by_job.items():
+        for step in steps:
+            found = signature(step, workflow)
+            if found is None:
+                continue
+            fingerprint = found.fingerprint
+            keys[(job_pk, step.node_id, step.attempt)] = fingerprint
+            wanted.setdefault(fingerprint, (found, job_pk, step))
+    if not wanted:
+        return {}
+    ids = dict(
+        FailureGroup.objects.filter(fingerprint__in=list(wanted)).values_list("fingerprint", "id")
+    )
+    missing = sorted(set(wanted) - ids.keys())
+    if missing:
+        FailureGroup.objects.bulk_create(
+            [_new_group(fingerprint, *wanted[fingerprint]) for fingerprint in missing],
+            ignore_conflicts=True,
+        )
+        ids.update(
+            FailureGroup.objects.filter(fingerprint__in=missing).values_list("fingerprint", "id")
+        )
+    return {key: ids[fingerprint] for key, fingerprint in keys.items()}
+
+
+def _new_group(fingerprint: str, found: Signature, job_pk: int, step: StepState) -> FailureGroup:
+    at = seen_at(step.started_at, step.finished_at)
+    return FailureGroup(
+        fingerprint=fingerprint,
+        workflow=found.workflow,
+        node_id=found.node_id,
+        failure_code=found.failure_code,
+        error_type=found.error_type,
+        reason=found.reason,
+        example_job_id=job_pk,
+        example_step=f"{step.node_id}:{step.attempt}",
+        first_seen=at,
+        last_seen=at,
+    )
+
+
+def subtract_stored(
+    steps: Iterable[tuple[int, int, datetime | None, datetime | None]], into: Contributions
+) -> None:
+    """Subtract stored grouped steps' contributions: rows of (job pk, group id, started_at,
+    finished_at)."""
+    for job_pk, group_id, started_at, finished_at in steps:
+        into.add(group_id, job_pk, seen_at(started_at, finished_at), -1)
+
+
+def apply(contributions: Contributions, attributes: dict[int, tuple[str, str]]) -> None:
+    """Write the contributions: (group, job) rows, hour rows and group totals. ``attributes``
+    are the touched jobs' (provider, model) (every job of a cell or of ``replaced``); their
+    (group, job) rows follow them. A replaced job's stored rows are subtracted whole first."""
+    cells = Counter(contributions.cells)
+    current = {
+        (row.group_id, row.job_id): row
+        for row in FailureGroupJob.objects.filter(job_id__in=sorted(attributes))
+    }
+    for (group_id, job_pk), row in current.items():
+        if job_pk in contributions.replaced:
+            for key, count in row.hours.items():
+                cells[(group_id, job_pk, key)] -= count
+    by_pair: dict[tuple[int, int], Counter] = {}
+    for (group_id, job_pk, key), delta in cells.items():
+        if delta:
+            by_pair.setdefault((group_id, job_pk), Counter())[key] += delta
+    job_deltas: Counter = Counter()
+    step_deltas: Counter = Counter()
+    hour_deltas: Counter = Counter()
+    created, gone, changed = [], [], []
+    for pair in sorted(by_pair.keys() | current.keys()):
+        group_id, job_pk = pair
+        deltas = by_pair.get(pair, Counter())
+        row = current.get(pair)
+        hours = Counter(row.hours if row else {})
+        hours.update(deltas)
+        hours = {key: count for key, count in sorted(hours.items()) if count > 0}
+        step_deltas[group_id] += sum(deltas.values())
+        provider, model = attributes.get(job_pk, ("", ""))
+        # The hour rows lose what the pair held under its old provider/model and gain what it
+        # holds now (the same keys cancel out).
+        if row is not None:
+            for key, count in row.hours.items():
+                if key:
+                    hour_deltas[(group_id, hour_of_key(key), row.provider, row.model)] -= count
+        for key, count in hours.items():
+            if key:
+                hour_deltas[(group_id, hour_of_key(key), provider, model)] += count
+        values = dict(step_count=sum(hours.values()), hours=hours, provider=provider, model=model)
+        if row is None:
+            if hours:
+                created.append(FailureGroupJob(group_id=group_id, job_id=job_pk, **values))
+                job_deltas[group_id] += 1
+        elif not hours:
+            gone.append(row.pk)
+            job_deltas[group_id] -= 1
+        elif any(getattr(row, name) != value for name, value in values.items()):
+            for name, value in values.items():
+                setattr(row, name, value)
+            changed.append(row)
+    FailureGroupJob.objects.bulk_create(created)
+    FailureGroupJob.objects.filter(pk__in=gone).delete()
+    FailureGroupJob.objects.bulk_update(changed, ["step_count", "hours", "provider", "model"])
+    for group_id in sorted(job_deltas.keys() | step_deltas.keys() | contributions.seen.keys()):
+        update = {}
+        if job_deltas[group_id] or step_deltas[group_id]:
+            update["job_count"] = F("job_count") + job_deltas[group_id]
+            update["step_count"] = F("step_count") + step_deltas[group_id]
+        if times := contributions.seen.get(group_id):
+            first, last = min(times), max(times)
+            update["first_seen"] = Coalesce(Least(F("first_seen"), Value(first)), Value(first))
+            update["last_seen"] = Coalesce(Greatest(F("last_seen"), Value(last)), Value(last))
+        if update:
+            FailureGroup.objects.filter(pk=group_id).update(**update)
+    hours = {key: delta for key, delta in sorted(hour_deltas.items()) if delta}
+    database.add_to_counts(
+        FailureGroupHour, ("group_id", "hour", "provider", "model"), "step_count", hours
+    )
+
+
+def forget_jobs(job_pks: list[int]) -> None:
+    """Take these jobs' failures out of their groups (retention, before deleting them)."""
+    if not job_pks:
+        return
+    contributions = Contributions(replaced=set(job_pks))
+    apply(contributions, {pk: ("", "") for pk in job_pks})
+
+
+def recount() -> None:
+    """Recompute every group's totals and hour rows from the (group, job) rows, which a full
+    replay of each job rewrites exactly (``rebuild_projections`` calls this last, so a rebuild
+    also repairs tampered totals). Locks every group first: concurrent batches wait."""
+    with transaction.atomic():
+        list(FailureGroup.objects.select_for_update().order_by("pk").values_list("pk"))
+        totals: dict[int, list[int]] = {}
+        by_hour: Counter = Counter()
+        for group_id, hours, provider, model in FailureGroupJob.objects.values_list(
+            "group_id", "hours", "provider", "model"
+        ):
+            total = totals.setdefault(group_id, [0, 0])
+            total[0] += 1
+            total[1] += sum(hours.values())
+            for key, count in hours.items():
+                if key:
+                    by_hour[(group_id, hour_of_key(key), provider, model)] += count
+        groups = list(FailureGroup.objects.only("pk", "job_count", "step_count"))
+        for group in groups:
+            group.job_count, group.step_count = totals.get(group.pk, (0, 0))
+        FailureGroup.objects.bulk_update(groups, ["job_count", "step_count"], batch_size=500)
+        FailureGroupHour.objects.all().delete()
+        FailureGroupHour.objects.bulk_create(
+            [
+                FailureGroupHour(
+                    group_id=group_id, hour=hour, provider=provider, model=model, step_count=count
+                )
+                for (group_id, hour, provider, model), count in sorted(by_hour.items())
+            ],
+            batch_size=1000,
+        )
+
+
+# --- checks ------------------------------------------------------------------------------
+
+
+def differences() -> list[str]:
+    """Every stored count that differs from counting the Step rows afresh: (group, job) rows
+    with their hours and their job's provider/model, hour rows, group totals. Empty when they
+    agree."""
+    cells: Counter = Counter()
+    rows = Step.objects.filter(failure_group__isnull=False).values_list(
+        "job_id", "failure_group_id", "started_at", "finished_at"
+    )
+    for job_pk, group_id, started_at, finished_at in rows:
+        cells[(group_id, job_pk, hour_key(seen_at(started_at, finished_at)))] += 1
+    jobs = {
+        pk: (provider, model)
+        for pk, provider, model in Job.objects.values_list("pk", "provider", "model")
+    }
+    expected: dict[tuple[int, int], dict] = {}
+    by_hour: Counter = Counter()
+    for (group_id, job_pk, key), count in sorted(cells.items()):
+        expected.setdefault((group_id, job_pk), {})[key] = count
+        if key:
+            by_hour[(group_id, hour_of_key(key), *jobs[job_pk])] += count
+    stored = {
+        (row.group_id, row.job_id): (row.step_count, row.hours, (row.provider, row.model))
+        for row in FailureGroupJob.objects.all()
+    }
+    found = []
+    for pair in sorted(stored.keys() | expected.keys()):
+        hours = expected.get(pair)
+        want = (sum(hours.values()), hours, jobs[pair[1]]) if hours else None
+        if stored.get(pair) != want:
+            found.append(f"group job {pair}: {stored.get(pair)} != {want}")
+    stored_hours = {
+        (group_id, hour.astimezone(UTC), provider, model): count
+        for group_id, hour, provider, model, count in FailureGroupHour.objects.values_list(
+            "group_id", "hour", "provider", "model", "step_count"
+        )
+        if count
+    }
+    for key in sorted(stored_hours.keys() | by_hour.keys()):
+        if stored_hours.get(key) != by_hour.get(key):
+            found.append(f"group hour {key}: {stored_hours.get(key)} != {by_hour.get(key)}")
+    totals: dict[int, list[int]] = {}
+    for (group_id, _), hours in expected.items():
+        total = totals.setdefault(group_id, [0, 0])
+        total[0] += 1
+        total[1] += sum(hours.values())
+    for group_id, job_count, step_count in FailureGroup.objects.values_list(
+        "id", "job_count", "step_count"
+    ):
+        if [job_count, step_count] != totals.get(group_id, [0, 0]):
+            found.append(f"group {group_id}: {[job_count, step_count]} != {totals.get(group_id)}")
+    return found
