@@ -10,7 +10,7 @@ from django.core import mail
 
 from jobs import tasks
 from jobs.escalations import actions, outbox
-from jobs.models import Escalation, Notification
+from jobs.models import Escalation, Job, Notification
 from jobs.replay.backoff import backoff_seconds
 from tests import factories
 from tests.factories import event, finished, started
@@ -242,8 +242,11 @@ def test_email_failure_is_recorded(channels, monkeypatch):
 
 @pytest.mark.django_db
 def test_subject_never_carries_line_breaks_from_producer_text(channels):
-    factories.store([event("escalation_raised", "evil\nBcc: x@example.com", 0, message="m")])
-    escalation = Escalation.objects.get(kind="raised")
+    # Ingest refuses such ids now; a row stored before it did may still carry one.
+    job = Job.objects.create(job_id="evil\nBcc: x@example.com")
+    escalation = Escalation.objects.create(
+        kind="raised", severity="medium", triggered_at=T0, job=job, message="m"
+    )
     notification = Notification.objects.create(escalation=escalation, reason="opened")
     subject, _body = outbox.email_message(notification)
     assert "\n" not in subject and "\r" not in subject
