@@ -128,6 +128,8 @@ def main() -> None:
     if connection.vendor != "postgresql":
         sys.exit("bench/dashboard.py needs PostgreSQL: set DATABASE_URL=postgres://...")
     call_command("migrate", verbosity=0)
+    # Pages name their static files by the manifest, as in production.
+    call_command("collectstatic", interactive=False, verbosity=0)
     seed()
     with connection.cursor() as cursor:
         # Fresh bulk-loaded tables: autovacuum would set the visibility map (index-only scans)

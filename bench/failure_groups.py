@@ -200,6 +200,8 @@ def main() -> None:
     args = parser.parse_args()
     print(f"database: {connection.vendor} {settings.DATABASES['default']['NAME']}")
     call_command("migrate", verbosity=0)
+    # Pages name their static files by the manifest, as in production.
+    call_command("collectstatic", interactive=False, verbosity=0)
     create_data(args.jobs, random.Random(14))
     if connection.vendor == "postgresql":
         with connection.cursor() as cursor:

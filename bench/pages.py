@@ -231,6 +231,8 @@ def main() -> None:
     args = parser.parse_args()
     print(f"database: {connection.vendor} {settings.DATABASES['default']['NAME']}")
     call_command("migrate", verbosity=0)
+    # Pages name their static files by the manifest, as in production.
+    call_command("collectstatic", interactive=False, verbosity=0)
     rng = random.Random(42)
     if not args.skip_list:
         create_list_jobs(args.jobs, rng)

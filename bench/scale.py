@@ -331,10 +331,12 @@ def timed(client, url: str, runs: int) -> tuple[float, float] | None:
 
 def pages(runs: int) -> dict[str, list[float] | None]:
     from django.contrib.auth.models import User
+    from django.core.management import call_command
     from django.test import Client
 
     from jobs.dashboard import rollup
 
+    call_command("collectstatic", interactive=False, verbosity=0)  # as in production
     plant_jobs()
     rollup.refresh_pending(max_batches=10_000)
     user, _ = User.objects.get_or_create(username="scale-bench", is_staff=True)

@@ -19,6 +19,8 @@ MAX_CUSTOM_RANGE = timedelta(days=92)
 # computed around a time at the calendar's edge would overflow.
 MIN_TIME = datetime(1970, 1, 1, tzinfo=UTC)
 MAX_TIME = datetime(9000, 1, 1, tzinfo=UTC)
+# How far ahead of traceviz's clock a producer's may run (a job started "tomorrow" by its clock).
+PRODUCER_CLOCK_AHEAD = timedelta(days=1)
 
 
 @dataclass(frozen=True, slots=True)
@@ -51,7 +53,11 @@ class Window:
     def steps(self):
         """Steps of those jobs."""
         steps = Step.objects.filter(job__started_at__gte=self.start, job__started_at__lt=self.end)
-        return steps.filter(**self._job_filter("job__"))
+        # A job's steps live in the day its first event arrived, which is not before it
+        # started (less a day for a producer's clock running ahead): on PostgreSQL this
+        # leaves the older day partitions unread.
+        first_day = (self.start - PRODUCER_CLOCK_AHEAD).astimezone(UTC).date()
+        return steps.filter(partition_day__gte=first_day, **self._job_filter("job__"))
 
     def plan(self) -> rollup.Plan:
         """Which hours of the window the rollup answers (refreshing dirty ones, bounded)."""
