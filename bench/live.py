@@ -176,7 +176,7 @@ def copy_rate(database_url: str, items: list[dict], batch: int) -> float:
     with psycopg.connect(database_url, autocommit=True) as conn:
         conn.execute("DROP TABLE IF EXISTS bench_raw_event")
         conn.execute("CREATE TABLE bench_raw_event (LIKE jobs_event INCLUDING ALL)")
-        columns = "job_id, event_id, type, ts, seq, attempt, payload, received_at"
+        columns = "job_id, event_id, type, ts, seq, attempt, payload, received_at, partition_day"
         now = datetime.now(UTC)
         rows = [
             (
@@ -188,6 +188,7 @@ def copy_rate(database_url: str, items: list[dict], batch: int) -> float:
                 item["payload"].get("attempt", 1),
                 json.dumps(item["payload"]),
                 now,
+                now.date(),
             )
             for index, item in enumerate(items)
         ]

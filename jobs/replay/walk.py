@@ -37,7 +37,7 @@ from jobs.replay.state import (
 
 # Bump when the fold's meaning or the snapshot's shape changes: every job then gets a full
 # replay on its next batch (and rebuild_projections refreshes them all).
-FOLD_VERSION = 3
+FOLD_VERSION = 4
 SPAN = "span"
 # A finish's result, replaced as a whole when the attempt finishes again; the other fields of a
 # finish keep the value an earlier event of the attempt gave when the finish leaves them out.
@@ -480,7 +480,9 @@ class Fold:
             "finished_status": self.finished_status,
             "degraded": self.degraded,
             "boundary": self.boundary,
-            "holding": [[k, n, s, m] for (k, n), (s, m) in self.holding.items()],
+            # A set: stored sorted, so the same holding rules give the same snapshot whichever
+            # order the batches found them in.
+            "holding": sorted([k, n, s, m] for (k, n), (s, m) in self.holding.items()),
             "triggered": sorted([k, n] for k, n in self.triggered),
             "lint": self.linter.snapshot(),
             "has_spans": self.has_spans,

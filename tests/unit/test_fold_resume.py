@@ -143,3 +143,22 @@ def test_event_sorting_before_the_last_one_folded_is_refused():
     fold = Fold.of(events[1:])
     with pytest.raises(ValueError, match="does not come after"):
         fold.apply(events[0])
+
+
+def test_the_rules_holding_are_stored_the_same_whichever_order_they_were_found_in():
+    """A full replay and an incremental fold can find the same rules in another order (a
+    hypothesis parity run found two boundary violations stored as n3, n2 against n2, n3)."""
+    fold = Fold.of(
+        parsed(
+            [
+                event("job_started", at=0, plan_hash="p1"),
+                finished("n2", at=1, plan_hash="p2"),
+                finished("n3", at=2, plan_hash="p2"),
+            ]
+        )
+    )
+    fold.finish()
+    assert len(fold.holding) == 2
+    snapshot = through_json(fold.snapshot())
+    fold.holding = dict(reversed(fold.holding.items()))
+    assert through_json(fold.snapshot()) == snapshot
