@@ -480,8 +480,6 @@ class Fold:
             "finished_status": self.finished_status,
             "degraded": self.degraded,
             "boundary": self.boundary,
-            # A set: stored sorted, so the same holding rules give the same snapshot whichever
-            # order the batches found them in.
             "holding": sorted([k, n, s, m] for (k, n), (s, m) in self.holding.items()),
             "triggered": sorted([k, n] for k, n in self.triggered),
             "lint": self.linter.snapshot(),
