@@ -76,7 +76,15 @@ def issue_token(name: str) -> str:
     return raw
 
 
-def start_gunicorn(database_url: str, port: int, workers: int, extra_env: dict | None = None):
+def start_gunicorn(
+    database_url: str,
+    port: int,
+    workers: int,
+    extra_env: dict | None = None,
+    config: Path | None = None,
+):
+    """Gunicorn on the database, answering /healthz; with ``config``, its settings (timeout,
+    preload) come from that file, as in production."""
     env = {**os.environ, "DATABASE_URL": database_url, **(extra_env or {})}
     env.setdefault("PYTHONWARNINGS", "ignore::UserWarning")  # no STATIC_ROOT: not collected
     # A server with DEBUG off refuses the built-in key: the bench's server gets its own.
@@ -86,20 +94,9 @@ def start_gunicorn(database_url: str, port: int, workers: int, extra_env: dict |
     print(f"gunicorn log: {log_path}")
     with log_path.open("w") as log:  # the child keeps its own descriptor
         server = subprocess.Popen(
-            [
-                sys.executable,
-                "-m",
-                "gunicorn",
-                "traceviz.wsgi",
-                "-b",
-                f"{HOST}:{port}",
-                "-w",
-                str(workers),
-                "--timeout",
-                "120",
-                "--log-level",
-                "warning",
-            ],
+            [sys.executable, "-m", "gunicorn", "-b", f"{HOST}:{port}", "-w", str(workers)]
+            + (["-c", str(config)] if config else ["traceviz.wsgi", "--timeout", "120"])
+            + ["--log-level", "warning"],
             cwd=ROOT,
             env=env,
             stdout=log,

@@ -16,15 +16,13 @@ import json
 import os
 import random
 import subprocess
-import sys
-import tempfile
 import time
 import urllib.request
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 from ingest import job_events, manage
-from load import stop_process
+from load import start_gunicorn, stop_process
 
 ROOT = Path(__file__).resolve().parent.parent
 CONFIG = ROOT / "deploy" / "gunicorn.conf.py"
@@ -164,29 +162,9 @@ def post(
 
 
 def start_server(port: int) -> tuple[subprocess.Popen, str]:
-    env = {**os.environ, "GUNICORN_BIND": f"127.0.0.1:{port}", "GUNICORN_ACCESSLOG": ""}
-    env.setdefault("PYTHONWARNINGS", "ignore::UserWarning")
-    log_path = Path(tempfile.mkdtemp(prefix="traceviz-max-batch-")) / "gunicorn.log"
-    print(f"gunicorn log: {log_path}")
-    with log_path.open("w") as log:
-        server = subprocess.Popen(
-            [sys.executable, "-m", "gunicorn", "-c", str(CONFIG), "-w", "2"],
-            cwd=ROOT,
-            env=env,
-            stdout=log,
-            stderr=subprocess.STDOUT,
-        )
-    url = f"http://127.0.0.1:{port}"
-    for _ in range(300):
-        try:
-            urllib.request.urlopen(url + "/healthz", timeout=2)
-            return server, url
-        except OSError:
-            if server.poll() is not None:
-                raise RuntimeError(f"gunicorn exited during start-up: see {log_path}") from None
-            time.sleep(0.1)
-    stop_process(server)
-    raise RuntimeError("gunicorn did not answer /healthz within 30 s")
+    return start_gunicorn(
+        os.environ["DATABASE_URL"], port, 2, {"GUNICORN_ACCESSLOG": ""}, config=CONFIG
+    )
 
 
 def configured_timeout() -> int:

@@ -3,6 +3,7 @@
 from datetime import UTC, datetime, timedelta
 
 from django.contrib.auth.models import Group, User
+from django.utils import timezone
 
 from jobs.contract import bodies, events
 from jobs.ingest.store import store_batch
@@ -24,6 +25,13 @@ def event(
     if seq is not None:
         item["seq"] = seq
     return item
+
+
+def recent_event(type_: str, job_id: str, minutes_ago: float, **payload) -> dict:
+    """An event ``minutes_ago`` before now (for pages whose default range is recent)."""
+    moment = timezone.now() - timedelta(minutes=minutes_ago)
+    ts_ = moment.isoformat().replace("+00:00", "Z")
+    return {"type": type_, "job_id": job_id, "ts": ts_, "payload": payload}
 
 
 def started(node_id: str, job_id: str = "j1", at: float = 0, attempt: int = 1, **payload) -> dict:

@@ -3,28 +3,18 @@ script, CSP on), and clicking a bar opens the jobs list filtered to exactly the 
 
 import json
 import os
-from datetime import timedelta
 from urllib.parse import parse_qs, urlsplit
 
 import pytest
-from django.utils import timezone
 
 from tests import factories
 from tests.browser.conftest import log_in, screenshot
+from tests.factories import recent_event as item
 
 os.environ["DJANGO_ALLOW_ASYNC_UNSAFE"] = "true"
 pytestmark = pytest.mark.django_db(transaction=True)
 
 ANTHROPIC = {"provider": "anthropic", "model": "claude-x"}
-
-
-def at(minutes_ago: float) -> str:
-    moment = timezone.now() - timedelta(minutes=minutes_ago)
-    return moment.isoformat().replace("+00:00", "Z")
-
-
-def item(type_: str, job_id: str, minutes_ago: float, **payload) -> dict:
-    return {"type": type_, "job_id": job_id, "ts": at(minutes_ago), "payload": payload}
 
 
 @pytest.fixture
