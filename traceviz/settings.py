@@ -92,6 +92,7 @@ MIDDLEWARE = [
     "csp.middleware.CSPMiddleware",
     # A lost database answers 503 with Retry-After (views; handler500 covers the rest).
     "traceviz.outage.DatabaseOutageMiddleware",
+    "traceviz.bad_requests.NulInQueryMiddleware",
     # Last, as django-axes asks: it turns a locked-out sign-in into the lockout response.
     "axes.middleware.AxesMiddleware",
 ]

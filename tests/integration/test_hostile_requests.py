@@ -96,6 +96,17 @@ def test_nul_in_a_filter_is_not_a_server_error(engineer, path):
     assert response.status_code in (200, 400), path
 
 
+@pytest.mark.parametrize("query", ["q=a%00b", "kind__exact=a%00b", "a%00=1"])
+def test_nul_in_an_admin_search_or_filter_is_a_400(client, query):
+    admin = user("root", staff=True)
+    admin.is_superuser = True
+    admin.save()
+    client.force_login(admin)
+    response = client.get(f"/admin/jobs/alertrule/?{query}")
+    assert response.status_code == 400
+    assert b"NUL" in response.content
+
+
 @pytest.mark.parametrize(
     "query",
     [
