@@ -109,7 +109,7 @@ def test_a_moved_job_goes_on_where_it_was():
     assert parity.differences("j1") == []
 
 
-@pytest.mark.skipif(not POSTGRES, reason="partitions exist on PostgreSQL only")
+@pytest.mark.postgres  # partitions exist on PostgreSQL only
 def test_partitions_are_created_once_and_for_every_partitioned_table():
     day = date(2031, 1, 5)
     database.ensure_partitions([day, day])
@@ -127,7 +127,7 @@ def test_partitions_are_created_once_and_for_every_partitioned_table():
     assert day not in database.partition_days()
 
 
-@pytest.mark.skipif(not POSTGRES, reason="partitions exist on PostgreSQL only")
+@pytest.mark.postgres  # partitions exist on PostgreSQL only
 def test_the_unique_keys_hold_inside_the_partitioned_tables():
     from django.db import IntegrityError, transaction
 
