@@ -223,6 +223,8 @@ ORDINARY_TEXTS: list[str] = [
     "4111111111111112",  # card-shaped, fails the Luhn check
     "9780306406157",  # ISBN
     "2024-01-15T10:00:00+00:00",
+    "2026-11-23T04:06:52.444166Z",  # an OTLP span's end, as the mapping writes it
+    "otlp:5b8d0fd3a4c1e2f30a1b2c3d4e5f6a7b:a1b2c3d4e5f60718",  # an OTLP span's event id
     "+1-555-0100",
     "https://example.com:8443/path@v2",
     "http://localhost:8000/api/v1/events",

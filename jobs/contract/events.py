@@ -386,6 +386,20 @@ def _text_problems(item: Any) -> list[FieldError]:
     return sorted(problems, key=lambda error: error.field)
 
 
+def _encoded(item: Any) -> bytes | None:
+    """``item`` as JSON (orjson, in C), or None where orjson refuses it: a lone surrogate, an
+    integer past 64 bits... Cheap upper bounds for the walks below: without a NUL escape in it
+    the item holds no NUL, and objects and arrays nest no deeper than it has brackets."""
+    try:
+        return orjson.dumps(item)
+    except orjson.JSONEncodeError:
+        return None
+
+
+def _may_nest_deep(encoded: bytes | None) -> bool:
+    return encoded is None or encoded.count(b"{") + encoded.count(b"[") > MAX_PAYLOAD_DEPTH
+
+
 def _bad_text(value: str) -> str | None:
     if "\x00" in value:
         return "must not contain NUL characters"
@@ -400,7 +414,10 @@ def id_problem(value: str) -> str | None:
     """Why ``value`` cannot be an id (job, event, node, type...), or None: control characters
     and '.' or '..' path segments break the URLs pages build from ids, and an id carrying a
     secret would be stored and shown unmasked."""
-    if any(unicodedata.category(char) in CONTROL_CATEGORIES for char in value):
+    # Every character of CONTROL_CATEGORIES is unprintable: most ids skip the walk.
+    if not value.isprintable() and any(
+        unicodedata.category(char) in CONTROL_CATEGORIES for char in value
+    ):
         return "must not contain control characters (newline, tab, ...)"
     if any(segment in (".", "..") for segment in value.split("/")):
         return "must not be '.' or '..' (nor have them as a '/' segment)"
@@ -450,7 +467,9 @@ def validate(item: Any, check_text: bool = True) -> tuple[Event | None, list[Fie
         return None, [FieldError("(line)", f"not JSON: {item.message}")]
     if not isinstance(item, dict):
         return None, [FieldError("(item)", "must be a JSON object")]
-    errors = _text_problems(item) if check_text else []
+    encoded = _encoded(item)
+    suspect_text = encoded is None or b"\\u0000" in encoded
+    errors = _text_problems(item) if check_text and suspect_text else []
     if errors:
         return None, errors
     event_type, job_id = item.get("type"), item.get("job_id")
@@ -480,7 +499,7 @@ def validate(item: Any, check_text: bool = True) -> tuple[Event | None, list[Fie
     payload = item.get("payload", {})
     if not isinstance(payload, dict):
         errors.append(FieldError("payload", "must be an object"))
-    elif nesting_depth(payload) > MAX_PAYLOAD_DEPTH:
+    elif _may_nest_deep(encoded) and nesting_depth(payload) > MAX_PAYLOAD_DEPTH:
         errors.append(
             FieldError("payload", f"must not nest objects and arrays over {MAX_PAYLOAD_DEPTH} deep")
         )

@@ -24,6 +24,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
+import orjson
 from google.protobuf import json_format
 from google.protobuf.message import DecodeError
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
@@ -485,7 +486,7 @@ def bounded_attributes(attrs: dict[str, Any], dropped: dict[str, Any]) -> dict[s
         if is_value_key(key):
             kept[name] = _bounded_value(value, MAX_VALUE_BYTES, dropped, key)
         else:
-            size = len(json.dumps(value, ensure_ascii=False).encode("utf-8")) + len(name)
+            size = _json_size(value) + len(name)
             sized.append((size, name, value))
     # The smallest first: the budget keeps as many attributes as it can whole.
     for size, name, value in sorted(sized, key=lambda item: (item[0], item[1])):
@@ -499,6 +500,14 @@ def bounded_attributes(attrs: dict[str, Any], dropped: dict[str, Any]) -> dict[s
         else:
             dropped.setdefault("cut", []).append(name)
     return kept
+
+
+def _json_size(value: Any) -> int:
+    """Bytes of ``value`` as compact JSON (as it is stored)."""
+    try:
+        return len(orjson.dumps(value))
+    except orjson.JSONEncodeError:  # an integer past 64 bits
+        return len(json.dumps(value, ensure_ascii=False, separators=(",", ":")).encode("utf-8"))
 
 
 def _bounded_value(value: Any, limit: int, dropped: dict[str, Any], key: str) -> Any:

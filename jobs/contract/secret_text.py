@@ -131,10 +131,14 @@ NEEDLE = re.compile(
         )
     )
 )
-# Trace, span and event ids and hashes (lowercase hex, ':' and '-'): no token format is only
-# these characters (the one with ':' wants 35 characters after it, none of them after 8 to 10
-# digits here, and card numbers are checked on their own below).
-HEX_ID = re.compile(r"[0-9a-f:\-]+")
+# Text shaped like these holds no token format: trace, span and event ids and hashes (lowercase
+# hex, ':' and '-'; the one format with ':' wants 35 characters after it, none of them after 8
+# to 10 digits here), the event ids the OTLP mapping builds from them ("otlp:<trace>:<span>"),
+# and RFC 3339 timestamps. Card numbers and base64 credentials are checked on their own below.
+SHAPED_TEXT = re.compile(
+    r"(?:otlp:)?[0-9a-f:\-]+"
+    r"|\d{4}-\d{2}-\d{2}[Tt ]\d{2}:\d{2}:\d{2}(?:\.\d{1,9})?(?:[Zz]|[+-]\d{2}:\d{2})?"
+)
 # A match is widened to the end of its token: several library patterns fix a length that newer
 # keys exceed (Stripe), and the JWT pattern stops before the signature.
 TOKEN_TAIL = re.compile(r"[\w\-+/=]*(?:\.[\w\-+/=]+)*")
@@ -170,7 +174,7 @@ def mask_tokens(text: str) -> str:
     # Every token format and base64 credential is one long word: text whose words are all
     # short (most prose) skips their patterns.
     longest_word = max(map(len, text.split()), default=0)
-    if longest_word >= MIN_TOKEN_CHARS and not HEX_ID.fullmatch(text):
+    if longest_word >= MIN_TOKEN_CHARS and not SHAPED_TEXT.fullmatch(text):
         present = set(NEEDLE.findall(text.lower()))
         for pattern, needles in TOKEN_PATTERNS:
             if not needles or not present.isdisjoint(needles):

@@ -271,6 +271,32 @@ def add_to_counts(
             )
 
 
+def add_to_totals(
+    model: type[models.Model],
+    rows: Sequence[tuple[int, int, int, datetime | None, datetime | None]],
+) -> None:
+    """For each (pk, jobs, steps, first, last): add ``jobs`` and ``steps`` to the row's
+    ``job_count`` and ``step_count`` and widen its ``first_seen``..``last_seen`` to take in
+    ``first``..``last`` (None: keep them). One statement sent for all rows, in their order (the
+    caller sorts by pk, so concurrent batches lock rows in the same order)."""
+    if not rows:
+        return
+    table = connection.ops.quote_name(model._meta.db_table)
+    least, greatest = ("LEAST", "GREATEST") if connection.vendor == POSTGRES else ("MIN", "MAX")
+    # PostgreSQL's LEAST skips a NULL, SQLite's MIN returns it: COALESCE gives both the same.
+    sql = (
+        f"UPDATE {table} SET job_count = job_count + %s, step_count = step_count + %s, "
+        f"first_seen = COALESCE({least}(first_seen, %s), %s, first_seen), "
+        f"last_seen = COALESCE({greatest}(last_seen, %s), %s, last_seen) WHERE id = %s"
+    )
+    params = []
+    for pk, jobs, steps, first, last in rows:
+        first, last = (adapt_datetime(t) if t is not None else None for t in (first, last))
+        params.append((jobs, steps, first, first, last, last, pk))
+    with connection.cursor() as cursor:
+        cursor.executemany(sql, params)
+
+
 def count_in_window(model: type[models.Model], key: str, window_start: datetime) -> int:
     """Add one to ``key``'s count in the window starting at ``window_start`` (a rate-counter
     table unique on (key, window_start)); returns the new count. One statement, so concurrent

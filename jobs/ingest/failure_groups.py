@@ -18,8 +18,6 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 
 from django.db import transaction
-from django.db.models import F, Value
-from django.db.models.functions import Coalesce, Greatest, Least
 
 from jobs.ingest import database
 from jobs.models import FailureGroup, FailureGroupHour, FailureGroupJob, Job, Step, hour_floor
@@ -171,17 +169,13 @@ def apply(contributions: Contributions, attributes: dict[int, tuple[str, str]]) 
     FailureGroupJob.objects.bulk_create(created)
     FailureGroupJob.objects.filter(pk__in=gone).delete()
     FailureGroupJob.objects.bulk_update(changed, ["step_count", "hours", "provider", "model"])
+    totals = []
     for group_id in sorted(job_deltas.keys() | step_deltas.keys() | contributions.seen.keys()):
-        update = {}
-        if job_deltas[group_id] or step_deltas[group_id]:
-            update["job_count"] = F("job_count") + job_deltas[group_id]
-            update["step_count"] = F("step_count") + step_deltas[group_id]
-        if times := contributions.seen.get(group_id):
-            first, last = min(times), max(times)
-            update["first_seen"] = Coalesce(Least(F("first_seen"), Value(first)), Value(first))
-            update["last_seen"] = Coalesce(Greatest(F("last_seen"), Value(last)), Value(last))
-        if update:
-            FailureGroup.objects.filter(pk=group_id).update(**update)
+        times = contributions.seen.get(group_id)
+        first, last = (min(times), max(times)) if times else (None, None)
+        if job_deltas[group_id] or step_deltas[group_id] or times:
+            totals.append((group_id, job_deltas[group_id], step_deltas[group_id], first, last))
+    database.add_to_totals(FailureGroup, totals)
     hours = {key: delta for key, delta in sorted(hour_deltas.items()) if delta}
     database.add_to_counts(
         FailureGroupHour, ("group_id", "hour", "provider", "model"), "step_count", hours

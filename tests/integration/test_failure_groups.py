@@ -66,6 +66,18 @@ def test_same_failure_in_three_jobs_is_one_group_with_three_jobs():
     assert failure_groups.differences() == []
 
 
+def test_an_earlier_failure_arriving_later_widens_first_seen_back():
+    store(failed_job("late", at=10))
+    store(failed_job("early", at=0))
+    store(failed_job("middle", at=5))
+    group = only_group()
+    assert (group.first_seen, group.last_seen) == (
+        BASE_TS + timedelta(seconds=2),
+        BASE_TS + timedelta(seconds=12),
+    )
+    assert (group.job_count, group.step_count) == (3, 3)
+
+
 def test_successful_steps_have_no_group():
     store([event("job_started", "ok", 0, workflow="billing"), finished("n1", job_id="ok")])
     assert Step.objects.get().failure_group is None

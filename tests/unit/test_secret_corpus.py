@@ -38,6 +38,13 @@ def test_ordinary_id_hash_or_text_survives(text):
     assert redact_text(f"step failed: {text} (see log)") == f"step failed: {text} (see log)"
 
 
+@pytest.mark.parametrize(("name", "text", "secret"), SECRET_TEXTS, ids=[s[0] for s in SECRET_TEXTS])
+def test_secret_beside_an_id_or_timestamp_is_masked(name, text, secret):
+    # Ids and timestamps skip the token scan only when they are the whole text.
+    for shaped in ("otlp:5b8d0fd3a4c1e2f30a1b2c3d4e5f6a7b:", "2026-11-23T04:06:52.444166Z "):
+        assert secret not in redact_text(shaped + text)
+
+
 def test_values_under_secret_keys_are_masked_and_ids_kept():
     redacted = redact({"outer": SECRET_OBJECT})
     flat = repr(redacted)
