@@ -251,12 +251,13 @@ def map_request(request: ExportTraceServiceRequest) -> list[MappedSpan]:
     mapped = []
     for resource_spans in request.resource_spans:
         resource = attributes(resource_spans.resource.attributes)
+        bounded_resource = bounded_attributes(resource, {})
         for scope_spans in resource_spans.scope_spans:
             scope = {"name": scope_spans.scope.name, "version": scope_spans.scope.version}
             for span in scope_spans.spans:
                 label = _label(span)
                 try:
-                    items = span_items(span, resource, scope, job_ids)
+                    items = span_items(span, resource, bounded_resource, scope, job_ids)
                 except Unreadable as error:
                     mapped.append(MappedSpan(label, error=str(error)))
                 else:
@@ -325,11 +326,13 @@ def _label(span: Span) -> str:
 def span_items(
     span: Span,
     resource: dict[str, Any],
+    bounded_resource: dict[str, Any],
     scope: dict[str, str],
     job_ids: dict[bytes, str] | None = None,
 ) -> list[dict[str, Any]]:
     """The event dicts of one span: its ``span`` event, and a planner event for each span event
-    named like one (source 001). Raises ``Unreadable``."""
+    named like one (source 001). ``bounded_resource``: ``resource`` within the attribute
+    bounds, as its span events store it. Raises ``Unreadable``."""
     trace_id = _id(span.trace_id, 16, "trace_id")
     span_id = _id(span.span_id, 8, "span_id")
     if not span.start_time_unix_nano:
@@ -340,6 +343,7 @@ def span_items(
         max(span.end_time_unix_nano, span.start_time_unix_nano), "end_time_unix_nano"
     )
     dropped: dict[str, Any] = {}
+    attrs = attributes(span.attributes)
     payload: dict[str, Any] = {"trace_id": trace_id, "span_id": span_id}
     if span.parent_span_id:
         payload["parent_span_id"] = _id(span.parent_span_id, 8, "parent_span_id")
@@ -352,10 +356,10 @@ def span_items(
             "code": STATUS_NAMES.get(span.status.code, "unset"),
             "message": cut_bytes(span.status.message, MAX_VALUE_BYTES),
         },
-        "attributes": bounded_attributes(attributes(span.attributes), dropped),
+        "attributes": bounded_attributes(attrs, dropped),
         "events": [_span_event(event, dropped) for event in span.events[-MAX_SPAN_EVENTS:]],
         "links": [_link(link, dropped) for link in span.links[:MAX_LINKS]],
-        "resource": bounded_attributes(resource, {}),
+        "resource": bounded_resource,
         "scope": {name: cut(value, events.MAX_ID_CHARS) for name, value in scope.items() if value},
     }
     counts = {
@@ -366,7 +370,7 @@ def span_items(
     dropped |= {name: count for name, count in counts.items() if count}
     if dropped:
         payload["dropped"] = dropped
-    job_id = _job_id(span, resource, trace_id, job_ids or {})
+    job_id = _job_id(span, attrs, resource, trace_id, job_ids or {})
     prefix = f"otlp:{trace_id}:{span_id}"
     items = [_item("span", job_id, prefix, started, payload)]
     for index, event in enumerate(payload["events"]):
@@ -386,11 +390,12 @@ def _item(event_type: str, job_id: str, event_id: str, ts: str, payload: dict) -
     }
 
 
-def _job_id(span: Span, resource: dict[str, Any], trace_id: str, found: dict[bytes, str]) -> str:
-    """traceviz.job_id (the span's, its resource's, another span's of the trace in this
-    request), else the trace id; cut with a marker when too long."""
-    own = attributes(span.attributes).get(JOB_ID_KEY)
-    for candidate in (own, resource.get(JOB_ID_KEY), found.get(span.trace_id)):
+def _job_id(
+    span: Span, attrs: dict[str, Any], resource: dict[str, Any], trace_id: str, found: dict
+) -> str:
+    """traceviz.job_id (the span's attributes ``attrs``, its resource's, another span's of the
+    trace in this request), else the trace id; cut with a marker when too long."""
+    for candidate in (attrs.get(JOB_ID_KEY), resource.get(JOB_ID_KEY), found.get(span.trace_id)):
         if isinstance(candidate, str) and candidate:
             return cut(candidate, events.MAX_ID_CHARS)
     return trace_id

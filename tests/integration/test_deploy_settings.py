@@ -91,11 +91,11 @@ def test_check_deploy_warns_with_development_defaults():
     assert "security.W012" in done.stderr  # session cookie not secure
 
 
-def serve_once(**env: str) -> subprocess.CompletedProcess:
+def serve_once(code: str = "import traceviz.wsgi, traceviz.asgi", **env: str):
     """Load the WSGI application as gunicorn (and runserver) do, then exit."""
     inherited = {k: v for k, v in os.environ.items() if k != "DJANGO_ALLOW_ASYNC_UNSAFE"}
     return subprocess.run(
-        [sys.executable, "-c", "import traceviz.wsgi, traceviz.asgi"],
+        [sys.executable, "-c", code],
         cwd=ROOT,
         capture_output=True,
         text=True,
@@ -114,6 +114,15 @@ def test_development_and_a_real_key_serve():
     assert serve_once(DEBUG="true", SECRET_KEY="").returncode == 0
     done = serve_once(DEBUG="false", SECRET_KEY=secrets.token_urlsafe(64))
     assert done.returncode == 0, done.stderr
+
+
+def test_the_wsgi_application_loads_views_and_prices_before_the_first_request():
+    loaded = (
+        "import sys, traceviz.wsgi; print('jobs.web.otlp' in sys.modules, "
+        "'genai_prices.data' in sys.modules)"
+    )
+    done = serve_once(loaded, DEBUG="true", SECRET_KEY="")
+    assert done.stdout.split() == ["True", "True"], done.stderr
 
 
 def test_check_deploy_fails_on_the_built_in_secret_key():
