@@ -810,7 +810,9 @@ class DashboardRollup(models.Model):
     A job lies in one hour and has one provider/model, so job counts add up across rows."""
 
     class Kind(models.TextChoices):
-        JOBS = "jobs"  # jobs started (dimension empty; steps = their step_count)
+        # Jobs started (dimension empty; steps = their step_count); status "failed" for the
+        # failed family, "" for every other status.
+        JOBS = "jobs"
         SEGMENT = "segment"  # dimension: step segment
         FAILURE_CODE = "failure_code"  # dimension: failure code (non-empty)
         ERROR_TYPE = "error_type"  # dimension: error type (non-empty); status: the job's
