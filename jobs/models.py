@@ -14,7 +14,7 @@ import orjson
 from django.conf import settings
 from django.db import connection, models
 from django.db.models import BooleanField, Case, F, Func, IntegerField, Q, Value, When
-from django.db.models.functions import Coalesce, Collate
+from django.db.models.functions import Coalesce, Collate, Upper
 from django.utils import timezone
 
 from jobs.contract.events import OTHER_TYPE_RANK, TYPE_RANK
@@ -282,6 +282,17 @@ class Job(models.Model):
             models.Index(fields=["status", "last_received_at"], name="job_stall"),
             # Retention: the jobs of a day's partitions.
             models.Index(fields=["partition_day"], name="job_partition_day"),
+            # Jobs list: provider/model filters ignore case (iexact compares UPPER() of both
+            # sides on PostgreSQL), newest first.
+            models.Index(
+                Upper("provider"),
+                F("started_at").desc(),
+                F("id").desc(),
+                name="job_provider_newest",
+            ),
+            models.Index(
+                Upper("model"), F("started_at").desc(), F("id").desc(), name="job_model_newest"
+            ),
         ]
 
     def __str__(self):

@@ -1,4 +1,5 @@
-from django.db import migrations
+import django.db.models.functions.text
+from django.db import migrations, models
 
 
 def mark_job_hours_dirty(apps, schema_editor):
@@ -15,4 +16,22 @@ class Migration(migrations.Migration):
 
     operations = [
         migrations.RunPython(mark_job_hours_dirty, migrations.RunPython.noop, elidable=True),
+        migrations.AddIndex(
+            model_name="job",
+            index=models.Index(
+                django.db.models.functions.text.Upper("provider"),
+                models.OrderBy(models.F("started_at"), descending=True),
+                models.OrderBy(models.F("id"), descending=True),
+                name="job_provider_newest",
+            ),
+        ),
+        migrations.AddIndex(
+            model_name="job",
+            index=models.Index(
+                django.db.models.functions.text.Upper("model"),
+                models.OrderBy(models.F("started_at"), descending=True),
+                models.OrderBy(models.F("id"), descending=True),
+                name="job_model_newest",
+            ),
+        ),
     ]
