@@ -12,7 +12,7 @@ from datetime import UTC, date, datetime
 
 import orjson
 from django.conf import settings
-from django.db import connection, models
+from django.db import connection, models, transaction
 from django.db.models import BooleanField, Case, F, Func, IntegerField, Q, Value, When
 from django.db.models.functions import Coalesce, Collate, Upper
 from django.utils import timezone
@@ -202,6 +202,20 @@ class JobQuerySet(models.QuerySet):
         with connection.cursor() as cursor:
             cursor.execute(sql)
             return [(kind or "unknown", count) for kind, count in cursor.fetchall()]
+
+    def capped_count(self, cap: int) -> int:
+        """How many of these jobs, counting at most ``cap`` (``cap`` means "cap or more").
+
+        Counted in the queryset's order: with the list's newest-first order PostgreSQL walks
+        the same index as the page and stops at the cap (unordered, it may build a bitmap of
+        every matching row, which grows with the table). Without parallel workers: for a walk
+        of a thousand rows their start-up costs more than they save."""
+        capped = self[:cap]
+        if connection.vendor != "postgresql":
+            return capped.count()
+        with transaction.atomic(using=self.db), connection.cursor() as cursor:
+            cursor.execute("SET LOCAL max_parallel_workers_per_gather = 0")
+            return capped.count()
 
     def delete_with_steps(self) -> int:
         """Delete these jobs, their steps (which do not cascade, see ``Step.job``) and what
