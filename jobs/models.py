@@ -12,7 +12,7 @@ from datetime import UTC, date, datetime
 
 import orjson
 from django.conf import settings
-from django.db import connection, models, transaction
+from django.db import connection, connections, models, transaction
 from django.db.models import BooleanField, Case, F, Func, IntegerField, Q, Value, When
 from django.db.models.functions import Coalesce, Collate, Upper
 from django.utils import timezone
@@ -211,9 +211,10 @@ class JobQuerySet(models.QuerySet):
         every matching row, which grows with the table). Without parallel workers: for a walk
         of a thousand rows their start-up costs more than they save."""
         capped = self[:cap]
-        if connection.vendor != "postgresql":
+        database = connections[self.db]  # the replica when the router reads from one
+        if database.vendor != "postgresql":
             return capped.count()
-        with transaction.atomic(using=self.db), connection.cursor() as cursor:
+        with transaction.atomic(using=self.db), database.cursor() as cursor:
             cursor.execute("SET LOCAL max_parallel_workers_per_gather = 0")
             return capped.count()
 
