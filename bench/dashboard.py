@@ -34,7 +34,7 @@ from django.core.management import call_command  # noqa: E402
 from django.db import connection  # noqa: E402
 from django.utils import timezone  # noqa: E402
 
-from jobs.dashboard import charts, headlines, rollup  # noqa: E402
+from jobs.dashboard import charts, headlines, provider_health, rollup  # noqa: E402
 from jobs.dashboard.window import parse_window  # noqa: E402
 from jobs.models import DashboardDirtyHour, Job, hour_floor  # noqa: E402
 
@@ -47,7 +47,8 @@ INSERT INTO jobs_job (job_id, status, name, workflow, correlation_id, session_id
     plan_hash, retry_of, metadata, completed_node_ids, cursor_node, payload_results, findings,
     started_at, last_event_at, last_received_at, finish_code, finish_reason, cancel_reason,
     failing_node_id, failing_reason, failure_code, error_type, has_retryable, has_failed,
-    step_count, max_attempt, event_count, planner_parse_invalid, planner_degraded, segment_strip)
+    step_count, max_attempt, event_count, planner_parse_invalid, planner_degraded, segment_strip,
+    fold, input_tokens, output_tokens, partition_day)
 SELECT 'bench-' || g,
        (ARRAY['completed','completed','completed','failed','failed:logic','paused:transient',
               'running','failed:internal'])[1 + g %% 8],
@@ -57,14 +58,16 @@ SELECT 'bench-' || g,
        '', '', '{}', '[]', '', '{}', '[]',
        %(now)s - make_interval(secs => (g::float / %(jobs)s) * %(span)s),
        %(now)s - make_interval(secs => (g::float / %(jobs)s) * %(span)s),
-       %(now)s, '', '', '', '', '', '', '', g %% 5 = 1, g %% 7 = 2, %(steps)s, 1, 11, 0, 0, '[]'
+       %(now)s, '', '', '', '', '', '', '', g %% 5 = 1, g %% 7 = 2, %(steps)s, 1, 11, 0, 0, '[]',
+       '{}', 0, 0, %(today)s
 FROM generate_series(1, %(jobs)s) AS g;
 
 INSERT INTO jobs_step (job_id, node_id, attempt, position, result_type, segment, reason,
     ignored_stale, compensated, compensation_reason, started_at, finished_at, duration_ms, state,
     trace_span_id, parent_span_id, failure_code, error_type, tool, source, plan_hash,
     continue_on_error, payload_results, context, audit_trail, extra, started_event_id,
-    finished_event_id)
+    finished_event_id, exception_type, stack, handled, inferred, span, history, marks,
+    partition_day)
 SELECT j.id, 'node-' || s, 1, s,
        CASE WHEN (j.id + s) %% 10 = 0 THEN 'retryable_failure'
             WHEN (j.id + s) %% 23 = 0 THEN 'permanent_failure' ELSE 'success' END,
@@ -76,20 +79,21 @@ SELECT j.id, 'node-' || s, 1, s,
                         WHEN (j.id + s) %% 23 = 0 THEN 'tool_not_found' ELSE '' END,
        CASE WHEN (j.id + s) %% 10 = 0 THEN 'network'
             WHEN (j.id + s) %% 23 = 0 THEN 'logic' ELSE '' END,
-       '', '', '', false, '{}', '{}', '[]', '{}', '', ''
+       '', '', '', false, '{}', '{}', '[]', '{}', '', '', '', '', false, false, '{}', '[]', '{}',
+       j.partition_day
 FROM jobs_job j CROSS JOIN generate_series(0, %(steps)s - 1) AS s
 WHERE j.job_id LIKE 'bench-%%';
 
-INSERT INTO jobs_event (job_id, event_id, type, ts, attempt, payload, received_at)
+INSERT INTO jobs_event (job_id, event_id, type, ts, attempt, payload, received_at, partition_day)
 SELECT j.job_id, 'start', 'job_started', j.started_at, 1,
-       jsonb_build_object('provider', j.provider, 'model', j.model), %(now)s
+       jsonb_build_object('provider', j.provider, 'model', j.model), %(now)s, j.partition_day
 FROM jobs_job j WHERE j.job_id LIKE 'bench-%%';
 
-INSERT INTO jobs_event (job_id, event_id, type, ts, attempt, payload, received_at)
+INSERT INTO jobs_event (job_id, event_id, type, ts, attempt, payload, received_at, partition_day)
 SELECT j.job_id, 'planner-' || k,
        CASE WHEN k = 2 THEN 'graph.next_step.degraded' ELSE 'graph.next_step.parse_invalid' END,
        j.started_at + make_interval(secs => k), 1,
-       jsonb_build_object('provider', j.provider, 'model', j.model), %(now)s
+       jsonb_build_object('provider', j.provider, 'model', j.model), %(now)s, j.partition_day
 FROM jobs_job j CROSS JOIN generate_series(0, 2) AS k
 WHERE j.job_id LIKE 'bench-%%' AND j.id %% 20 = 0;
 """
@@ -100,7 +104,15 @@ def seed() -> None:
         return
     started = time.perf_counter()
     with connection.cursor() as cursor:
-        params = {"now": timezone.now(), "jobs": JOBS, "span": SPAN_SECONDS, "steps": STEPS_PER_JOB}
+        now = timezone.now()
+        # Loaded now: every row in today's partitions (as bulk-received data would be).
+        params = {
+            "now": now,
+            "today": now.date(),
+            "jobs": JOBS,
+            "span": SPAN_SECONDS,
+            "steps": STEPS_PER_JOB,
+        }
         for statement in SEED_SQL.split(";\n\n"):
             cursor.execute(statement, params)
     print(
@@ -159,6 +171,7 @@ def main() -> None:
             "step results": lambda w=window: charts.step_results(w),
             "failures by code": lambda w=window: charts.failures_by_code(w),
             "failures by error type": lambda w=window: charts.failures_by_error_type(w),
+            "provider failure rate": lambda w=window: provider_health.panel(w),
             "planner (counts + rate)": lambda w=window: charts.planner(w),
             "durations p50/p95": lambda w=window: charts.durations(w),
             "open escalations": lambda n=now: charts.open_escalations(n),

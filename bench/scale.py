@@ -345,8 +345,12 @@ def pages(runs: int) -> dict[str, list[float] | None]:
     urls = {
         "list: needs attention (default)": "/",
         "list: status=failed": "/?status=failed",
-        "list: reason search 'upstream'": "/?q=upstream",
+        # q= is the id lookup box (job id prefix, correlation or session id); reason= searches
+        # the steps' reasons (the load's failures say "<node>: upstream said no").
+        "list: id lookup q=upstream": "/?q=upstream",
+        "list: reason search 'upstream'": "/?reason=upstream",
         "list: provider=anthropic": "/?provider=anthropic",
+        "list: all, model=CLAUDE-SONNET-4 (case)": "/?show=all&model=CLAUDE-SONNET-4",
         "job page, 10 steps": f"/jobs/{SMALL_JOB}/",
         "job page, 1,000 steps": f"/jobs/{BIG_JOB}/",
         "failure groups": "/failures/",

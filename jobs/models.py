@@ -12,9 +12,9 @@ from datetime import UTC, date, datetime
 
 import orjson
 from django.conf import settings
-from django.db import connection, models
+from django.db import connection, connections, models, transaction
 from django.db.models import BooleanField, Case, F, Func, IntegerField, Q, Value, When
-from django.db.models.functions import Coalesce, Collate
+from django.db.models.functions import Coalesce, Collate, Upper
 from django.utils import timezone
 
 from jobs.contract.events import OTHER_TYPE_RANK, TYPE_RANK
@@ -203,6 +203,21 @@ class JobQuerySet(models.QuerySet):
             cursor.execute(sql)
             return [(kind or "unknown", count) for kind, count in cursor.fetchall()]
 
+    def capped_count(self, cap: int) -> int:
+        """How many of these jobs, counting at most ``cap`` (``cap`` means "cap or more").
+
+        Counted in the queryset's order: with the list's newest-first order PostgreSQL walks
+        the same index as the page and stops at the cap (unordered, it may build a bitmap of
+        every matching row, which grows with the table). Without parallel workers: for a walk
+        of a thousand rows their start-up costs more than they save."""
+        capped = self[:cap]
+        database = connections[self.db]  # the replica when the router reads from one
+        if database.vendor != "postgresql":
+            return capped.count()
+        with transaction.atomic(using=self.db), database.cursor() as cursor:
+            cursor.execute("SET LOCAL max_parallel_workers_per_gather = 0")
+            return capped.count()
+
     def delete_with_steps(self) -> int:
         """Delete these jobs, their steps (which do not cascade, see ``Step.job``) and what
         cascades from a job; returns how many jobs."""
@@ -282,6 +297,17 @@ class Job(models.Model):
             models.Index(fields=["status", "last_received_at"], name="job_stall"),
             # Retention: the jobs of a day's partitions.
             models.Index(fields=["partition_day"], name="job_partition_day"),
+            # Jobs list: provider/model filters ignore case (iexact compares UPPER() of both
+            # sides on PostgreSQL), newest first.
+            models.Index(
+                Upper("provider"),
+                F("started_at").desc(),
+                F("id").desc(),
+                name="job_provider_newest",
+            ),
+            models.Index(
+                Upper("model"), F("started_at").desc(), F("id").desc(), name="job_model_newest"
+            ),
         ]
 
     def __str__(self):
@@ -810,7 +836,9 @@ class DashboardRollup(models.Model):
     A job lies in one hour and has one provider/model, so job counts add up across rows."""
 
     class Kind(models.TextChoices):
-        JOBS = "jobs"  # jobs started (dimension empty; steps = their step_count)
+        # Jobs started (dimension empty; steps = their step_count); status "failed" for the
+        # failed family, "" for every other status.
+        JOBS = "jobs"
         SEGMENT = "segment"  # dimension: step segment
         FAILURE_CODE = "failure_code"  # dimension: failure code (non-empty)
         ERROR_TYPE = "error_type"  # dimension: error type (non-empty); status: the job's

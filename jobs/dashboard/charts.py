@@ -553,10 +553,11 @@ def open_escalations(now: datetime) -> dict:
     )
 
 
-def panels(window: Window, now: datetime) -> dict:
-    """Every figure the dashboard shows, keyed by name (the chart id with underscores)."""
+def panels(window: Window, now: datetime, plan: rollup.Plan | None = None) -> dict:
+    """Every figure the dashboard shows, keyed by name (the chart id with underscores).
+    ``plan``: the window's rollup plan when the caller made one already."""
     planner_counts, planner_rate = planner(window)
-    plan = window.plan()
+    plan = plan or window.plan()
     kinds = [Kind.FAILURE_CODE, Kind.ERROR_TYPE, Kind.DURATION]
     if window.bucket != "minute":
         kinds += [Kind.SEGMENT, Kind.JOBS]

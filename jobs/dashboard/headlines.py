@@ -5,11 +5,11 @@ from datetime import datetime
 
 from django.db.models import Count, Q
 
+from jobs.dashboard import rollup
 from jobs.dashboard.window import Window, jobs_url
-from jobs.models import AlertEpisode, Escalation, Job
-from jobs.replay.failures import RunStatus
+from jobs.models import AlertEpisode, Escalation
 
-FAILED_STATUSES = (RunStatus.FAILED, RunStatus.FAILED_LOGIC, RunStatus.FAILED_INTERNAL)
+FAILED_STATUSES = rollup.FAILED_FAMILY
 
 
 @dataclass(frozen=True, slots=True)
@@ -35,19 +35,22 @@ class Headline:
         return f"{self.change:+g}"
 
 
-def headlines(window: Window, now: datetime) -> list[Headline]:
+def job_counts(window: Window, plan: rollup.Plan | None = None) -> tuple[int, int]:
+    """(jobs, failed-family jobs) started in the window: its whole clean hours from the
+    rollup's JOBS rows, the partial and dirty hours from Job rows (the same numbers as
+    counting Job rows, without reading two weeks of them for a 7-day view)."""
+    totals = rollup.job_totals(plan or window.plan(), window.provider, window.model).values()
+    return sum(jobs for jobs, _failed in totals), sum(failed for _jobs, failed in totals)
+
+
+def headlines(window: Window, now: datetime, plan: rollup.Plan | None = None) -> list[Headline]:
     """Jobs, failed jobs, failure rate, open escalations and firing alerts, each against the
-    previous period of the same length (escalations and alerts: as they stood at its end)."""
-    previous = window.previous
-    in_now = Q(started_at__gte=window.start)
-    failed = Q(status__in=[s.value for s in FAILED_STATUSES])
-    jobs = Job.objects.filter(started_at__gte=previous.start, started_at__lt=window.end)
-    jobs = jobs.filter(**window._job_filter("")).aggregate(
-        jobs=Count("id", filter=in_now),
-        failed=Count("id", filter=in_now & failed),
-        jobs_before=Count("id", filter=~in_now),
-        failed_before=Count("id", filter=~in_now & failed),
-    )
+    previous period of the same length (escalations and alerts: as they stood at its end).
+    ``plan``: the window's rollup plan when the caller made one already."""
+    jobs, failed = job_counts(window, plan)
+    # Ingest dirties recent hours: the previous period's few dirty ones are read raw rather
+    # than refreshed on this request (the periodic refresh task gets to them).
+    jobs_before, failed_before = job_counts(window.previous, window.previous.plan(0))
     cutoff = window.start
     escalations = Escalation.objects.aggregate(
         open=Count("id", filter=~Q(status=Escalation.Status.RESOLVED)),
@@ -70,17 +73,17 @@ def headlines(window: Window, now: datetime) -> list[Headline]:
         return failed_count / total if total else 0.0
 
     return [
-        Headline("Jobs", jobs["jobs"], jobs["jobs_before"], jobs_url(window)),
+        Headline("Jobs", jobs, jobs_before, jobs_url(window)),
         Headline(
             "Failed jobs",
-            jobs["failed"],
-            jobs["failed_before"],
+            failed,
+            failed_before,
             jobs_url(window, status=[s.value for s in FAILED_STATUSES]),
         ),
         Headline(
             "Failure rate",
-            rate(jobs["failed"], jobs["jobs"]),
-            rate(jobs["failed_before"], jobs["jobs_before"]),
+            rate(failed, jobs),
+            rate(failed_before, jobs_before),
             percent=True,
         ),
         Headline("Open escalations", escalations["open"], escalations["before"], "/escalations/"),

@@ -1,36 +1,33 @@
 """The dashboard's "which provider is degraded?" panel: per provider/model, the share of the
 jobs started in the window that failed (the failed family), most failing first."""
 
-from django.db.models import Count, Q
-
+from jobs.dashboard import rollup
 from jobs.dashboard.window import Window, jobs_url
 from jobs.replay.failures import RunStatus
 
-FAILED_FAMILY = (RunStatus.FAILED, RunStatus.FAILED_LOGIC, RunStatus.FAILED_INTERNAL)
+FAILED_FAMILY = rollup.FAILED_FAMILY
 MAX_SUBJECTS = 15
 
 
-def failure_rates(window: Window) -> list[dict]:
-    """Rows of provider, model, jobs, failed, rate: one aggregate over the jobs started in the
-    window (the job start index), highest rate first, then most jobs."""
-    rows = (
-        window.jobs()
-        .values("provider", "model")
-        .annotate(
-            jobs=Count("id"),
-            failed=Count("id", filter=Q(status__in=[s.value for s in FAILED_FAMILY])),
-        )
-        .order_by()
-    )
-    found = [{**row, "rate": row["failed"] / row["jobs"]} for row in rows if row["jobs"]]
+def failure_rates(window: Window, plan: rollup.Plan | None = None) -> list[dict]:
+    """Rows of provider, model, jobs, failed, rate for the jobs started in the window (the
+    rollup's JOBS rows, its partial and dirty hours from Job rows), highest rate first, then
+    most jobs."""
+    totals = rollup.job_totals(plan or window.plan(), window.provider, window.model)
+    found = [
+        {"provider": provider, "model": model, "jobs": jobs, "failed": failed}
+        | {"rate": failed / jobs}
+        for (provider, model), (jobs, failed) in totals.items()
+        if jobs
+    ]
     found.sort(key=lambda r: (-r["rate"], -r["jobs"], r["provider"], r["model"]))
     return found[:MAX_SUBJECTS]
 
 
-def panel(window: Window) -> dict:
+def panel(window: Window, plan: rollup.Plan | None = None) -> dict:
     """A horizontal bar per provider/model (its failure rate); a bar opens the list of its
     failed jobs. Producer text (provider, model) is data, escaped by charts.js."""
-    rows = failure_rates(window)
+    rows = failure_rates(window, plan)
     labels = ["/".join(p for p in (r["provider"], r["model"]) if p) or "(none)" for r in rows]
     data = (
         [

@@ -38,12 +38,13 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 
 from django.db import connection, transaction
-from django.db.models import Exists, OuterRef, Q, Sum
+from django.db.models import Count, Exists, OuterRef, Q, Sum
 from django.db.models.functions import Trunc
 from django.utils import timezone
 
 from jobs.ingest import database
 from jobs.models import DashboardDirtyHour, DashboardRollup, Job, Step, hour_floor
+from jobs.replay.failures import RunStatus
 
 Kind = DashboardRollup.Kind
 HOUR = timedelta(hours=1)
@@ -58,6 +59,10 @@ TASK_BATCH_HOURS = 24
 TASK_MAX_BATCHES = 20
 # pg_try_advisory_xact_lock(int, int): the two-key space, apart from ingest's per-job keys.
 LOCK_KEYS = (0x747A76, 1)
+# The failed family (failed, failed:logic, failed:internal), as the list's "failed" means it.
+FAILED_FAMILY = (RunStatus.FAILED, RunStatus.FAILED_LOGIC, RunStatus.FAILED_INTERNAL)
+# The status of JOBS rows that count failed-family jobs (the other JOBS rows have "").
+FAILED_STATUS = "failed"
 COLUMNS = ("hour", "kind", "provider", "model", "dimension", "status", "steps", "jobs", "histogram")
 
 
@@ -233,12 +238,16 @@ def _select(
             where.append(f"j.{name} = %s")
             where_params.append(value)
     condition = " AND ".join(where)
+    failed_in = ", ".join(f"'{status.value}'" for status in FAILED_FAMILY)
+    family = f"CASE WHEN j.status IN ({failed_in}) THEN '{FAILED_STATUS}' ELSE '' END"
     steps_join = f"{step} s JOIN {job} j ON j.id = s.job_id"
     counted = f"count(*), count(DISTINCT s.job_id), {no_histogram}"
     selects = {
-        Kind.JOBS: f"SELECT {hour}, 'jobs', j.provider, j.model, '', '', "
+        # Split by status family (FAILED_STATUS in status, "" for every other status): the
+        # headlines and the provider failure rates count jobs and failed jobs from these rows.
+        Kind.JOBS: f"SELECT {hour}, 'jobs', j.provider, j.model, '', {family}, "
         f"CAST(sum(j.step_count) AS BIGINT), count(*), {no_histogram} "
-        f"FROM {job} j WHERE {condition} GROUP BY 1, 3, 4",
+        f"FROM {job} j WHERE {condition} GROUP BY 1, 3, 4, 6",
         Kind.SEGMENT: f"SELECT {hour}, 'segment', j.provider, j.model, s.segment, '', {counted} "
         f"FROM {steps_join} WHERE {condition} GROUP BY 1, 3, 4, 5",
         Kind.FAILURE_CODE: f"SELECT {hour}, 'failure_code', j.provider, j.model, s.failure_code, "
@@ -267,7 +276,8 @@ class Plan:
 
     rollup: tuple[tuple[datetime, datetime], ...]
     raw: tuple[tuple[datetime, datetime], ...]
-    # Cells fetched ahead for several panels: (kind, provider, model) -> cells.
+    # Cells fetched ahead for several panels: (kind, provider, model) -> cells; job_totals:
+    # ("job_totals", provider, model) -> totals.
     fetched: dict = field(default_factory=dict, compare=False, repr=False)
 
 
@@ -369,6 +379,51 @@ def cells(
                     Cell(kind, _as_hour(hour), dimension, status, int(steps), int(jobs), histogram)
                 )
     return found
+
+
+def job_totals(plan: Plan, provider: str = "", model: str = "") -> dict[tuple[str, str], list]:
+    """Jobs started in the plan's range per (provider, model): [jobs, failed-family jobs].
+    Rollup ranges from the JOBS rows (one small aggregate), raw ranges from Job rows; the same
+    numbers as counting Job rows over the whole range. Kept on the plan: the headlines and the
+    provider panel read the same totals."""
+    key = ("job_totals", provider, model)
+    if key in plan.fetched:
+        return plan.fetched[key]
+    totals: dict[tuple[str, str], list] = plan.fetched.setdefault(key, {})
+    subject = {name: value for name, value in (("provider", provider), ("model", model)) if value}
+    if plan.rollup:
+        span = Q()
+        for since, until in plan.rollup:
+            span |= Q(hour__gte=since, hour__lt=until)
+        rows = (
+            DashboardRollup.objects.filter(span, kind=Kind.JOBS, **subject)
+            .values_list("provider", "model", "status")
+            .annotate(n_jobs=Sum("jobs"))
+            .order_by()
+        )
+        for row_provider, row_model, status, jobs in rows:
+            entry = totals.setdefault((row_provider, row_model), [0, 0])
+            entry[0] += jobs
+            if status == FAILED_STATUS:
+                entry[1] += jobs
+    if plan.raw:
+        span = Q()
+        for since, until in plan.raw:
+            span |= Q(started_at__gte=since, started_at__lt=until)
+        rows = (
+            Job.objects.filter(span, **subject)
+            .values_list("provider", "model")
+            .annotate(
+                n_jobs=Count("id"),
+                n_failed=Count("id", filter=Q(status__in=[s.value for s in FAILED_FAMILY])),
+            )
+            .order_by()
+        )
+        for row_provider, row_model, jobs, failed in rows:
+            entry = totals.setdefault((row_provider, row_model), [0, 0])
+            entry[0] += jobs
+            entry[1] += failed
+    return totals
 
 
 def _whole_days(ranges: Iterable[tuple[datetime, datetime]]) -> list[datetime]:

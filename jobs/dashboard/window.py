@@ -59,9 +59,10 @@ class Window:
         first_day = (self.start - PRODUCER_CLOCK_AHEAD).astimezone(UTC).date()
         return steps.filter(partition_day__gte=first_day, **self._job_filter("job__"))
 
-    def plan(self) -> rollup.Plan:
-        """Which hours of the window the rollup answers (refreshing dirty ones, bounded)."""
-        return rollup.plan(self.start, self.end)
+    def plan(self, refresh_hours: int = rollup.REQUEST_REFRESH_HOURS) -> rollup.Plan:
+        """Which hours of the window the rollup answers (refreshing at most ``refresh_hours``
+        dirty ones; the others are read raw)."""
+        return rollup.plan(self.start, self.end, refresh_hours)
 
     def cells(self, plan: rollup.Plan | None, *kinds: str) -> list[rollup.Cell]:
         return rollup.cells(plan or self.plan(), kinds, self.provider, self.model)

@@ -27,10 +27,11 @@ RANGE_CHOICES = (("1h", "1 hour"), ("24h", "24 hours"), ("7d", "7 days"), ("cust
 def dashboard(request):
     now = timezone.now()
     window, errors = parse_window(request.GET, now)
+    plan = window.plan()
     figures = {
-        **charts.panels(window, now),
+        **charts.panels(window, now, plan),
         **llm_usage.panels(window),
-        "provider_failure_rate": provider_health.panel(window),
+        "provider_failure_rate": provider_health.panel(window, plan),
     }
     context = {
         "nav": "dashboard",
@@ -39,7 +40,7 @@ def dashboard(request):
         "range_choices": RANGE_CHOICES,
         "since_value": iso(window.start) if window.key == "custom" else "",
         "until_value": iso(window.end) if window.key == "custom" else "",
-        "headlines": headlines.headlines(window, now),
+        "headlines": headlines.headlines(window, now, plan),
         "firing": list(alerts.firing_episodes()),
         "figures": figures,
         "unlisted_failure_codes": figures["failures_by_code"]["unlisted"],

@@ -6,7 +6,7 @@ import binascii
 from datetime import datetime, timedelta
 
 from django import forms
-from django.db.models import Q, QuerySet
+from django.db.models import Exists, OuterRef, Q, QuerySet
 from django.utils import timezone
 
 from jobs.models import FailureGroupJob, Job, Step
@@ -104,13 +104,9 @@ def filter_jobs(filters: dict, now: datetime | None = None) -> QuerySet[Job]:
     elif filters.get("segment") == "failed":
         jobs = jobs.filter(has_failed=True)
     if filters.get("failure_code"):
-        jobs = jobs.filter(
-            id__in=Step.objects.filter(failure_code=filters["failure_code"]).values("job_id")
-        )
+        jobs = jobs.filter(has_step(Step.objects.filter(failure_code=filters["failure_code"])))
     if filters.get("error_type"):
-        jobs = jobs.filter(
-            id__in=Step.objects.filter(error_type=filters["error_type"]).values("job_id")
-        )
+        jobs = jobs.filter(has_step(Step.objects.filter(error_type=filters["error_type"])))
     if filters.get("root_error_type"):
         jobs = jobs.filter(error_type=filters["root_error_type"])
     for name in ("provider", "model"):
@@ -133,7 +129,7 @@ def filter_jobs(filters: dict, now: datetime | None = None) -> QuerySet[Job]:
     if filters.get("min_attempts"):
         jobs = jobs.filter(max_attempt__gte=filters["min_attempts"])
     if filters.get("reason"):
-        jobs = jobs.filter(id__in=Step.objects.reason_matches(filters["reason"]).values("job_id"))
+        jobs = jobs.filter(has_step(Step.objects.reason_matches(filters["reason"])))
     if filters.get("group"):
         jobs = jobs.filter(
             id__in=FailureGroupJob.objects.filter(group__fingerprint=filters["group"]).values(
@@ -141,6 +137,14 @@ def filter_jobs(filters: dict, now: datetime | None = None) -> QuerySet[Job]:
             )
         )
     return jobs
+
+
+def has_step(steps: QuerySet[Step]) -> Exists:
+    """The job has one of these steps. A job's steps live in its day's partition
+    (``Job.partition_day``), so matching the day too lets PostgreSQL probe that one partition
+    per job, newest first, instead of every day's (the list's cost would grow with the days
+    kept)."""
+    return Exists(steps.filter(job_id=OuterRef("pk"), partition_day=OuterRef("partition_day")))
 
 
 def after_cursor(jobs: QuerySet[Job], cursor: tuple[datetime, int] | None) -> QuerySet[Job]:

@@ -134,8 +134,8 @@ def jobs_list(request):
     page = list(jobs[: page_size + 1])
     next_cursor = encode_cursor(page[page_size - 1]) if len(page) > page_size else None
     page = page[:page_size]
-    total = matching.order_by()[: COUNT_CAP + 1].count()
-    new_jobs = newer_than(matching, anchor).order_by()[: NEW_JOBS_CAP + 1].count() if anchor else 0
+    total = matching.capped_count(COUNT_CAP + 1)
+    new_jobs = newer_than(matching, anchor).capped_count(NEW_JOBS_CAP + 1) if anchor else 0
     query = request.GET.copy()
     query.pop("cursor", None)
     query.pop("anchor", None)

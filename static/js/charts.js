@@ -140,11 +140,35 @@
     element.on("plotly_unhover", function () { element.style.cursor = ""; });
   }
 
+  function inView(element) {
+    var box = element.getBoundingClientRect();
+    return box.bottom > 0 && box.top < window.innerHeight;
+  }
+
+  // Charts below the fold are drawn one at a time when the browser is idle, so the ones in
+  // view (and the headlines) show first: a chart costs plotly 50-150 ms of main thread.
+  var later = [];
+  function drawLater() {
+    var element = later.shift();
+    if (!element) return;
+    if (element.isConnected) draw(element);
+    if (later.length) idle(drawLater);
+  }
+  function idle(callback) {
+    if (window.requestIdleCallback) window.requestIdleCallback(callback, { timeout: 100 });
+    else window.setTimeout(callback, 0);
+  }
+
   function drawAll(root) {
     var elements = [];
     if (root.matches && root.matches("[data-chart]")) elements.push(root);
     if (root.querySelectorAll) elements = elements.concat(Array.from(root.querySelectorAll("[data-chart]")));
-    elements.forEach(draw);
+    var waiting = later.length;
+    elements.forEach(function (element) {
+      if (inView(element)) draw(element);
+      else later.push(element);
+    });
+    if (!waiting && later.length) idle(drawLater);
   }
 
   // Plotly charts swapped out by htmx are purged, so their listeners do not leak.

@@ -105,6 +105,44 @@ def test_dashboard_draws_charts_and_a_bar_click_opens_the_filtered_jobs_list(
     screenshot(page, "dashboard-click-jobs-list")
 
 
+DRAW_ORDER = """
+window.drawOrder = [];
+window.drawnWhenReady = [];
+new MutationObserver(changes => changes.forEach(change => {
+  if (change.target.dataset.ready !== "true") return;
+  window.drawOrder.push(change.target.dataset.chart);
+  // How many charts plotly has drawn into by the time this one is ready.
+  window.drawnWhenReady.push(
+    [...document.querySelectorAll("[data-chart]")].filter(e => e.querySelector("svg")).length);
+})).observe(document, {attributes: true, subtree: true, attributeFilter: ["data-ready"]});
+"""
+
+
+def test_charts_in_view_are_drawn_first_and_the_others_without_scrolling(
+    page, live_server, dashboard_data
+):
+    page.set_viewport_size({"width": 1280, "height": 700})
+    log_in(page, live_server, "olga", "/")
+    page.add_init_script(DRAW_ORDER)
+    page.goto(live_server.url + "/dashboard/")
+    charts = page.locator("[data-chart]")
+    page.wait_for_function(
+        "n => window.drawOrder.length === n && document.querySelectorAll("
+        "'[data-chart][data-ready=true]').length === n",
+        arg=charts.count(),
+    )
+    assert page.evaluate("window.scrollY") == 0
+    in_view = charts.evaluate_all(
+        "elements => elements.filter(e => e.getBoundingClientRect().top < window.innerHeight)"
+        ".map(e => e.dataset.chart)"
+    )
+    order = page.evaluate("window.drawOrder")
+    assert 0 < len(in_view) < len(order)  # some charts start below the fold
+    assert set(order[: len(in_view)]) == set(in_view)
+    # The charts in view were ready before plotly started on any chart below the fold.
+    assert page.evaluate("window.drawnWhenReady")[: len(in_view)] == [len(in_view)] * len(in_view)
+
+
 def test_changing_the_range_swaps_the_panels_and_redraws(page, live_server, dashboard_data):
     log_in(page, live_server, "olga", "/dashboard/")
     page.wait_for_selector('[data-chart="step-results"][data-ready="true"] svg.main-svg')

@@ -5,6 +5,7 @@ links' job counts still equal the jobs list's; histogram percentiles stay within
 from datetime import timedelta
 
 import pytest
+from django.db.models import Count, Q
 
 from jobs import tasks
 from jobs.dashboard import charts, headlines, rollup
@@ -87,7 +88,10 @@ def test_hour_aligned_window_reads_only_the_rollup(jobs_over_hours):
     assert plan.raw == ()
     assert plan.rollup == ((w.start, w.end),)
     assert not DashboardDirtyHour.objects.exists()
-    assert DashboardRollup.objects.filter(kind="jobs").count() == 8  # 4 hours x 2 providers
+    job_rows = DashboardRollup.objects.filter(kind="jobs")
+    # 4 hours x 2 providers, each split into failed-family jobs and the others
+    assert len({(row.hour, row.provider) for row in job_rows}) == 8
+    assert {row.status for row in job_rows} == {"", rollup.FAILED_STATUS}
     assert_same_as_raw(w)
 
 
@@ -249,3 +253,93 @@ def test_whole_days_read_compiled_day_rows(jobs_over_hours, monkeypatch):
     assert nodes["n9"]["steps"] == 1
     assert rollup.compile_days() == 1
     assert_same_as_raw(w)
+
+
+def job_rows_count(w: Window) -> tuple[int, int]:
+    """(jobs, failed-family jobs) counted from Job rows: the reference for the headlines."""
+    jobs = w.jobs()
+    return jobs.count(), jobs.filter(status__in=[s.value for s in rollup.FAILED_FAMILY]).count()
+
+
+@pytest.mark.parametrize(
+    ("start", "end", "filters"),
+    [
+        (0, 4, {}),  # whole hours: the rollup alone
+        (0.5, 3.25, {}),  # partial hours at both ends read raw
+        (2, 6, {}),  # previous period 0-2 h
+        (0.5, 4, OPENAI),
+        (0, 4, {"provider": "anthropic"}),
+    ],
+)
+def test_headline_job_counts_from_the_rollup_equal_job_rows(jobs_over_hours, start, end, filters):
+    store(
+        [
+            event("job_finished", job_id, i * 600 + 60, status="failed", reason="gave up")
+            for i, job_id in ((4, "r4"), (5, "r5"), (22, "r22"))
+        ]
+    )
+    rollup.refresh_pending()
+    w = window(start, end, **filters)
+    assert not w.plan().raw or (start, end) != (0, 4)
+    expected, expected_before = job_rows_count(w), job_rows_count(w.previous)
+    assert expected[1] > 0  # the data has failed jobs in it, so the split is tested
+    numbers = {h.label: h for h in headlines.headlines(w, w.end)}
+    assert (numbers["Jobs"].value, numbers["Failed jobs"].value) == expected
+    assert (numbers["Jobs"].previous, numbers["Failed jobs"].previous) == expected_before
+    assert headlines.job_counts(w, raw_plan(w)) == expected
+
+
+def test_headline_job_counts_follow_a_job_that_fails_later(jobs_over_hours):
+    rollup.refresh_pending()
+    w = window()
+    jobs, failed = headlines.job_counts(w)
+    store([event("job_finished", "r0", 60, status="failed", reason="gave up")])
+    assert headlines.job_counts(w) == (jobs, failed + 1) == job_rows_count(w)
+    rollup.refresh_pending()
+    assert headlines.job_counts(w, w.plan()) == (jobs, failed + 1)
+    assert w.plan().raw == ()
+
+
+@pytest.mark.django_db(transaction=True)
+def test_the_migration_recomputes_the_hours_of_unsplit_job_rows():
+    """Rollups made before JOBS rows were split by status family are recomputed: migration
+    0019 marks their hours dirty, so they are read raw until the refresh rewrites them."""
+    from django.db import connection
+    from django.db.migrations.executor import MigrationExecutor
+
+    before = [("jobs", "0017_staff_group")]
+    after = [("jobs", "0019_rollup_jobs_by_status_and_provider_index")]
+    executor = MigrationExecutor(connection)
+    latest = executor.loader.graph.leaf_nodes("jobs")
+    executor.migrate(before)
+    old = executor.loader.project_state(before).apps
+    for hour, kind in ((0, "jobs"), (0, "segment"), (1, "jobs"), (2, "segment")):
+        old.get_model("jobs", "DashboardRollup").objects.create(
+            hour=BASE_TS + timedelta(hours=hour), kind=kind, dimension=f"{kind}-{hour}", jobs=3
+        )
+    try:
+        MigrationExecutor(connection).migrate(after)
+        assert sorted(rollup.dirty_hours()) == [BASE_TS, BASE_TS + timedelta(hours=1)]
+    finally:
+        MigrationExecutor(connection).migrate(latest)
+
+
+def test_provider_failure_rates_from_the_rollup_equal_job_rows(jobs_over_hours):
+    from jobs.dashboard import provider_health
+
+    store([event("job_finished", "r4", 4 * 600 + 60, status="failed", reason="gave up")])
+    rollup.refresh_pending()
+    for w in (window(), window(0.5, 3.25), window(0, 4, provider="openai")):
+        assert provider_health.failure_rates(w) == provider_health.failure_rates(w, raw_plan(w))
+        expected = {
+            (row["provider"], row["model"]): (row["jobs"], row["failed"])
+            for row in w.jobs()
+            .values("provider", "model")
+            .annotate(
+                jobs=Count("id"),
+                failed=Count("id", filter=Q(status__in=[s.value for s in rollup.FAILED_FAMILY])),
+            )
+        }
+        found = provider_health.failure_rates(w)
+        assert {(r["provider"], r["model"]): (r["jobs"], r["failed"]) for r in found} == expected
+        assert any(failed for _jobs, failed in expected.values())

@@ -77,6 +77,21 @@ def test_result_count_counts_every_match_not_the_page(operator, settings):
     assert "<strong data-result-count>5 jobs</strong>" in response.content.decode()
 
 
+def test_result_count_stops_at_the_cap(operator, settings, monkeypatch):
+    from jobs.web import jobs_list
+
+    monkeypatch.setattr(jobs_list, "COUNT_CAP", 3)
+    settings.TRACEVIZ_JOBS_PAGE_SIZE = 2
+    for index in range(5):
+        failing(f"j{index}", "PermanentError", minutes=10 + index)
+    response = operator.get("/")
+    assert (response.context["total"], response.context["total_more"]) == (3, True)
+    assert "<strong data-result-count>3+ jobs</strong>" in response.content.decode()
+    response = operator.get("/?reason=x&error_type=PermanentError")
+    assert (response.context["total"], response.context["total_more"]) == (3, True)
+    assert Job.objects.filter(job_id__startswith="j").capped_count(10) == 5
+
+
 def test_job_id_prefix_finds_the_job(operator):
     job("release-42-eu", [finished("n1", "success", "release-42-eu", minutes_ago(9))])
     job("release-43")

@@ -1,0 +1,64 @@
+"""The jobs list's queries are served by indexes on PostgreSQL (issue 16): the case-insensitive
+provider/model filters by their functional indexes, the step filters by one day partition per
+job. Plans are read with
+sequential and bitmap scans disabled: on a few rows they are cheaper and say nothing about
+whether an index could serve the query in order."""
+
+import pytest
+from django.db import connection
+from django.test.utils import CaptureQueriesContext
+
+from tests import factories
+from tests.factories import event, finished
+
+pytestmark = [pytest.mark.postgres, pytest.mark.django_db]
+
+
+@pytest.fixture
+def operator(client):
+    client.force_login(factories.user("olga", "operator"))
+    return client
+
+
+def plans(client, url: str) -> list[tuple[str, str]]:
+    """(sql, plan) of every jobs_job query the page runs."""
+    with CaptureQueriesContext(connection) as queries:
+        assert client.get(url).status_code == 200
+    found = []
+    with connection.cursor() as cursor:
+        cursor.execute("SET LOCAL enable_seqscan = off")
+        cursor.execute("SET LOCAL enable_bitmapscan = off")
+        for query in queries.captured_queries:
+            if "jobs_job" in query["sql"] and query["sql"].startswith("SELECT"):
+                cursor.execute("EXPLAIN " + query["sql"])
+                found.append((query["sql"], "\n".join(row[0] for row in cursor.fetchall())))
+    return found
+
+
+@pytest.fixture
+def jobs(db):
+    factories.store(
+        [
+            event("job_started", "a", 0, provider="OpenAI", model="GPT-4o"),
+            finished("n1", "permanent_failure", "a", 1, reason="upstream said no"),
+            event("job_started", "b", 0, provider="anthropic", model="claude"),
+        ]
+    )
+
+
+@pytest.mark.parametrize(
+    ("url", "index"),
+    [("/?provider=openai", "job_provider_newest"), ("/?show=all&model=gpt-4O", "job_model_newest")],
+)
+def test_provider_and_model_filters_use_their_functional_index(operator, jobs, url, index):
+    found = plans(operator, url)
+    (_page_sql, page_plan), (_count_sql, count_plan) = found  # the page and its capped count
+    assert f"Index Scan using {index}" in page_plan, page_plan
+    assert "Sort" not in page_plan.split("SubPlan")[0], page_plan  # the index gives the order
+    assert index in count_plan, count_plan
+
+
+def test_step_filters_probe_only_the_jobs_day_partition(operator, jobs):
+    for url in ("/?reason=upstream", "/?failure_code=adapter_error", "/?error_type=logic"):
+        for sql, _plan in plans(operator, url):
+            assert '"partition_day" = ("jobs_job"."partition_day")' in sql, sql
