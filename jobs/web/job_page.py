@@ -9,6 +9,7 @@ and calls the taxonomy and layout helpers; it never replays or classifies by its
 import json
 from dataclasses import dataclass
 from datetime import UTC, datetime
+from html import escape
 
 from django.contrib.auth.decorators import login_required
 from django.db.models import Q, TextField
@@ -17,6 +18,7 @@ from django.shortcuts import render
 from django.utils import timezone
 from django.utils.dateparse import parse_datetime
 from django.utils.http import urlencode
+from django.utils.safestring import mark_safe
 from django.views.decorators.http import require_GET
 from django.views.decorators.vary import vary_on_headers
 
@@ -155,26 +157,58 @@ def _step_item(step: Step | StepRow, root_key: str) -> dict:
     }
 
 
+# A waterfall row's bars and gaps are joined into markup here: as two template loops per row
+# they were most of a 10,000-step page's rendering (a loop costs more than the few tags it
+# writes). Every value goes through html.escape (what Django's escape calls), so the joined
+# markup is safe as a whole.
+
+
+def _bar_html(bar: dict) -> str:
+    css, href, label = escape(bar["css"]), escape(bar["href"]), escape(bar["label"])
+    return (
+        f'<a class="wf-bar {css}" style="{escape(bar["style"])}" href="{href}" hx-get="{href}" '
+        f'tabindex="-1" title="{label}"><span class="visually-hidden">{label}</span></a>'
+    )
+
+
+def _word_html(bar: dict) -> str:
+    segment = escape(bar["segment"])
+    word = f"<s>{segment}</s>" if bar["stale"] else segment
+    return f'<span class="seg-word {escape(bar["css"])}">{word}</span>'
+
+
 def _waterfall_item(row: timeline.WaterfallRow) -> dict:
+    bars = [
+        {
+            "href": "?" + step_query(bar.step.node_id, bar.step.attempt),
+            "style": f"left:{bar.left:.3f}%;width:{bar.width:.3f}%",
+            "css": f"seg-{bar.step.segment}{' stale' if bar.step.ignored_stale else ''}",
+            "label": f"{row.node_id} {bar.label}",
+            "segment": bar.step.segment,
+            "stale": bar.step.ignored_stale,
+        }
+        for bar in row.bars
+    ]
+    gaps = [
+        {"style": f"left:{gap.left:.3f}%;width:{gap.width:.3f}%", "label": gap.label}
+        for gap in row.gaps
+    ]
+    track = "".join(
+        f'<span class="wf-gap" style="{escape(gap["style"])}" title="{escape(gap["label"])}">'
+        "</span>"
+        for gap in gaps
+    ) + "".join(_bar_html(bar) for bar in bars)
+    words = "".join(_word_html(bar) for bar in bars) + "".join(
+        f'<span class="visually-hidden">, {escape(gap["label"])}</span>' for gap in gaps
+    )
     return {
         "node_id": row.node_id,
         "depth": row.depth,
         "title": row.node_id + (f" (child of {row.parent_node_id})" if row.parent_node_id else ""),
-        "bars": [
-            {
-                "href": "?" + step_query(bar.step.node_id, bar.step.attempt),
-                "style": f"left:{bar.left:.3f}%;width:{bar.width:.3f}%",
-                "css": f"seg-{bar.step.segment}{' stale' if bar.step.ignored_stale else ''}",
-                "label": f"{row.node_id} {bar.label}",
-                "segment": bar.step.segment,
-                "stale": bar.step.ignored_stale,
-            }
-            for bar in row.bars
-        ],
-        "gaps": [
-            {"style": f"left:{gap.left:.3f}%;width:{gap.width:.3f}%", "label": gap.label}
-            for gap in row.gaps
-        ],
+        "bars": bars,
+        "gaps": gaps,
+        "track": mark_safe(track),
+        "words": mark_safe(words),
     }
 
 
@@ -203,6 +237,21 @@ def _root_failure(job: Job) -> Step | None:
         .only("node_id", "attempt", "finished_event_id", "failure_group")
         .first()
     )
+
+
+def _root_key(job: Job, steps: list[StepRow]) -> str:
+    """``_root_failure``'s step key read off the job's rows (no query): the failing node's
+    latest non-stale failed attempt; "" when there is none."""
+    if not job.failing_node_id:
+        return ""
+    failed = [
+        row
+        for row in steps
+        if row.node_id == job.failing_node_id
+        and not row.ignored_stale
+        and row.result_type not in ("", failures.ResultType.SUCCESS)
+    ]
+    return max(failed, key=lambda row: row.position).step_key if failed else ""
 
 
 def _panel_context(request, job: Job, raw_key: str | None, root_key: str) -> tuple[dict, int]:
@@ -436,27 +485,20 @@ def job_detail(request, job_id: str):
     more = request.GET.get("more", "")
     if fragment and more in MORE_PARTS:
         return _more_rows(request, job, more, raw_step)
-    root = _root_failure(job)
-    root_key = root.step_key if root else ""
-    step_key = raw_step or root_key
-    panel, status = _panel_context(request, job, step_key, root_key)
+    live_refresh = fragment and request.GET.get("live") == "1"
+    if fragment and not live_refresh:
+        return _fragment(request, job, raw_step)
+    # The whole page reads every step's row for the waterfall: the root failure is read off
+    # them, and its Step row comes with the panel when the panel shows it (the default).
+    steps = _step_rows(job_steps(job).order_by("position"))
+    root_key = _root_key(job, steps)
+    panel, status = _panel_context(request, job, raw_step or root_key, root_key)
+    root = next((e.step for e in panel.get("attempts", []) if e.key == root_key), None)
+    if root_key and root is None:
+        root = _root_failure(job)
     panel["job"] = job
     panel["can_see_raw"] = access.can_see_raw_events(request.user)
-    live_refresh = fragment and request.GET.get("live") == "1"
-    target = request.htmx.target if fragment else None
-    if fragment and not live_refresh and target != "step-results":
-        return render(request, "jobs/detail.html#step-panel", panel, status=status)
     current_key = panel.get("step_key", "")
-    if fragment and not live_refresh:
-        listing = _step_window(request, job, None, current_key, raw_step)
-        listing["step_rows"] = _indexed(
-            listing["step_rows"], root_key, listing["first_index"], listing["step_filter"]
-        )
-        context = {**listing, "job": job, "current_step_key": current_key, "root_key": root_key}
-        context["step_count"] = job.step_count
-        status = 400 if listing["filter_form"].errors else 200
-        return render(request, "jobs/detail.html#step-results", context, status=status)
-    steps = _step_rows(job_steps(job).order_by("position"))
     listing = _step_window(request, job, steps, current_key, raw_step)
     if listing["filter_form"].errors:
         status = 400
@@ -519,6 +561,27 @@ def job_detail(request, job_id: str):
         context["oob"] = True
         return render(request, "jobs/live.html", context, status=200 if context["live"] else 286)
     return render(request, "jobs/detail.html", context, status=status)
+
+
+def _fragment(request, job: Job, raw_step: str):
+    """The step panel, or the step list (a filter: target ``step-results``), of an HTMX
+    request: neither needs every step's row, so the root failure is one query."""
+    root = _root_failure(job)
+    root_key = root.step_key if root else ""
+    panel, status = _panel_context(request, job, raw_step or root_key, root_key)
+    panel["job"] = job
+    panel["can_see_raw"] = access.can_see_raw_events(request.user)
+    if request.htmx.target != "step-results":
+        return render(request, "jobs/detail.html#step-panel", panel, status=status)
+    current_key = panel.get("step_key", "")
+    listing = _step_window(request, job, None, current_key, raw_step)
+    listing["step_rows"] = _indexed(
+        listing["step_rows"], root_key, listing["first_index"], listing["step_filter"]
+    )
+    context = {**listing, "job": job, "current_step_key": current_key, "root_key": root_key}
+    context["step_count"] = job.step_count
+    status = 400 if listing["filter_form"].errors else 200
+    return render(request, "jobs/detail.html#step-results", context, status=status)
 
 
 def _indexed(
