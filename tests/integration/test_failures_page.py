@@ -7,6 +7,7 @@ from datetime import UTC, timedelta
 import pytest
 from django.http import QueryDict
 from django.utils import timezone
+from django.utils.http import urlencode
 
 from jobs.dashboard import failure_groups as read
 from jobs.dashboard.window import parse_window
@@ -96,6 +97,23 @@ def test_seven_day_range_has_a_bar_per_day_and_counts_its_partial_end_days_exact
         expected[bar(minutes)] += 1
     assert row.trend == expected
     assert "failed steps over the range, per day" in response.content.decode()
+
+
+def test_custom_range_of_whole_days_reads_only_day_rows_and_counts_each_day(operator):
+    now = timezone.now()
+    today = now.astimezone(UTC).replace(hour=0, minute=0, second=0, microsecond=0)
+    since, until = today - timedelta(days=3), today  # three whole UTC days, no partial hour
+    for job_id, at in (("d1", since + timedelta(hours=1)), ("d3a", until - timedelta(hours=2))):
+        failed_job(job_id, (now - at).total_seconds() / 60)
+    failed_job("d3b", (now - (until - timedelta(minutes=1))).total_seconds() / 60)
+    failed_job("after", (now - (until + timedelta(minutes=1))).total_seconds() / 60)
+    query = urlencode({"range": "custom", "since": since.isoformat(), "until": until.isoformat()})
+    window, errors = parse_window(QueryDict(query), now)
+    assert errors == [] and (window.start, window.end) == (since, until)
+    span = read.span_of(window)
+    assert (span.by_day, span.whole_from, span.whole_to) == (True, since.date(), until.date())
+    [row] = read.groups_in_window(window)
+    assert (row.trend, row.per) == ([1, 0, 2], "day")
 
 
 def test_seven_day_range_agrees_with_the_hour_rows(operator):
