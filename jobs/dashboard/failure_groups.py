@@ -1,11 +1,12 @@
 """Failure groups, read side (DESIGN.md section 6): the groups active in a window with their
 trend and providers, from the rows ingest keeps (jobs.ingest.failure_groups). A page reads a
-bounded number of hour rows; it never scans steps.
+bounded number of hour rows (and, over more than 48 hours, day rows for the whole days); it
+never scans steps.
 """
 
 from collections import Counter
 from dataclasses import dataclass, field
-from datetime import date, datetime, timedelta
+from datetime import UTC, date, datetime, time, timedelta
 
 from django.db.models import IntegerField, Q, Sum
 from django.db.models.expressions import RawSQL
@@ -75,8 +76,8 @@ class Span:
         return self.whole_from < self.whole_to
 
 
-def _midnight(day: date, like: datetime) -> datetime:
-    return like.replace(year=day.year, month=day.month, day=day.day, hour=0)
+def _midnight(day: date) -> datetime:
+    return datetime.combine(day, time(), tzinfo=UTC)
 
 
 def span_of(window: Window) -> Span:
@@ -135,8 +136,8 @@ def _hour_rows(window: Window, group_ids=None, *, every_hour: bool = False):
     hours = Q(hour__gte=span.first_hour, hour__lt=span.end_hour)
     if span.by_day and span.has_whole_days and not every_hour:
         whole = Q(
-            hour__gte=_midnight(span.whole_from, span.first_hour),
-            hour__lt=_midnight(span.whole_to, span.first_hour),
+            hour__gte=_midnight(span.whole_from),
+            hour__lt=_midnight(span.whole_to),
         )
         hours &= ~whole
     return _filtered(FailureGroupHour.objects.filter(hours), window, group_ids)
