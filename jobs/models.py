@@ -535,6 +535,33 @@ class FailureGroupHour(models.Model):
         return f"{self.group_id} {self.hour:%Y-%m-%d %H:00}"
 
 
+class FailureGroupDay(models.Model):
+    """The hour rows summed per UTC day (the same group, provider and model): long windows of
+    the failures page read a row per day for the days they cover whole, not 24 hour rows.
+    Written beside the hour rows in the same statement batch (``jobs.ingest.failure_groups``),
+    so a day row always equals the sum of its hours."""
+
+    group = models.ForeignKey(FailureGroup, on_delete=models.CASCADE, related_name="days")
+    day = models.DateField()
+    provider = models.CharField(max_length=200, blank=True)
+    model = models.CharField(max_length=200, blank=True)
+    step_count = models.IntegerField(default=0)
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(
+                fields=["group", "day", "provider", "model"], name="failure_group_day"
+            ),
+        ]
+        indexes = [
+            # The failures page over a long window: every group's whole days inside it.
+            models.Index(fields=["day", "group"], name="failure_group_day_window"),
+        ]
+
+    def __str__(self):
+        return f"{self.group_id} {self.day:%Y-%m-%d}"
+
+
 class Call(models.Model):
     """A call a step made (an LLM, a tool, a retriever, a message published...), from an
     OpenTelemetry span inside the step (jobs.replay.calls). ``node_id`` "" is a call of the job

@@ -1,23 +1,26 @@
 """Failure groups, read side (DESIGN.md section 6): the groups active in a window with their
 trend and providers, from the rows ingest keeps (jobs.ingest.failure_groups). A page reads a
-bounded number of hour rows; it never scans steps.
+bounded number of hour rows (and, over more than 48 hours, day rows for the whole days); it
+never scans steps.
 """
 
-from collections import defaultdict
+from collections import Counter
 from dataclasses import dataclass, field
-from datetime import datetime, timedelta
+from datetime import UTC, date, datetime, time, timedelta
 
-from django.db.models import IntegerField, Sum
+from django.db.models import IntegerField, Q, Sum
 from django.db.models.expressions import RawSQL
 
 from jobs.dashboard.window import Window, wall, zone_label
 from jobs.ingest import database
-from jobs.models import FailureGroup, FailureGroupHour, FailureGroupJob, hour_floor
+from jobs.models import FailureGroup, FailureGroupDay, FailureGroupHour, FailureGroupJob, hour_floor
 
 MAX_GROUPS = 100
 SPARK_WIDTH, SPARK_HEIGHT = 120, 24
-# At most this many bars: a longer range merges neighbouring hours (7 days: 4 hours a bar).
+# At most this many hourly bars: a longer window has a bar per UTC day (as Sentry's 14-day
+# trend does), read from the day rows, and merges neighbouring days past this many days.
 SPARK_BARS = 48
+HOUR, DAY = timedelta(hours=1), timedelta(days=1)
 
 
 @dataclass(slots=True)
@@ -33,34 +36,70 @@ class Involved:
 
 @dataclass(slots=True)
 class GroupRow:
-    """A group with its failed steps in the window: per hour (oldest first) and by
-    provider/model (most first)."""
+    """A group with its failed steps in the window: per bar (an hour, or a UTC day on a long
+    window; oldest first) and by provider/model (most first)."""
 
     group: FailureGroup
     steps_in_window: int
-    hourly: list[int]
+    trend: list[int]
+    per: str = "hour"
     involved: list[Involved] = field(default_factory=list)
 
     @property
     def sparkline(self) -> str:
         """An inline SVG path of bars (in a SPARK_WIDTH x SPARK_HEIGHT viewBox), one per hour
-        with failures: one element per row, so a 7-day range stays cheap to render."""
-        return spark_path(self.hourly)
+        or day with failures: one element per row, so a 7-day range stays cheap to render."""
+        return spark_path(self.trend)
+
+
+@dataclass(frozen=True, slots=True)
+class Span:
+    """Which rows answer a window. Its UTC hours are [first_hour, end_hour). Up to SPARK_BARS
+    hours it reads hour rows and has a bar per hour; a longer one has a bar per UTC day and
+    reads day rows for the days it covers whole, [whole_from, whole_to), and hour rows only
+    for the partial days at its two ends (at most 46 hours, whatever its length)."""
+
+    first_hour: datetime
+    end_hour: datetime
+    by_day: bool
+    whole_from: date
+    whole_to: date
+
+    @property
+    def bars(self) -> int:
+        if not self.by_day:
+            return (self.end_hour - self.first_hour) // HOUR
+        return ((self.end_hour - HOUR).date() - self.first_hour.date()).days + 1
+
+    @property
+    def has_whole_days(self) -> bool:
+        return self.whole_from < self.whole_to
+
+
+def _midnight(day: date) -> datetime:
+    return datetime.combine(day, time(), tzinfo=UTC)
+
+
+def span_of(window: Window) -> Span:
+    first = hour_floor(window.start)
+    end = hour_floor(window.end)
+    if end < window.end:
+        end += HOUR
+    end = max(end, first)
+    by_day = (end - first) // HOUR > SPARK_BARS
+    whole_from = first.date() if first.hour == 0 else first.date() + DAY
+    return Span(first, end, by_day, whole_from, end.date())
 
 
 def window_hours(window: Window) -> list[datetime]:
     """The UTC hours the window touches, oldest first."""
-    hour, end = hour_floor(window.start), window.end
-    hours = []
-    while hour < end:
-        hours.append(hour)
-        hour += timedelta(hours=1)
-    return hours
+    span = span_of(window)
+    return [span.first_hour + HOUR * n for n in range((span.end_hour - span.first_hour) // HOUR)]
 
 
 def spark_path(counts: list[int]) -> str:
-    """``M x,y h w v h h -w z`` per bar with failures (an hour, or several merged), heights
-    relative to the busiest bar; "" when there are none."""
+    """``M x,y h w v h h -w z`` per bar with failures (an hour or day, or several merged),
+    heights relative to the busiest bar; "" when there are none."""
     if len(counts) > SPARK_BARS:
         per_bar = -(-len(counts) // SPARK_BARS)
         counts = [sum(counts[i : i + per_bar]) for i in range(0, len(counts), per_bar)]
@@ -80,8 +119,7 @@ def spark_path(counts: list[int]) -> str:
     return "".join(parts)
 
 
-def _hour_rows(window: Window, group_ids=None):
-    rows = FailureGroupHour.objects.filter(hour__gte=hour_floor(window.start), hour__lt=window.end)
+def _filtered(rows, window: Window, group_ids):
     if window.provider:
         rows = rows.filter(provider__iexact=window.provider)
     if window.model:
@@ -91,63 +129,121 @@ def _hour_rows(window: Window, group_ids=None):
     return rows
 
 
+def _hour_rows(window: Window, group_ids=None, *, every_hour: bool = False):
+    """Hour rows of the window's hours (of a long window, unless ``every_hour``: only those of
+    its partial days, the day rows answer for the rest)."""
+    span = span_of(window)
+    hours = Q(hour__gte=span.first_hour, hour__lt=span.end_hour)
+    if span.by_day and span.has_whole_days and not every_hour:
+        whole = Q(
+            hour__gte=_midnight(span.whole_from),
+            hour__lt=_midnight(span.whole_to),
+        )
+        hours &= ~whole
+    return _filtered(FailureGroupHour.objects.filter(hours), window, group_ids)
+
+
+def _day_rows(window: Window, group_ids=None):
+    """Day rows of the days a long window covers whole (none for a short one)."""
+    span = span_of(window)
+    if not (span.by_day and span.has_whole_days):
+        return FailureGroupDay.objects.none()
+    days = FailureGroupDay.objects.filter(day__gte=span.whole_from, day__lt=span.whole_to)
+    return _filtered(days, window, group_ids)
+
+
 def groups_in_window(window: Window, limit: int = MAX_GROUPS) -> list[GroupRow]:
-    """The groups with failed steps in the window, most steps first (three queries)."""
-    top = list(
-        _hour_rows(window)
-        .values("group_id")
-        .annotate(steps=Sum("step_count"))
-        .filter(steps__gt=0)
-        .order_by("-steps", "group_id")[:limit]
-    )
+    """The groups with failed steps in the window, most steps first (at most ``limit``): three
+    queries on a window of up to SPARK_BARS hours, five on a longer one, each reading at
+    most a few rows per group, provider and hour (or day)."""
+    totals: Counter = Counter()
+    for rows in (_day_rows(window), _hour_rows(window)):
+        totals.update(
+            dict(rows.values_list("group_id").annotate(steps=Sum("step_count")).order_by())
+        )
+    top = sorted(
+        ((steps, group_id) for group_id, steps in totals.items() if steps > 0),
+        key=lambda item: (-item[0], item[1]),
+    )[:limit]
     if not top:
         return []
-    ids = [row["group_id"] for row in top]
+    ids = [group_id for _, group_id in top]
     groups = FailureGroup.objects.in_bulk(ids)
-    return _rows(window, [(groups[row["group_id"]], row["steps"]) for row in top])
+    # Every group of the window is shown: no need to name them in the detail queries.
+    shown = None if len(totals) <= limit else ids
+    return _rows(window, [groups[group_id] for group_id in ids], shown)
 
 
 def group_in_window(group: FailureGroup, window: Window) -> GroupRow:
     """One group's row over the window (zero steps when it was quiet)."""
-    return _rows(window, [(group, 0)])[0]
+    return _rows(window, [group], [group.pk])[0]
+
+
+def _epoch(unit_hours: int) -> RawSQL:
+    """Whole hours (or days) from 1970 to the row's hour, as an integer."""
+    hours = database.sql_hours_since_epoch('"hour"')
+    sql = hours if unit_hours == 1 else f"({hours}) / {unit_hours}"
+    return RawSQL(sql, [], output_field=IntegerField())
 
 
 def _epoch_hour(value: datetime) -> int:
     return int(value.timestamp()) // 3600
 
 
-def _rows(window: Window, groups: list[tuple[FailureGroup, int]]) -> list[GroupRow]:
-    """Rows for these groups: two aggregates over the window's hour rows (per group and hour,
-    read as integers; per group and provider/model)."""
-    first = _epoch_hour(hour_floor(window.start))
-    length = len(window_hours(window))
-    hourly = {group.pk: [0] * length for group, _ in groups}
-    ids = list(hourly)
-    epoch_hour = RawSQL(database.sql_hours_since_epoch('"hour"'), [], output_field=IntegerField())
-    per_hour = (
-        _hour_rows(window, ids)
-        .annotate(epoch_hour=epoch_hour)
-        .values_list("group_id", "epoch_hour")
+def _cells(window: Window, group_ids) -> list[tuple[int, int, str, str, int]]:
+    """(group, bar index, provider, model, failed steps) of the window, summed in SQL."""
+    span = span_of(window)
+    if not span.by_day:
+        first = _epoch_hour(span.first_hour)
+        rows = (
+            _hour_rows(window, group_ids)
+            .filter(step_count__gt=0)
+            .annotate(epoch_hour=_epoch(1))
+            .values_list("group_id", "epoch_hour", "provider", "model", "step_count")
+        )
+        return [(g, hour - first, p, m, n) for g, hour, p, m, n in rows]
+    first_day = span.first_hour.date()
+    first = first_day.toordinal() - date(1970, 1, 1).toordinal()
+    edges = (
+        _hour_rows(window, group_ids)
+        .annotate(epoch_day=_epoch(24))
+        .values_list("group_id", "epoch_day", "provider", "model")
         .annotate(steps=Sum("step_count"))
         .order_by()
     )
-    for group_id, hour, count in per_hour:
-        if 0 <= hour - first < length:
-            hourly[group_id][hour - first] += count
-    involved: dict[int, list[Involved]] = defaultdict(list)
-    per_provider = (
-        _hour_rows(window, ids)
-        .values_list("group_id", "provider", "model")
-        .annotate(steps=Sum("step_count"))
-        .order_by("group_id", "-steps", "provider", "model")
+    cells = [(g, day - first, p, m, n) for g, day, p, m, n in edges if n]
+    days = (
+        _day_rows(window, group_ids)
+        .filter(step_count__gt=0)
+        .values_list("group_id", "day", "provider", "model", "step_count")
     )
-    for group_id, provider, model, count in per_provider:
-        if count:
-            involved[group_id].append(Involved(provider, model, count))
-    return [
-        GroupRow(group, sum(hourly[group.pk]), hourly[group.pk], involved[group.pk])
-        for group, _ in groups
-    ]
+    cells.extend((g, (day - first_day).days, p, m, n) for g, day, p, m, n in days)
+    return cells
+
+
+def _rows(window: Window, groups: list[FailureGroup], group_ids) -> list[GroupRow]:
+    """Rows for these groups from one pass over their cells (``group_ids`` None: every group
+    with failures in the window is among them)."""
+    span = span_of(window)
+    bars = span.bars
+    trend = {group.pk: [0] * bars for group in groups}
+    per_provider: dict[int, Counter] = {group.pk: Counter() for group in groups}
+    for group_id, index, provider, model, count in _cells(window, group_ids):
+        if group_id in trend:
+            if 0 <= index < bars:
+                trend[group_id][index] += count
+            per_provider[group_id][(provider, model)] += count
+    rows = []
+    for group in groups:
+        involved = sorted(
+            (Involved(p, m, n) for (p, m), n in per_provider[group.pk].items() if n),
+            key=lambda who: (-who.steps, who.provider, who.model),
+        )
+        counts = trend[group.pk]
+        rows.append(
+            GroupRow(group, sum(counts), counts, "day" if span.by_day else "hour", involved)
+        )
+    return rows
 
 
 def recent_jobs(group: FailureGroup, limit: int = 50):
@@ -183,7 +279,9 @@ def trend_figure(window: Window, group: FailureGroup) -> dict:
     hours = window_hours(window)
     index = {hour: position for position, hour in enumerate(hours)}
     series: dict[tuple[str, str], list[int]] = {}
-    rows = _hour_rows(window, [group.pk]).values_list("hour", "provider", "model", "step_count")
+    rows = _hour_rows(window, [group.pk], every_hour=True).values_list(
+        "hour", "provider", "model", "step_count"
+    )
     for hour, provider, model, count in rows:
         position = index.get(hour)
         if position is not None and count:

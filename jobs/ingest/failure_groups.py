@@ -2,8 +2,9 @@
 transaction: never computed per page view.
 
 Every grouped failure (``signatures.is_grouped``) is a *contribution* of one step to its group:
-to the (group, job) row's step count, to the (group, hour of the failure) row's count and to the
-group's first/last seen. Projection subtracts the contributions of the Step rows it is about to
+to the (group, job) row's step count, to the (group, hour of the failure) row's count, to the
+(group, day) row's (the hour rows summed per day, for long windows) and to the group's
+first/last seen. Projection subtracts the contributions of the Step rows it is about to
 replace (all of a fully replayed job's, the changed ones of an incremental fold) and adds those
 of the rows it writes; retention subtracts those of the jobs it deletes. So the counts are the
 same as counting the Step rows afresh (``differences`` checks it), whichever path wrote them.
@@ -20,7 +21,15 @@ from datetime import UTC, datetime
 from django.db import transaction
 
 from jobs.ingest import database
-from jobs.models import FailureGroup, FailureGroupHour, FailureGroupJob, Job, Step, hour_floor
+from jobs.models import (
+    FailureGroup,
+    FailureGroupDay,
+    FailureGroupHour,
+    FailureGroupJob,
+    Job,
+    Step,
+    hour_floor,
+)
 from jobs.replay.signatures import Signature, signature
 from jobs.replay.state import StepState
 
@@ -180,6 +189,18 @@ def apply(contributions: Contributions, attributes: dict[int, tuple[str, str]]) 
     database.add_to_counts(
         FailureGroupHour, ("group_id", "hour", "provider", "model"), "step_count", hours
     )
+    database.add_to_counts(
+        FailureGroupDay, ("group_id", "day", "provider", "model"), "step_count", by_day(hours)
+    )
+
+
+def by_day(hours: dict[tuple, int]) -> dict[tuple, int]:
+    """(group, UTC hour, provider, model) counts summed into (group, day, provider, model), in
+    key order (shared rows are updated in group order: see the module docstring)."""
+    days: Counter = Counter()
+    for (group_id, hour, provider, model), count in hours.items():
+        days[(group_id, hour.date(), provider, model)] += count
+    return {key: count for key, count in sorted(days.items()) if count}
 
 
 def forget_jobs(job_pks: list[int]) -> None:
@@ -221,6 +242,16 @@ def recount() -> None:
             ],
             batch_size=1000,
         )
+        FailureGroupDay.objects.all().delete()
+        FailureGroupDay.objects.bulk_create(
+            [
+                FailureGroupDay(
+                    group_id=group_id, day=day, provider=provider, model=model, step_count=count
+                )
+                for (group_id, day, provider, model), count in by_day(by_hour).items()
+            ],
+            batch_size=1000,
+        )
 
 
 # --- checks ------------------------------------------------------------------------------
@@ -228,8 +259,8 @@ def recount() -> None:
 
 def differences() -> list[str]:
     """Every stored count that differs from counting the Step rows afresh: (group, job) rows
-    with their hours and their job's provider/model, hour rows, group totals. Empty when they
-    agree."""
+    with their hours and their job's provider/model, hour rows, day rows, group totals. Empty
+    when they agree."""
     cells: Counter = Counter()
     rows = Step.objects.filter(failure_group__isnull=False).values_list(
         "job_id", "failure_group_id", "started_at", "finished_at"
@@ -266,6 +297,17 @@ def differences() -> list[str]:
     for key in sorted(stored_hours.keys() | by_hour.keys()):
         if stored_hours.get(key) != by_hour.get(key):
             found.append(f"group hour {key}: {stored_hours.get(key)} != {by_hour.get(key)}")
+    stored_days = {
+        (group_id, day, provider, model): count
+        for group_id, day, provider, model, count in FailureGroupDay.objects.values_list(
+            "group_id", "day", "provider", "model", "step_count"
+        )
+        if count
+    }
+    expected_days = by_day(dict(by_hour))
+    for key in sorted(stored_days.keys() | expected_days.keys()):
+        if stored_days.get(key) != expected_days.get(key):
+            found.append(f"group day {key}: {stored_days.get(key)} != {expected_days.get(key)}")
     totals: dict[int, list[int]] = {}
     for (group_id, _), hours in expected.items():
         total = totals.setdefault(group_id, [0, 0])

@@ -11,6 +11,7 @@ from django.views.decorators.http import require_GET
 from jobs.dashboard import failure_groups
 from jobs.dashboard.window import iso, parse_window, zone_label
 from jobs.models import FailureGroup
+from jobs.templatetags.traceviz import stamp
 from jobs.web import access
 from jobs.web.dashboard import RANGE_CHOICES
 from jobs.web.rendering import display_zone, in_display_time_zone, step_query
@@ -36,6 +37,36 @@ def group_jobs_url(group: FailureGroup) -> str:
     return "/?" + urlencode({"show": "all", "group": group.fingerprint})
 
 
+def _seen(moment) -> dict:
+    """A first/last seen time as the list shows it (minutes, display time zone)."""
+    if moment is None:
+        return {"iso": "", "text": ""}
+    return {"iso": timezone.localtime(moment).isoformat(), "text": stamp(moment)[:16]}
+
+
+def _list_item(row: failure_groups.GroupRow, range_key: str) -> dict:
+    """One row of the list with its strings made here: 100 rows of a dozen fields each are
+    the page's main rendering cost (as on the job page, a dict resolves in one lookup)."""
+    group = row.group
+    shown = row.involved[:3]
+    return {
+        "row": row,
+        "group": group,
+        "href": reverse("failure-group", args=[group.fingerprint]) + f"?range={range_key}",
+        "jobs_url": group_jobs_url(group),
+        "sparkline": row.sparkline,
+        "spark_label": f"{row.steps_in_window} failed steps over the range, per {row.per}",
+        "detail": " · ".join(
+            [group.workflow or "(no workflow)"]
+            + [part for part in (group.failure_code, group.error_type) if part]
+        ),
+        "first_seen": _seen(group.first_seen),
+        "last_seen": _seen(group.last_seen),
+        "providers": [f"{who.label} · {who.steps}" for who in shown],
+        "more_providers": len(row.involved) - len(shown),
+    }
+
+
 @require_GET
 @access.role_required(access.can_view)
 @in_display_time_zone
@@ -48,7 +79,7 @@ def failure_group_list(request):
         "window": window,
         "errors": errors,
         "ranges": _range_links(request, window),
-        "rows": [{"row": row, "jobs_url": group_jobs_url(row.group)} for row in rows],
+        "rows": [_list_item(row, window.key) for row in rows],
         "since": iso(window.start),
         "until": iso(window.end),
         "zone": zone_label(),

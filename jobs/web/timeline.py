@@ -97,7 +97,8 @@ def waterfall(
     for step in steps:
         by_node.setdefault(step.node_id, []).append(step)
     parents = _parents(by_node)
-    order = _tree_order(list(by_node), parents)
+    # Every node appears once in the order, so only the rows shown need walking to.
+    order = _tree_order(list(by_node), parents, limit=stop)
     rows: list[WaterfallRow] = []
     for node_id, depth in order[start:stop]:
         row = WaterfallRow(node_id=node_id, depth=depth, parent_node_id=parents.get(node_id, ""))
@@ -120,7 +121,7 @@ def waterfall(
                 )
             previous_end = end if previous_end is None else max(previous_end, end)
         rows.append(row)
-    return Waterfall(rows=rows, start=t0, end=t1, node_count=len(order))
+    return Waterfall(rows=rows, start=t0, end=t1, node_count=len(by_node))
 
 
 def _bar_label(step) -> str:
@@ -130,45 +131,62 @@ def _bar_label(step) -> str:
 
 
 def _parents(by_node: dict[str, list]) -> dict[str, str]:
-    """node -> parent node, from parent_span_id -> the node owning that trace_span_id."""
-    owner = {}
+    """node -> parent node, from parent_span_id -> the node owning that trace_span_id (the
+    first node, in first-seen order, with a step of that span)."""
+    owner: dict[str, str] = {}
+    parent_spans: dict[str, str] = {}
+    # Plain loops, no generator per node: a 10,000-node job walks these 10,000 times.
     for node_id, node_steps in by_node.items():
         for step in node_steps:
-            if step.trace_span_id:
-                owner.setdefault(step.trace_span_id, node_id)
+            span = step.trace_span_id
+            if span and span not in owner:
+                owner[span] = node_id
+            if node_id not in parent_spans and step.parent_span_id:
+                parent_spans[node_id] = step.parent_span_id
     parents = {}
-    for node_id, node_steps in by_node.items():
-        parent_span = next((s.parent_span_id for s in node_steps if s.parent_span_id), "")
+    for node_id, parent_span in parent_spans.items():
         parent = owner.get(parent_span, "")
         if parent and parent != node_id:
             parents[node_id] = parent
     return parents
 
 
-def _tree_order(nodes: list[str], parents: dict[str, str]) -> list[tuple[str, int]]:
-    """Depth-first order of the node tree, siblings in first-seen order. Nodes caught in a
-    parent cycle are shown as roots rather than dropped."""
+def _tree_order(
+    nodes: list[str], parents: dict[str, str], limit: int | None = None
+) -> list[tuple[str, int]]:
+    """Depth-first order of the node tree, siblings in first-seen order: every node once, or
+    its first ``limit`` nodes (a page shows a window of a long job). Nodes caught in a parent
+    cycle are shown as roots rather than dropped."""
     children: dict[str, list[str]] = {}
-    for node in nodes:
-        if node in parents:
-            children.setdefault(parents[node], []).append(node)
+    for node, parent in parents.items():
+        children.setdefault(parent, []).append(node)
+    # ``parents`` is in first-seen order of its nodes, so each child list is too.
     order: list[tuple[str, int]] = []
     seen: set[str] = set()
 
+    wanted = len(nodes) if limit is None else min(limit, len(nodes))
+
     def visit(root: str) -> None:
         stack = [(root, 0)]
-        while stack:
+        while stack and len(order) < wanted:
             node, depth = stack.pop()
             if node in seen:
                 continue
             seen.add(node)
             order.append((node, depth))
-            stack.extend((child, depth + 1) for child in reversed(children.get(node, [])))
+            kids = children.get(node)
+            if kids:
+                below = depth + 1
+                stack.extend([(child, below) for child in reversed(kids)])
 
     for node in nodes:
+        if len(order) >= wanted:
+            return order
         if node not in parents:
             visit(node)
     for node in nodes:
+        if len(order) >= wanted:
+            break
         if node not in seen:
             visit(node)
     return order

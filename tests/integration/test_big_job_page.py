@@ -5,7 +5,11 @@ by node name, segment and attempt > 1, on the server (query parameters, HTMX fra
 import re
 
 import pytest
+from django.db import connection
+from django.test.utils import CaptureQueriesContext
 
+from jobs.models import Job
+from jobs.web import job_page
 from tests import factories
 from tests.factories import event, finished, started
 
@@ -179,3 +183,56 @@ def test_planner_output_and_validation_errors_show_as_stored(engineer):
     assert "Expecting &#x27;,&#x27; delimiter: line 1 column 22" in body
     assert "Sure! plan: api_key=" in body
     assert "sk-demo1234567890abcdefgh" not in body  # redacted on ingest, shown as stored
+
+
+def test_job_page_queries_do_not_grow_with_its_steps(engineer, django_assert_num_queries):
+    big_failed_job("small-1", steps=5)
+    big_failed_job("mid-1", steps=150)  # 300 events: more than the narrative's first window
+    big_failed_job("large-1", steps=400)
+    engineer.get("/jobs/small-1/")  # the session and the user's groups, as on every page
+    with CaptureQueriesContext(connection) as small:
+        engineer.get("/jobs/small-1/")
+    with CaptureQueriesContext(connection) as mid:
+        engineer.get("/jobs/mid-1/")
+    with django_assert_num_queries(len(mid.captured_queries)):
+        response = engineer.get("/jobs/large-1/")
+    assert response.context["root_key"] == "publish:1"
+    # Session, user, roles, job, steps, the root failure's attempts with its group, its calls,
+    # the narrative's events, retry chain, escalations, alert indicator. The root failure is
+    # read off the steps; its raw events off the narrative's events when they are all of the
+    # job's, else one more query.
+    assert (len(small.captured_queries), len(mid.captured_queries)) == (11, 12)
+
+
+def test_root_failure_is_the_same_read_off_the_rows_or_by_its_own_query(engineer):
+    factories.store(
+        [
+            event("job_started", "pay-1", 0),
+            started("pay", "pay-1", 1, attempt=1),
+            finished("pay", "permanent_failure", "pay-1", 2, attempt=1, reason="declined"),
+            started("pay", "pay-1", 3, attempt=2),
+            finished("pay", "permanent_failure", "pay-1", 4, attempt=2, reason="declined"),
+            started("ship", "pay-1", 5),
+            finished("ship", "success", "pay-1", 6),
+        ]
+    )
+    job = Job.objects.get(job_id="pay-1")
+    assert job_page._root_failure(job).step_key == "pay:2"
+    default = engineer.get("/jobs/pay-1/")
+    deep = engineer.get("/jobs/pay-1/?step=ship:1")
+    for response in (default, deep):
+        assert response.context["root_key"] == "pay:2"
+        assert response.context["root_query"] == "step=pay:2"
+        assert response.context["root_group"].node_id == "pay"
+    assert default.context["step_key"] == "pay:2" and deep.context["step_key"] == "ship:1"
+
+
+@pytest.mark.parametrize("steps", [5, 150])  # the narrative's first window holds all events, or not
+def test_the_panel_shows_the_same_raw_events_on_the_page_and_in_its_fragment(engineer, steps):
+    big_failed_job("raw-1", steps=steps)
+    page = engineer.get("/jobs/raw-1/?step=flaky:2")
+    fragment = engineer.get("/jobs/raw-1/?step=flaky:2", HTTP_HX_REQUEST="true")
+    assert page.context["raw_events"] == fragment.context["raw_events"]
+    raw = page.context["raw_events"]
+    assert [event["type"] for event in raw] == ["node_started", "node_finished"]
+    assert '"result_type": "success"' in raw[1]["json"]

@@ -10,8 +10,9 @@ from hypothesis import strategies as st
 
 from jobs.contract.events import TYPE_RANK
 from jobs.contract.events import Event as ContractEvent
-from jobs.models import Event
+from jobs.models import Event, Job
 from jobs.replay.walk import sort_events
+from jobs.web import job_page
 from tests.factories import BASE_TS
 
 pytestmark = pytest.mark.django_db
@@ -57,3 +58,20 @@ def test_sql_event_order_is_the_python_order_key(rows):
         for row in rows
     )
     assert in_sql == [event.event_id for event in as_replay_sees_them]
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(rows=event_rows)
+def test_the_job_page_sorts_a_window_holding_every_event_in_the_same_order(rows):
+    job_id = next(JOB_IDS)
+    Event.objects.bulk_create(Event(job_id=job_id, payload={}, **row) for row in rows)
+    events = Event.objects.filter(job_id=job_id)
+    in_sql = list(events.in_event_order().values_list("event_id", flat=True))
+    job = Job(job_id=job_id, event_count=len(rows), partition_day=events[0].partition_day)
+    # Sorted in Python: the window holds every event.
+    assert [e.event_id for e in job_page._events_in_order(job, 0, len(rows))] == in_sql
+    # Ordered by SQL: the window is one event short, or starts later.
+    shorter = job_page._events_in_order(job, 0, len(rows) - 1)
+    assert [e.event_id for e in shorter] == in_sql[:-1]
+    later = job_page._events_in_order(job, 1, len(rows) + 5)
+    assert [e.event_id for e in later] == in_sql[1:]

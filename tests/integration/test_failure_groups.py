@@ -9,7 +9,15 @@ from django.utils import timezone
 
 from jobs.escalations import alerts
 from jobs.ingest import failure_groups, parity, retention
-from jobs.models import AlertRule, Escalation, FailureGroup, FailureGroupJob, Job, Step
+from jobs.models import (
+    AlertRule,
+    Escalation,
+    FailureGroup,
+    FailureGroupDay,
+    FailureGroupJob,
+    Job,
+    Step,
+)
 from tests.factories import BASE_TS, event, finished, started, store
 
 pytestmark = pytest.mark.django_db
@@ -123,10 +131,46 @@ def test_provider_named_after_the_failure_follows_the_job():
     assert failure_groups.differences() == []
 
 
+def test_day_rows_sum_the_hour_rows_of_each_day_and_follow_a_job_that_leaves():
+    day = 86400
+    store(failed_job("j1", at=0))
+    store(failed_job("j2", at=3600))  # the same UTC day, another hour
+    # Another job that day, whose provider is named only after its failure.
+    store(
+        [
+            event("job_started", "j3", 7200, workflow="billing"),
+            started("fetch", "j3", at=7201),
+            timeout("j3", 7202, 30),
+        ]
+    )
+    store(failed_job("j4", at=day))
+    rows = FailureGroupDay.objects.values_list("day", "provider", "step_count")
+    assert sorted(rows) == [
+        (BASE_TS.date(), "", 1),
+        (BASE_TS.date(), "openai", 2),
+        ((BASE_TS + timedelta(days=1)).date(), "openai", 1),
+    ]
+    # A late provider moves the job's steps in its day row, as in its hour rows.
+    store([event("graph.next_step.parse_invalid", "j3", 7205, provider="acme", model="m1")])
+    assert sorted(rows.filter(step_count__gt=0)) == [
+        (BASE_TS.date(), "acme", 1),
+        (BASE_TS.date(), "openai", 2),
+        ((BASE_TS + timedelta(days=1)).date(), "openai", 1),
+    ]
+    assert failure_groups.differences() == []
+
+
+def test_differences_report_a_day_row_that_disagrees_with_its_hours():
+    store(failed_job("j1", at=0))
+    FailureGroupDay.objects.update(step_count=5)
+    assert [line for line in failure_groups.differences() if "group day" in line] != []
+
+
 def test_rebuild_keeps_counts_and_repairs_tampered_rows():
     for index in range(3):
         store(failed_job(f"j{index}", at=index))
     FailureGroup.objects.update(job_count=99)
+    FailureGroupDay.objects.update(step_count=42)
     Step.objects.filter(job__job_id="j1").delete()
     call_command("rebuild_projections", stdout=None, stderr=None)
     assert (only_group().job_count, FailureGroupJob.objects.count()) == (3, 3)

@@ -2,10 +2,15 @@
 filter and the job page's group note."""
 
 import re
+from datetime import UTC, timedelta
 
 import pytest
+from django.http import QueryDict
 from django.utils import timezone
+from django.utils.http import urlencode
 
+from jobs.dashboard import failure_groups as read
+from jobs.dashboard.window import parse_window
 from jobs.models import FailureGroup
 from tests import factories
 from tests.factories import BASE_TS, event, finished, started
@@ -58,7 +63,7 @@ def test_list_shows_groups_of_the_window_with_counts_trend_and_providers(operato
     fetch = rows[0]["row"]
     assert fetch.group.job_count == 3  # all stored jobs, the old one too
     assert {who.label for who in fetch.involved} == {"openai/gpt-x", "anthropic/claude-x"}
-    assert sum(fetch.hourly) == 2 and fetch.sparkline.count("M") == 2
+    assert sum(fetch.trend) == 2 and fetch.sparkline.count("M") == 2
     html = response.content.decode()
     assert f'href="/?show=all&amp;group={fetch.group.fingerprint}"' in html
     assert "upstream timed out after &lt;n&gt;s" in html
@@ -68,6 +73,60 @@ def test_seven_day_range_includes_older_failures(operator):
     failed_job("old", 60 * 24 * 3)
     response = operator.get("/failures/?range=7d")
     assert [r["row"].steps_in_window for r in response.context["rows"]] == [1]
+
+
+def test_seven_day_range_has_a_bar_per_day_and_counts_its_partial_end_days_exactly(operator):
+    week = 60 * 24 * 7
+    failed_job("too-old", week + 120)  # before the range's first hour, maybe in its first day
+    failed_job("first-day", week - 30)  # in the range's first (partial) hour
+    failed_job("middle", 60 * 24 * 3)
+    failed_job("today", 5)
+    response = operator.get("/failures/?range=7d")
+    [item] = response.context["rows"]
+    row = item["row"]
+    assert (row.steps_in_window, row.per, len(row.trend)) == (3, "day", 8)
+    now = timezone.now()
+    first_day = (now - timedelta(days=7)).astimezone(UTC).date()
+
+    def bar(minutes: float) -> int:
+        at = now - timedelta(minutes=minutes)
+        return (at.astimezone(UTC).date() - first_day).days
+
+    expected = [0] * 8
+    for minutes in (week - 30, 60 * 24 * 3, 5):
+        expected[bar(minutes)] += 1
+    assert row.trend == expected
+    assert "failed steps over the range, per day" in response.content.decode()
+
+
+def test_custom_range_of_whole_days_reads_only_day_rows_and_counts_each_day(operator):
+    now = timezone.now()
+    today = now.astimezone(UTC).replace(hour=0, minute=0, second=0, microsecond=0)
+    since, until = today - timedelta(days=3), today  # three whole UTC days, no partial hour
+    for job_id, at in (("d1", since + timedelta(hours=1)), ("d3a", until - timedelta(hours=2))):
+        failed_job(job_id, (now - at).total_seconds() / 60)
+    failed_job("d3b", (now - (until - timedelta(minutes=1))).total_seconds() / 60)
+    failed_job("after", (now - (until + timedelta(minutes=1))).total_seconds() / 60)
+    query = urlencode({"range": "custom", "since": since.isoformat(), "until": until.isoformat()})
+    window, errors = parse_window(QueryDict(query), now)
+    assert errors == [] and (window.start, window.end) == (since, until)
+    span = read.span_of(window)
+    assert (span.by_day, span.whole_from, span.whole_to) == (True, since.date(), until.date())
+    [row] = read.groups_in_window(window)
+    assert (row.trend, row.per) == ([1, 0, 2], "day")
+
+
+def test_seven_day_range_agrees_with_the_hour_rows(operator):
+    for index in range(12):
+        failed_job(f"j{index}", 60 * (13 * index + 1), node=f"n{index % 3}x")
+    week = {
+        item["row"].group.pk: item["row"]
+        for item in operator.get("/failures/?range=7d").context["rows"]
+    }
+    window, _ = parse_window(QueryDict("range=7d"), timezone.now())
+    for group_id, row in week.items():
+        hourly = read.trend_figure(window, FailureGroup.objects.get(pk=group_id))
+        assert row.steps_in_window == sum(sum(series["y"]) for series in hourly["data"])
 
 
 def test_provider_filter_ignores_case(operator):

@@ -523,6 +523,28 @@ def test_hostile_reason_is_escaped_everywhere(operator):
         assert "&lt;script&gt;alert(1)&lt;/script&gt;" in body
 
 
+def test_hostile_node_id_is_escaped_in_the_waterfall_bars_and_words(operator):
+    node = 'n"><img src=x onerror=alert(1)>'
+    factories.store(
+        [
+            *job_stream("evil-node"),
+            started(node, "evil-node", 1),
+            finished(node, "retryable_failure", "evil-node", 2, reason="x"),
+            started(node, "evil-node", 4, attempt=2),
+            finished(node, "success", "evil-node", 5, attempt=2),
+        ]
+    )
+    for headers in ({}, {"HTTP_HX_REQUEST": "true"}):
+        url = "/jobs/evil-node/" + ("?more=waterfall&from=0" if headers else "")
+        body = operator.get(url, **headers).content.decode()
+        assert "<img src=x" not in body
+        escaped = "n&quot;&gt;&lt;img src=x onerror=alert(1)&gt;"
+        # A bar per attempt, its word, and the wait between them.
+        assert f'title="{escaped} attempt 2: ok' in body
+        assert '<span class="seg-word seg-retryable">retryable</span>' in body
+        assert 'class="wf-gap"' in body
+
+
 def test_times_are_shown_in_the_display_time_zone_with_offset(operator, settings, release_42):
     settings.TRACEVIZ_DISPLAY_TIME_ZONE = "Europe/Berlin"
     body = operator.get("/jobs/release-42/").content.decode()
