@@ -12,7 +12,7 @@ def mark_job_hours_dirty(apps, schema_editor):
 
 
 class Migration(migrations.Migration):
-    dependencies = [("jobs", "0017_staff_group")]
+    dependencies = [("jobs", "0018_failure_group_days")]
 
     operations = [
         migrations.RunPython(mark_job_hours_dirty, migrations.RunPython.noop, elidable=True),
