@@ -141,6 +141,29 @@
   var LIVE_PARTS = ["job-head", "job-overview", "waterfall", "step-results", "step-panel", "narrative"];
   var liveFocusKey = null;
   var livePanel = null;
+  var liveHeadOpen = null;
+
+  // Which of a part's details the reader opened or closed, by class and place among those of
+  // its class (a details that appears with the fresh part, a new planner attempt, keeps its own).
+  function openStates(part) {
+    var states = {};
+    if (!part) return states;
+    part.querySelectorAll("details").forEach(function (details) {
+      var name = details.className || "details";
+      (states[name] = states[name] || []).push(details.open);
+    });
+    return states;
+  }
+
+  function restoreOpen(part, states) {
+    if (!part || !states) return;
+    var seen = {};
+    part.querySelectorAll("details").forEach(function (details) {
+      var name = details.className || "details";
+      var index = (seen[name] = (seen[name] || 0) + 1) - 1;
+      if (states[name] && index < states[name].length) details.open = states[name][index];
+    });
+  }
   document.addEventListener("htmx:beforeRequest", function (event) {
     var element = event.detail && event.detail.elt;
     if (!element || !element.hasAttribute || !element.hasAttribute("data-live-job")) return;
@@ -153,6 +176,7 @@
       event.preventDefault();
       return;
     }
+    liveHeadOpen = openStates(document.getElementById("job-head"));
     var focused = document.activeElement;
     liveFocusKey = focused && focused.getAttribute ? focused.getAttribute("data-step-key") : null;
     // The panel is replaced too (its step may have changed): keep where the reader was in it.
@@ -193,6 +217,8 @@
       if (anchor) window.scrollBy(0, anchor.getBoundingClientRect().top - liveAnchor.top);
     }
     liveAnchor = null;
+    restoreOpen(document.getElementById("job-head"), liveHeadOpen);
+    liveHeadOpen = null;
     var panel = document.getElementById("step-panel");
     if (livePanel && panel && panel.getAttribute("data-step-key") === livePanel.key) {
       panel.querySelectorAll("details").forEach(function (details, i) {

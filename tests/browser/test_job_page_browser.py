@@ -200,6 +200,30 @@ def test_running_job_page_updates_itself_and_stops_when_finished(page, live_serv
     screenshot(page, "live-job-finished")
 
 
+def test_live_update_keeps_what_the_reader_unfolded_in_the_header(page, live_server):
+    nodes = [f"n{index}" for index in range(10)]
+    factories.store(
+        [event("job_started", "live-2", 0, workflow="etl")]
+        + [
+            item
+            for i, n in enumerate(nodes)
+            for item in (started(n, "live-2", 1 + i), finished(n, "success", "live-2", 1.5 + i))
+        ]
+        + [started("last", "live-2", 20)]
+    )
+    factories.user("eng", "engineer")
+    log_in(page, live_server, "eng", "/jobs/live-2/")
+    completed = page.locator("#job-head details.long-list")
+    assert completed.get_attribute("open") is None
+    page.click("#job-head details.long-list > summary")
+    page.evaluate("() => { document.querySelector('#job-head').dataset.before = 'poll'; }")
+
+    factories.store([finished("last", "success", "live-2", 21)])
+    page.wait_for_selector("#job-head:not([data-before])", timeout=10_000)  # a poll replaced it
+    assert "11 completed nodes" in completed.inner_text()
+    assert completed.get_attribute("open") is not None  # still unfolded as the reader left it
+
+
 def test_exported_events_import_again(page, live_server, tmp_path, running_job):
     log_in(page, live_server, "eng", "/jobs/live-1/")
     with page.expect_download() as download_info:
