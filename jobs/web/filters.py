@@ -86,18 +86,31 @@ def statuses_of(selected: list[str]) -> list[str]:
     return sorted(chosen)
 
 
+def scope(filters: dict) -> str:
+    """Which jobs the list starts from, as ``filter_jobs`` decides: "lookup" (any status),
+    "status" (the chosen ones), "attention" (the default) or "all"."""
+    if filters.get("q"):
+        return "lookup"
+    if filters.get("status"):
+        return "status"
+    if filters.get("show") != "all" and not (filters.get("retrying") or filters.get("stalled")):
+        return "attention"
+    return "all"
+
+
 def filter_jobs(filters: dict, now: datetime | None = None) -> QuerySet[Job]:
     """The jobs matching cleaned filters, newest first (cursor not applied)."""
     jobs = Job.objects.order_by("-started_at", "-id")
-    if filters.get("q"):
+    starting = scope(filters)
+    if starting == "lookup":
         q = filters["q"]
         # A lookup finds the job whatever its status: the attention default does not apply.
         # A job id also matches by its beginning (served by the job_id index under the C
         # collation; an exact id is found either way).
         jobs = jobs.filter(Q(job_id__startswith=q) | Q(correlation_id=q) | Q(session_id=q))
-    elif filters.get("status"):
+    elif starting == "status":
         jobs = jobs.filter(status__in=statuses_of(filters["status"]))
-    elif filters.get("show") != "all" and not (filters.get("retrying") or filters.get("stalled")):
+    elif starting == "attention":
         jobs = jobs.filter(status__in=sorted(failures.ATTENTION_STATUSES))
     if filters.get("segment") == "retryable":
         jobs = jobs.filter(has_retryable=True)

@@ -25,6 +25,7 @@ from jobs.web.filters import (
     from_anchor,
     is_default,
     newer_than,
+    scope,
 )
 from jobs.web.rendering import display_zone, in_display_time_zone, wants_fragment
 
@@ -157,6 +158,7 @@ def jobs_list(request):
         "form": form,
         "rows": [_job_row(job) for job in page],
         "showing_all": filters.get("show") == "all",
+        "scope": scope(filters),
         "is_default_view": is_default(filters),
         "first_page_url": "?" + base_query if base_query else request.path,
         "is_first_page": not filters.get("cursor"),

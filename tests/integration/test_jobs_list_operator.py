@@ -51,6 +51,25 @@ def test_status_failed_means_the_failed_family(operator):
     assert set(listed(operator.get("/?status=failed"))) == {"plain", "logic", "internal"}
 
 
+def test_the_heading_says_which_jobs_the_list_starts_from(operator):
+    job("done", [event("job_finished", "done", minutes_ago(9), status="completed")])
+    failing("broken", "PermanentError")
+
+    def heading(query: str) -> str:
+        body = operator.get("/" + query).content.decode()
+        return body.split('class="result-note"', 1)[1].split("</p>", 1)[0]
+
+    assert "need attention" in heading("")
+    completed = heading("?status=completed")
+    assert "need attention" not in completed
+    assert "status <strong>completed</strong>" in completed
+    assert "<strong>failed</strong> or <strong>completed</strong>" in heading(
+        "?status=failed&status=completed"
+    )
+    assert "All jobs" in heading("?show=all")
+    assert "Lookup <strong>done</strong>" in heading("?q=done")
+
+
 def test_a_specific_failed_status_is_only_itself(operator):
     failing("plain", "PermanentError")
     failing("logic", "logic")
