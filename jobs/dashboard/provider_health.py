@@ -2,7 +2,7 @@
 jobs started in the window that failed (the failed family), most failing first."""
 
 from jobs.dashboard import rollup
-from jobs.dashboard.window import Window, jobs_url
+from jobs.dashboard.window import UNSET, Window, jobs_url
 from jobs.replay.failures import RunStatus
 
 FAILED_FAMILY = rollup.FAILED_FAMILY
@@ -28,7 +28,7 @@ def panel(window: Window, plan: rollup.Plan | None = None) -> dict:
     """A horizontal bar per provider/model (its failure rate); a bar opens the list of its
     failed jobs. Producer text (provider, model) is data, escaped by charts.js."""
     rows = failure_rates(window, plan)
-    labels = ["/".join(p for p in (r["provider"], r["model"]) if p) or "(none)" for r in rows]
+    labels = ["/".join(p for p in (r["provider"], r["model"]) if p) or UNSET for r in rows]
     data = (
         [
             {
@@ -42,8 +42,8 @@ def panel(window: Window, plan: rollup.Plan | None = None) -> dict:
                         jobs_url(
                             window,
                             status=RunStatus.FAILED.value,
-                            provider=r["provider"],
-                            model=r["model"],
+                            provider=r["provider"] or UNSET,
+                            model=r["model"] or UNSET,
                         ),
                         r["failed"],
                         r["jobs"],

@@ -146,6 +146,10 @@ def zone_label() -> str:
     return f"{timezone.get_current_timezone_name()}, UTC{offset[:3]}:{offset[3:]}"
 
 
+# A provider or model filter of this value lists the jobs that name none (a chart's "(none)").
+UNSET = "(none)"
+
+
 def jobs_url(
     window: Window, since: datetime | None = None, until: datetime | None = None, **filters
 ) -> str:

@@ -9,6 +9,7 @@ from django import forms
 from django.db.models import Exists, OuterRef, Q, QuerySet
 from django.utils import timezone
 
+from jobs.dashboard.window import UNSET
 from jobs.models import FailureGroupJob, Job, Step
 from jobs.replay import failures
 from jobs.replay.failures import FailureCode, RunStatus
@@ -123,7 +124,9 @@ def filter_jobs(filters: dict, now: datetime | None = None) -> QuerySet[Job]:
     if filters.get("root_error_type"):
         jobs = jobs.filter(error_type=filters["root_error_type"])
     for name in ("provider", "model"):
-        if filters.get(name):
+        if filters.get(name) == UNSET:
+            jobs = jobs.filter(**{name: ""})
+        elif filters.get(name):
             jobs = jobs.filter(**{f"{name}__iexact": filters[name]})
     if filters.get("workflow"):
         jobs = jobs.filter(workflow=filters["workflow"])

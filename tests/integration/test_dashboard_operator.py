@@ -58,6 +58,20 @@ def test_failure_rate_per_provider_model_ranks_the_degraded_one_first(window):
     assert_links_match_list(figure)
 
 
+def test_a_bar_without_provider_or_model_lists_only_those_jobs(window):
+    failed = {"status": "failed", "reason": "x"}
+    store(
+        job("bare-1", 0, event("job_finished", "bare-1", 1, **failed))
+        + job("bare-2", 60, event("job_finished", "bare-2", 61, status="completed"))
+        + job("no-model", 120, event("job_finished", "no-model", 121, **failed), provider="acme")
+        + job("full", 180, event("job_finished", "full", 181, **failed), provider="acme", model="m")
+    )
+    figure = provider_health.panel(window)
+    assert sorted(figure["data"][0]["y"]) == ["(none)", "acme", "acme/m"]
+    # Each bar opens exactly its failed jobs: "(none)" is not the unfiltered list.
+    assert_links_match_list(figure)
+
+
 def test_error_type_panel_counts_each_job_once_by_its_root_failure(window):
     store(
         [
