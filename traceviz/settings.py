@@ -137,6 +137,10 @@ def database(url: str) -> dict:
             # Ingest writes wide multi-row statements; binding on the server skips quoting every
             # value in Python, which dominated ingest time with client-side binding.
             server_side_binding=env_bool("DATABASE_SERVER_SIDE_BINDING", True),
+            # No JIT compilation: traceviz's queries are short walks of indexes, and compiling
+            # one the planner costs high (a capped count over 10M events) took 190 to 250 ms
+            # against 15 ms of running it (bench/README.md, scale). DATABASE_JIT=on restores it.
+            options="-c jit=" + ("on" if env_bool("DATABASE_JIT", False) else "off"),
         )
     return config
 

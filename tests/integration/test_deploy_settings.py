@@ -125,6 +125,26 @@ def test_the_wsgi_application_loads_views_and_prices_before_the_first_request():
     assert done.stdout.split() == ["True", "True"], done.stderr
 
 
+def test_postgresql_connections_run_without_jit(monkeypatch):
+    from traceviz.settings import database
+
+    url = "postgres://postgres@127.0.0.1:5432/traceviz"
+    assert database(url)["OPTIONS"]["options"] == "-c jit=off"
+    monkeypatch.setenv("DATABASE_JIT", "true")
+    assert database(url)["OPTIONS"]["options"] == "-c jit=on"
+    assert "options" not in database("sqlite:///x.sqlite3")["OPTIONS"]
+
+
+@pytest.mark.postgres
+@pytest.mark.django_db
+def test_the_database_connection_has_jit_off():
+    from django.db import connection
+
+    with connection.cursor() as cursor:
+        cursor.execute("SHOW jit")
+        assert cursor.fetchone() == ("off",)
+
+
 def test_check_deploy_fails_on_the_built_in_secret_key():
     done = manage("check", "--deploy", **{**PRODUCTION_ENV, "SECRET_KEY": ""})
     assert done.returncode != 0
