@@ -57,12 +57,13 @@ def planner_attempts(events) -> list[dict]:
                 str(payload.get(name) or "?") for name in ("provider", "model")
             ),
             "parse_error_type": payload.get("parse_error_type", ""),
-            "validation_errors": [str(e) for e in _as_list(payload.get("validation_errors"))],
+            "validation_errors": [str(e) for e in as_list(payload.get("validation_errors"))],
             "raw_output_preview": str(payload.get("raw_output_preview") or ""),
         }
         for ts, payload in rows
     ]
 
 
-def _as_list(value) -> list:
+def as_list(value) -> list:
+    """A stored JSON value as a list: a list as it is, anything else as none."""
     return value if isinstance(value, list) else []

@@ -9,16 +9,13 @@ and calls the taxonomy and layout helpers; it never replays or classifies by its
 import json
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from html import escape
 
 from django.contrib.auth.decorators import login_required
 from django.db.models import Q, TextField
 from django.db.models.functions import Cast
 from django.shortcuts import render
-from django.utils import timezone
 from django.utils.dateparse import parse_datetime
 from django.utils.http import urlencode
-from django.utils.safestring import mark_safe
 from django.views.decorators.http import require_GET
 from django.views.decorators.vary import vary_on_headers
 
@@ -160,73 +157,6 @@ def _step_item(step: Step | StepRow, root_key: str) -> dict:
     }
 
 
-# A waterfall row's bars and gaps are joined into markup here: as two template loops per row
-# they were most of a 10,000-step page's rendering (a loop costs more than the few tags it
-# writes). Every value goes through html.escape (what Django's escape calls), so the joined
-# markup is safe as a whole.
-
-
-def _bar_html(bar: dict) -> str:
-    css, href, label = escape(bar["css"]), escape(bar["href"]), escape(bar["label"])
-    return (
-        f'<a class="wf-bar {css}" style="{escape(bar["style"])}" href="{href}" hx-get="{href}" '
-        f'tabindex="-1" title="{label}"><span class="visually-hidden">{label}</span></a>'
-    )
-
-
-def _word_html(bar: dict) -> str:
-    segment = escape(bar["segment"])
-    word = f"<s>{segment}</s>" if bar["stale"] else segment
-    return f'<span class="seg-word {escape(bar["css"])}">{word}</span>'
-
-
-def _waterfall_item(row: timeline.WaterfallRow) -> dict:
-    bars = [
-        {
-            "href": "?" + step_query(bar.step.node_id, bar.step.attempt),
-            "style": f"left:{bar.left:.3f}%;width:{bar.width:.3f}%",
-            "css": f"seg-{bar.step.segment}{' stale' if bar.step.ignored_stale else ''}",
-            "label": f"{row.node_id} {bar.label}",
-            "segment": bar.step.segment,
-            "stale": bar.step.ignored_stale,
-        }
-        for bar in row.bars
-    ]
-    gaps = [
-        {"style": f"left:{gap.left:.3f}%;width:{gap.width:.3f}%", "label": gap.label}
-        for gap in row.gaps
-    ]
-    track = "".join(
-        f'<span class="wf-gap" style="{escape(gap["style"])}" title="{escape(gap["label"])}">'
-        "</span>"
-        for gap in gaps
-    ) + "".join(_bar_html(bar) for bar in bars)
-    words = "".join(_word_html(bar) for bar in bars) + "".join(
-        f'<span class="visually-hidden">, {escape(gap["label"])}</span>' for gap in gaps
-    )
-    return {
-        "node_id": row.node_id,
-        "depth": row.depth,
-        "title": row.node_id + (f" (child of {row.parent_node_id})" if row.parent_node_id else ""),
-        "bars": bars,
-        "gaps": gaps,
-        "track": mark_safe(track),
-        "words": mark_safe(words),
-    }
-
-
-def _line_item(line: narrative.NarrativeLine) -> dict:
-    local = timezone.localtime(line.at) if line.at else None
-    return {
-        "iso": local.isoformat() if local else "",
-        "clock": local.strftime("%H:%M:%S.") + f"{local.microsecond // 1000:03d}" if local else "",
-        "text": line.text,
-        "css": f"line tone-{line.tone}" + (f" role-{line.role}" if line.role else ""),
-        "href": "?" + step_query(line.node_id, line.attempt) if line.step_key else "",
-        "role": line.role,
-    }
-
-
 def _root_failure(job: Job) -> Step | None:
     """The root failure: the failing node's latest non-stale failed attempt."""
     if not job.failing_node_id:
@@ -336,8 +266,8 @@ def _panel_context(
             context.get("expected_arguments"), context.get("actual_arguments")
         ),
         "step_definition_json": _pretty(context.get("step_definition")),
-        "audit_trail": [_audit_entry(entry) for entry in _as_list(step.audit_trail)],
-        "history": [_earlier_result(record) for record in _as_list(step.history)],
+        "audit_trail": [_audit_entry(entry) for entry in job_header.as_list(step.audit_trail)],
+        "history": [_earlier_result(record) for record in job_header.as_list(step.history)],
         "otel": span_panel.span_context(job, step),
         "extra_json": _pretty(step.extra),
         "step_findings": findings,
@@ -357,10 +287,6 @@ def _pretty(value) -> str:
     if not value:
         return ""
     return json.dumps(value, indent=2, ensure_ascii=False, sort_keys=True, default=str)
-
-
-def _as_list(value) -> list:
-    return value if isinstance(value, list) else []
 
 
 def _earlier_result(record: dict) -> dict:
@@ -578,10 +504,10 @@ def job_detail(request, job_id: str):
         if job.last_validation_error
         else [],
         "waterfall": waterfall,
-        "waterfall_rows": [_waterfall_item(row) for row in waterfall.rows],
+        "waterfall_rows": [timeline.waterfall_item(row) for row in waterfall.rows],
         "waterfall_more": _more_links(request, "waterfall", window, waterfall.node_count, raw_step),
         "step_count": len(steps),
-        "narrative_lines": [_line_item(line) for line in lines],
+        "narrative_lines": [narrative.line_item(line) for line in lines],
         "narrative_more": _more_links(
             request, "narrative", lines_window, job.event_count, raw_step
         ),
@@ -662,11 +588,11 @@ def _more_rows(request, job: Job, part: str, raw_step: str):
             start=start,
             stop=stop,
         )
-        context["waterfall_rows"] = [_waterfall_item(row) for row in waterfall.rows]
+        context["waterfall_rows"] = [timeline.waterfall_item(row) for row in waterfall.rows]
         context["waterfall_more"] = _more_links(request, part, stop, waterfall.node_count, raw_step)
     else:
         stale = set(job_steps(job).filter(ignored_stale=True).values_list("node_id", "attempt"))
         lines = _narrative(job, root, stale, _events_in_order(job, start, stop), start)
-        context["narrative_lines"] = [_line_item(line) for line in lines]
+        context["narrative_lines"] = [narrative.line_item(line) for line in lines]
         context["narrative_more"] = _more_links(request, part, stop, job.event_count, raw_step)
     return render(request, f"jobs/detail.html#{MORE_PARTS[part]}", context)

@@ -9,10 +9,13 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import datetime
 
+from django.utils import timezone
+
 from jobs.contract.events import Event
 from jobs.replay import spans
 from jobs.replay.failures import ResultType
 from jobs.replay.walk import sort_events
+from jobs.web.rendering import step_query
 
 TONE_BY_RESULT_TYPE = {
     ResultType.SUCCESS: "ok",
@@ -271,3 +274,16 @@ _DESCRIBERS = {
     "job_finished": _describe_job_finished,
     "span": _describe_span,
 }
+
+
+def line_item(line: NarrativeLine) -> dict:
+    """A narrative line as the template shows it, in the display time zone."""
+    local = timezone.localtime(line.at) if line.at else None
+    return {
+        "iso": local.isoformat() if local else "",
+        "clock": local.strftime("%H:%M:%S.") + f"{local.microsecond // 1000:03d}" if local else "",
+        "text": line.text,
+        "css": f"line tone-{line.tone}" + (f" role-{line.role}" if line.role else ""),
+        "href": "?" + step_query(line.node_id, line.attempt) if line.step_key else "",
+        "role": line.role,
+    }
