@@ -510,15 +510,23 @@ class FailureGroupJob(models.Model):
         return f"{self.group_id} {self.job_id}"
 
 
-class FailureGroupHour(models.Model):
-    """Failed steps of a group per UTC hour of their failure (event time) and provider/model of
-    their job: the trend and the providers involved in a window."""
+class FailureGroupCount(models.Model):
+    """A count of a group's failed steps by the provider/model of their job, in one span of
+    their failure's time (event time): the failures page's trend and providers involved."""
 
-    group = models.ForeignKey(FailureGroup, on_delete=models.CASCADE, related_name="hours")
-    hour = models.DateTimeField()
     provider = models.CharField(max_length=200, blank=True)
     model = models.CharField(max_length=200, blank=True)
     step_count = models.IntegerField(default=0)
+
+    class Meta:
+        abstract = True
+
+
+class FailureGroupHour(FailureGroupCount):
+    """The counts per UTC hour."""
+
+    group = models.ForeignKey(FailureGroup, on_delete=models.CASCADE, related_name="hours")
+    hour = models.DateTimeField()
 
     class Meta:
         constraints = [
@@ -535,7 +543,7 @@ class FailureGroupHour(models.Model):
         return f"{self.group_id} {self.hour:%Y-%m-%d %H:00}"
 
 
-class FailureGroupDay(models.Model):
+class FailureGroupDay(FailureGroupCount):
     """The hour rows summed per UTC day (the same group, provider and model): long windows of
     the failures page read a row per day for the days they cover whole, not 24 hour rows.
     Written beside the hour rows in the same statement batch (``jobs.ingest.failure_groups``),
@@ -543,9 +551,6 @@ class FailureGroupDay(models.Model):
 
     group = models.ForeignKey(FailureGroup, on_delete=models.CASCADE, related_name="days")
     day = models.DateField()
-    provider = models.CharField(max_length=200, blank=True)
-    model = models.CharField(max_length=200, blank=True)
-    step_count = models.IntegerField(default=0)
 
     class Meta:
         constraints = [
