@@ -81,7 +81,8 @@ def test_dashboard_draws_charts_and_a_bar_click_opens_the_filtered_jobs_list(
     page.wait_for_selector('[data-chart="step-results"][data-ready="true"] svg.main-svg')
     for chart_id in ("failures-by-code", "failures-by-error-type", "planner-rate", "durations"):
         page.wait_for_selector(f'[data-chart="{chart_id}"][data-ready="true"] svg.main-svg')
-    screenshot(page, "dashboard")
+    # No screenshot before the click: a full-page one resizes the window, and plotly redraws
+    # every chart a moment later, which can swallow a click that lands mid-redraw.
 
     figure = json.loads(page.locator("#step-results").text_content())
     failed_index = [t["name"] for t in figure["data"]].index("failed")
@@ -141,6 +142,7 @@ def test_charts_in_view_are_drawn_first_and_the_others_without_scrolling(
     assert set(order[: len(in_view)]) == set(in_view)
     # The charts in view were ready before plotly started on any chart below the fold.
     assert page.evaluate("window.drawnWhenReady")[: len(in_view)] == [len(in_view)] * len(in_view)
+    screenshot(page, "dashboard")
 
 
 def test_changing_the_range_swaps_the_panels_and_redraws(page, live_server, dashboard_data):
