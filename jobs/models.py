@@ -14,7 +14,8 @@ import orjson
 from django.conf import settings
 from django.db import connection, connections, models, transaction
 from django.db.models import BooleanField, Case, F, Func, IntegerField, Q, Value, When
-from django.db.models.functions import Coalesce, Collate, Upper
+from django.db.models.fields.json import KT
+from django.db.models.functions import Coalesce, Collate, Trunc, Upper
 from django.utils import timezone
 
 from jobs.contract.events import OTHER_TYPE_RANK, TYPE_RANK
@@ -24,6 +25,11 @@ TOKEN_PREFIX_CHARS = 8
 # The configuration of the GIN index migration 0007 creates on jobs_step.reason: the reason
 # search must use the same expression for PostgreSQL to use the index.
 SEARCH_CONFIG = "simple"
+PARSE_INVALID = "graph.next_step.parse_invalid"
+DEGRADED = "graph.next_step.degraded"
+# What the planner panels and alerts count (DESIGN.md section 4), when it carries provider and
+# model: the jobs that name a provider/model on job_started or on a planner event.
+PLANNER_EVENT_TYPES = ("job_started", PARSE_INVALID, DEGRADED)
 
 
 class JSONField(models.JSONField):
@@ -115,6 +121,32 @@ class EventQuerySet(models.QuerySet):
             "attempt",
             Collate("event_id", by_code_point).asc(),
         )
+
+    def planner(self, provider: str = "", model: str = "") -> "EventQuerySet":
+        """These events' job_started and planner events that carry a provider and a model,
+        annotated with both (as text), of ``provider`` and ``model`` when given: what the
+        planner panels and alerts count. With a ts filter, served by the (type, ts) index."""
+        rows = self.filter(type__in=PLANNER_EVENT_TYPES).annotate(
+            provider=KT("payload__provider"), model=KT("payload__model")
+        )
+        rows = rows.filter(provider__isnull=False, model__isnull=False)
+        # Compare the JSON values, not the KT() annotations: Django's exact lookup on a KT()
+        # wraps the right-hand side in JSON_EXTRACT(%s, '$') on SQLite, which a plain string is
+        # not ("malformed JSON"). The contract makes provider and model strings, so both mean
+        # the same.
+        if provider:
+            rows = rows.filter(payload__provider=provider)
+        if model:
+            rows = rows.filter(payload__model=model)
+        return rows
+
+    def planner_hours(self) -> list[datetime]:
+        """The UTC hours of these events' job_started and planner events (whether or not they
+        carry a provider and model): the hours to mark dirty when such events go or change."""
+        hours = self.filter(type__in=PLANNER_EVENT_TYPES).annotate(
+            hour=Trunc("ts", "hour", tzinfo=UTC)
+        )
+        return list(hours.values_list("hour", flat=True).distinct().order_by())
 
 
 class Event(models.Model):
@@ -679,6 +711,15 @@ class Escalation(models.Model):
             models.Index(fields=["kind", "status"], name="escalation_kind"),
             # Queue: unresolved first, longest open first (age counts from the last opening).
             models.Index(fields=["status", "opened_at"], name="escalation_opened"),
+            # Dashboard: unresolved escalations by kind and age, and how many (partial: most
+            # escalations are resolved; the condition is the panels' exclude(status=RESOLVED)).
+            models.Index(
+                fields=["kind", "triggered_at"],
+                condition=~Q(status="resolved"),
+                name="escalation_unresolved",
+            ),
+            # Dashboard headline: those open when the range began (not resolved by then).
+            models.Index(fields=["resolved_at", "created_at"], name="escalation_resolved"),
         ]
 
     def __str__(self):
@@ -875,9 +916,18 @@ class DashboardRollup(models.Model):
         FAILURE_CODE = "failure_code"  # dimension: failure code (non-empty)
         ERROR_TYPE = "error_type"  # dimension: error type (non-empty); status: the job's
         DURATION = "duration"  # dimension: node id; steps with a duration, their histogram
-        # A whole UTC day's duration rows merged (hour = midnight), and the DAY row saying the
-        # day's are complete (jobs.rollup.compile_days).
+        # LLM calls made of OpenTelemetry spans: provider and model are the call's (not the
+        # job's), steps = calls, with their summed tokens and cost.
+        LLM = "llm"
+        # A whole UTC day's rows of each kind above merged (hour = midnight: counts and sums
+        # added, histograms merged), and the DAY row saying the day's are complete
+        # (jobs.dashboard.rollup.compile_days).
+        JOBS_DAY = "jobs_day"
+        SEGMENT_DAY = "segment_day"
+        FAILURE_CODE_DAY = "failure_code_day"
+        ERROR_TYPE_DAY = "error_type_day"
         DURATION_DAY = "duration_day"
+        LLM_DAY = "llm_day"
         DAY = "day"
 
     hour = models.DateTimeField()
@@ -889,8 +939,12 @@ class DashboardRollup(models.Model):
     steps = models.IntegerField(default=0)
     jobs = models.IntegerField(default=0)
     # Duration rows: {"b": [bucket, ...], "n": [steps, ...]}, log-spaced buckets of duration_ms
-    # (jobs.rollup.bucket_of).
+    # (jobs.dashboard.histograms.bucket_of).
     histogram = JSONField(null=True, blank=True)
+    # LLM rows: the calls' sums, null when no call reported any (as SQL's SUM).
+    input_tokens = models.BigIntegerField(null=True, blank=True)
+    output_tokens = models.BigIntegerField(null=True, blank=True)
+    cost = models.DecimalField(max_digits=24, decimal_places=8, null=True, blank=True)
 
     class Meta:
         constraints = [
@@ -912,18 +966,21 @@ def hour_floor(value: datetime) -> datetime:
 
 
 class DirtyHourQuerySet(models.QuerySet):
-    def mark(self, started: Iterable[datetime | None]) -> None:
-        """Record that the jobs started at these times changed (one INSERT; None is skipped):
-        the rollup recomputes those hours later."""
-        hours = sorted({hour_floor(value) for value in started if value is not None})
+    def mark(self, moments: Iterable[datetime | None]) -> None:
+        """Record that what the dashboard's pre-aggregates hold for the hours of these times
+        changed (one INSERT; None is skipped): jobs started then, or planner-counted events
+        with that ts. The rollup recomputes those hours later."""
+        hours = sorted({hour_floor(value) for value in moments if value is not None})
         if hours:
             self.bulk_create([self.model(hour=hour) for hour in hours])
 
 
 class DashboardDirtyHour(models.Model):
-    """An hour of job start whose rollup rows may be stale. project_jobs appends one row per
-    start hour it touched (append-only: concurrent batches never conflict or wait on each
-    other); jobs.rollup.refresh deletes the rows it saw and recomputes their hours."""
+    """An hour whose rollup rows may be stale: an hour of job start (the step panels) or of
+    event ts (the planner panels). project_jobs appends one row per start hour it touched and
+    per hour of the new job_started and planner events (append-only: concurrent batches never
+    conflict or wait on each other); jobs.rollup.refresh deletes the rows it saw and recomputes
+    their hours."""
 
     hour = models.DateTimeField()
 
@@ -937,3 +994,63 @@ class DashboardDirtyHour(models.Model):
 
     def __str__(self):
         return f"{self.hour:%Y-%m-%d %H:00}"
+
+
+class PlannerJobHour(models.Model):
+    """The planner panels' membership rows (jobs.dashboard.planner_rollup): one per UTC hour of
+    event ts, provider, model and job that has a planner-counted event
+    (``EventQuerySet.planner``) in that hour, with that hour's parse_invalid and degraded events
+    of the job. A range's jobs are the distinct job ids over its hours' rows; recomputed per
+    dirty hour like the step rollup (``DashboardDirtyHour``)."""
+
+    hour = models.DateTimeField()
+    # Text, not CharField: the raw aggregate takes the payload's strings whatever their length.
+    provider = models.TextField(blank=True)
+    model = models.TextField(blank=True)
+    job_id = models.CharField(max_length=200)
+    parse_invalid = models.IntegerField(default=0)
+    degraded = models.IntegerField(default=0)
+
+    class Meta:
+        constraints = [
+            # One row per (hour, provider, model, job). Its index serves the panels' reads of
+            # an hour range, the refresh's delete of recomputed hours and the day compile.
+            models.UniqueConstraint(
+                fields=["hour", "provider", "model", "job_id"], name="planner_job_hour"
+            ),
+        ]
+
+    def __str__(self):
+        return f"{self.hour:%Y-%m-%d %H:00} {self.provider}/{self.model} {self.job_id}"
+
+
+class PlannerCount(models.Model):
+    """The planner panels' counts of one UTC hour or one whole UTC day per provider/model:
+    distinct jobs and parse_invalid and degraded events, summed from the PlannerJobHour rows of
+    that hour or day. Hour rows are written with their membership rows; day rows only for past
+    days without dirty hours (jobs.dashboard.planner_rollup.compile_days), and deleted when any hour
+    of their day is recomputed."""
+
+    class Span(models.TextChoices):
+        HOUR = "hour"
+        DAY = "day"
+
+    start = models.DateTimeField()
+    span = models.CharField(max_length=4, choices=Span.choices)
+    provider = models.TextField(blank=True)
+    model = models.TextField(blank=True)
+    jobs = models.IntegerField(default=0)
+    parse_invalid = models.IntegerField(default=0)
+    degraded = models.IntegerField(default=0)
+
+    class Meta:
+        constraints = [
+            # One row per cell. Its index serves the panels' reads (hour rows of a range, the
+            # day rows of whole days) and the refresh's deletes.
+            models.UniqueConstraint(
+                fields=["span", "start", "provider", "model"], name="planner_count_cell"
+            ),
+        ]
+
+    def __str__(self):
+        return f"{self.span} {self.start:%Y-%m-%d %H:00} {self.provider}/{self.model}"

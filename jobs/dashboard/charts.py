@@ -10,7 +10,8 @@ lists exactly the jobs whose steps the bar counts, and the job count in each too
 list's count. Planner panels count events by their own ``ts``.
 
 The step panels read hourly pre-aggregates (``jobs.rollup``) for the whole hours of the range and
-aggregate only the partial hours at its ends (and hours not yet refreshed) from Step rows.
+aggregate only the partial hours at its ends (and hours not yet refreshed) from Step rows; the
+planner panels likewise (``jobs.dashboard.planner_rollup``), from Event rows.
 """
 
 from datetime import UTC, datetime, timedelta
@@ -19,7 +20,7 @@ from urllib.parse import urlencode
 from django.db.models import Count, Q
 from django.db.models.functions import Trunc
 
-from jobs.dashboard import rollup
+from jobs.dashboard import histograms, planner_rollup, rollup
 from jobs.dashboard.window import Window, jobs_url, wall, zone_label
 from jobs.escalations import alerts
 from jobs.models import AlertRule, Escalation
@@ -309,19 +310,27 @@ def degraded_rate_threshold(window: Window) -> AlertRule | None:
     return rules.order_by("-provider", "-model", "pk").first()
 
 
-def planner(window: Window) -> tuple[dict, dict]:
+def planner(window: Window, plan: rollup.Plan | None = None) -> tuple[dict, dict]:
     """Two figures from one aggregate over planner events: parse_invalid and degraded counts per
     provider/model and bucket, and the degraded rate (degraded events / jobs carrying that
-    provider/model) with the alert threshold as a dashed line."""
-    rows = list(
-        alerts.planner_activity(
-            window.start,
-            window.end,
-            provider=window.provider,
-            model=window.model,
-            bucket=window.bucket,
+    provider/model) with the alert threshold as a dashed line. Hour and day buckets read the
+    planner pre-aggregates for the ``plan``'s whole clean hours (the same numbers); minute
+    buckets (ranges up to 3 h) read the events."""
+    if window.bucket == "minute":
+        rows = list(
+            alerts.planner_activity(
+                window.start,
+                window.end,
+                provider=window.provider,
+                model=window.model,
+                bucket=window.bucket,
+            )
         )
-    )
+    else:
+        plan = plan or window.plan()
+        rows = planner_rollup.activity(
+            plan.rollup, plan.raw, window.bucket, window.provider, window.model
+        )
     series: dict[str, list[dict]] = {}
     for row in rows:
         series.setdefault(f"{row['provider']}/{row['model']}", []).append(row)
@@ -428,8 +437,9 @@ def duration_percentiles(window: Window, plan: rollup.Plan | None = None) -> lis
             row.update(zip((name for name, _f in PERCENTILES), exact[row["node_id"]], strict=True))
             row["exact"] = True
         return top
-    for row, (_node, (_steps, histograms)) in zip(top, ranked, strict=True):
-        values = rollup.percentiles(rollup.merge(histograms), [f for _n, f in PERCENTILES])
+    for row, (_node, (_steps, node_histograms)) in zip(top, ranked, strict=True):
+        merged = histograms.merge(node_histograms)
+        values = histograms.percentiles(merged, [f for _n, f in PERCENTILES])
         row.update(zip((name for name, _f in PERCENTILES), values, strict=True))
         row["exact"] = False
     return top
@@ -511,7 +521,9 @@ def open_escalations(now: datetime) -> dict:
             condition &= Q(triggered_at__lte=now - lower)
         if upper is not None:
             condition &= Q(triggered_at__gt=now - upper)
-        bands[label] = Count("id", filter=condition) if condition else Count("id")
+        # Count triggered_at (never null), not ids: the partial index escalation_unresolved
+        # (kind, triggered_at) then answers alone.
+        bands[label] = Count("triggered_at", filter=condition or None)
         lower = upper
     rows = list(
         Escalation.objects.exclude(status=Escalation.Status.RESOLVED)
@@ -556,11 +568,12 @@ def open_escalations(now: datetime) -> dict:
 def panels(window: Window, now: datetime, plan: rollup.Plan | None = None) -> dict:
     """Every figure the dashboard shows, keyed by name (the chart id with underscores).
     ``plan``: the window's rollup plan when the caller made one already."""
-    planner_counts, planner_rate = planner(window)
     plan = plan or window.plan()
+    planner_counts, planner_rate = planner(window, plan)
     kinds = [Kind.FAILURE_CODE, Kind.ERROR_TYPE, Kind.DURATION]
     if window.bucket != "minute":
-        kinds += [Kind.SEGMENT, Kind.JOBS]
+        # Minute buckets read step results and LLM usage from Step and Call rows.
+        kinds += [Kind.SEGMENT, Kind.JOBS, Kind.LLM]
     rollup.prefetch(plan, kinds, window.provider, window.model)
     return {
         "step_results": step_results(window, plan),

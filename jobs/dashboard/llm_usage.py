@@ -4,7 +4,9 @@ time, from the calls replay made of OpenTelemetry spans (Call rows).
 A call counts in the bucket of its job's start, like every step panel, so a bar's link lists
 exactly the jobs whose calls it sums (a job's calls may use several models: the link lists the
 bucket's jobs, not only those of the bar's model). One SQL aggregate (GROUP BY provider, model,
-bucket) over the window's jobs' LLM calls.
+bucket) over the window's jobs' LLM calls for minute buckets; hour and day buckets read the
+dashboard rollup's LLM rows (jobs.dashboard.rollup), which hold the same sums per hour of job
+start.
 """
 
 from datetime import UTC
@@ -12,6 +14,7 @@ from datetime import UTC
 from django.db.models import Count, Sum
 from django.db.models.functions import Trunc
 
+from jobs.dashboard import rollup
 from jobs.dashboard.charts import PLANNER_COLORS, _figure, _layout, _time_axis
 from jobs.dashboard.window import Window, jobs_url, wall
 from jobs.models import Call
@@ -22,8 +25,16 @@ EMPTY = (
 )
 
 
-def usage_rows(window: Window) -> list[dict]:
-    """Per provider/model and bucket: calls, input and output tokens, cost (None: unknown)."""
+def usage_rows(window: Window, plan: rollup.Plan | None = None) -> list[dict]:
+    """Per provider/model and bucket: calls, input and output tokens, cost (None: unknown),
+    ordered by provider, model and bucket."""
+    if window.bucket != "minute":
+        return _from_rollup(window, plan)
+    return _from_calls(window)
+
+
+def _from_calls(window: Window) -> list[dict]:
+    """usage_rows aggregated from the window's jobs' Call rows."""
     calls = Call.objects.filter(
         kind="llm", job__started_at__gte=window.start, job__started_at__lt=window.end
     ).exclude(provider="", model="")
@@ -44,10 +55,29 @@ def usage_rows(window: Window) -> list[dict]:
     )
 
 
-def panels(window: Window) -> dict:
-    """Two figures: tokens (input and output, stacked) and cost in USD, per provider/model."""
+def _from_rollup(window: Window, plan: rollup.Plan | None) -> list[dict]:
+    """usage_rows from the rollup's LLM cells: the same sums, SUM's None kept (None + x = x)."""
+    rows: dict[tuple, dict] = {}
+    for cell in window.cells(plan, rollup.Kind.LLM):
+        key = (cell.provider, cell.model, window.bucket_of(cell.hour))
+        row = rows.setdefault(
+            key,
+            dict(zip(("provider", "model", "bucket"), key, strict=True))
+            | {"calls": 0, "input_tokens": None, "output_tokens": None, "cost": None},
+        )
+        row["calls"] += cell.steps
+        for name in ("input_tokens", "output_tokens", "cost"):
+            value = getattr(cell, name)
+            if value is not None:
+                row[name] = value if row[name] is None else row[name] + value
+    return [rows[key] for key in sorted(rows)]
+
+
+def panels(window: Window, plan: rollup.Plan | None = None) -> dict:
+    """Two figures: tokens (input and output, stacked) and cost in USD, per provider/model.
+    ``plan``: the window's rollup plan when the caller made one already."""
     series: dict[str, list[dict]] = {}
-    for row in usage_rows(window):
+    for row in usage_rows(window, plan):
         subject = "/".join(part for part in (row["provider"], row["model"]) if part)
         series.setdefault(subject, []).append(row)
     tokens, cost = [], []

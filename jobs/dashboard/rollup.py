@@ -1,4 +1,4 @@
-"""Hourly pre-aggregates behind the dashboard's step panels (DESIGN.md section 6).
+"""Hourly pre-aggregates behind the dashboard's step and LLM panels (DESIGN.md section 6).
 
 The step panels (results over time, failure codes, error types, durations) count steps and
 distinct jobs by the hour of job start. Aggregated from Step rows on every request they read every
@@ -25,35 +25,57 @@ dirty hour raw; the refresh_dashboard_rollup task does the rest every minute, in
 Durations: percentiles do not add up across hours, so each (hour, provider, model, node) keeps a
 histogram of duration_ms in log-spaced buckets (bucket i holds 1 + ms in [e^(i/50), e^((i+1)/50)),
 2 % wide, stored as parallel lists {"b": buckets, "n": steps}); percentiles read from merged
-histograms are within 2 % of the exact value. A week would merge 168 hourly histograms per node
-and provider/model, so ``compile_days`` (the periodic task, ``rebuild``) also merges each whole
-past UTC day into DURATION_DAY rows, marked complete by a DAY row; recomputing any hour of a day
-deletes them, and the day is read from its hours until it is compiled again.
+histograms are within 2 % of the exact value.
+
+Whole days: a week would read 168 hourly rows per cell (and merge 168 histograms per node and
+provider/model), so ``compile_days`` (the periodic task, ``rebuild``) merges each whole past UTC
+day into day rows (DAY_KIND: counts and sums added, histograms merged), marked complete by a
+DAY row; recomputing any hour of a day deletes them, and the day is read from its hours until it
+is compiled again. A range reads its compiled whole days from day rows, its other clean hours
+from hour rows.
+
+LLM rows: the calls of the jobs started in the hour, per the calls' own provider and model (a
+job may call several), with their tokens and cost summed as SQL's SUM does (null when no call
+reported any).
+
+The planner panels' pre-aggregates (``jobs.dashboard.planner_rollup``, by hour of event ts)
+share these marks, this lock and these steps: ``recompute``, ``rebuild`` and ``compile_days`` do
+theirs too.
 """
 
 import json
-import math
-from collections.abc import Iterable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
+from decimal import Decimal
 
 from django.db import connection, transaction
-from django.db.models import Count, Exists, OuterRef, Q, Sum
+from django.db.models import Count, Exists, Q, Sum
 from django.db.models.functions import Trunc
 from django.utils import timezone
 
+from jobs.dashboard import histograms, planner_rollup, spans
 from jobs.ingest import database
-from jobs.models import DashboardDirtyHour, DashboardRollup, Job, Step, hour_floor
+from jobs.models import Call, DashboardDirtyHour, DashboardRollup, Job, Step, hour_floor
 from jobs.replay.failures import RunStatus
 
 Kind = DashboardRollup.Kind
 HOUR = timedelta(hours=1)
 DAY = timedelta(days=1)
-DAY_KINDS = (Kind.DURATION_DAY, Kind.DAY)
-HOUR_KINDS = (Kind.JOBS, Kind.SEGMENT, Kind.FAILURE_CODE, Kind.ERROR_TYPE, Kind.DURATION)
+HOUR_KINDS = (Kind.JOBS, Kind.SEGMENT, Kind.FAILURE_CODE, Kind.ERROR_TYPE, Kind.DURATION, Kind.LLM)
+# Each hour kind's whole-day rows (compile_days), and back.
+DAY_KIND = {kind: Kind(f"{kind}_day") for kind in HOUR_KINDS}
+HOUR_KIND = {day_kind: kind for kind, day_kind in DAY_KIND.items()}
+DAY_KINDS = (*DAY_KIND.values(), Kind.DAY)
+# What a day row adds up from its hours (SUM: null when every hour's is).
+SUMMED = ("steps", "jobs", "input_tokens", "output_tokens", "cost")
+# Kinds whose cells are never summed over provider and model: duration rows (the caller merges
+# their histograms) and LLM rows (their provider and model are the calls', shown per series).
+UNGROUPED_KINDS = frozenset({Kind.DURATION, Kind.LLM})
+# Kinds aggregated from the range's jobs' Step rows.
+STEP_KINDS = frozenset({Kind.SEGMENT, Kind.FAILURE_CODE, Kind.DURATION})
+COST_PLACES = Decimal("1e-8")
 TASK_MAX_DAYS = 7
-# Buckets per e-fold of (1 + duration_ms): bucket i spans a factor e^(1/50) = 1.0202.
-SCALE = 50
 REQUEST_REFRESH_HOURS = 6
 TASK_BATCH_HOURS = 24
 TASK_MAX_BATCHES = 20
@@ -63,7 +85,20 @@ LOCK_KEYS = (0x747A76, 1)
 FAILED_FAMILY = (RunStatus.FAILED, RunStatus.FAILED_LOGIC, RunStatus.FAILED_INTERNAL)
 # The status of JOBS rows that count failed-family jobs (the other JOBS rows have "").
 FAILED_STATUS = "failed"
-COLUMNS = ("hour", "kind", "provider", "model", "dimension", "status", "steps", "jobs", "histogram")
+COLUMNS = (
+    "hour",
+    "kind",
+    "provider",
+    "model",
+    "dimension",
+    "status",
+    "steps",
+    "jobs",
+    "histogram",
+    "input_tokens",
+    "output_tokens",
+    "cost",
+)
 
 
 def hour_ceil(value: datetime) -> datetime:
@@ -108,36 +143,44 @@ def refresh_pending(
     return done
 
 
-def day_floor(value: datetime) -> datetime:
-    return hour_floor(value).replace(hour=0)
-
-
 def compile_days(now: datetime | None = None, limit: int = TASK_MAX_DAYS) -> int:
-    """Merge the duration rows of whole past UTC days without dirty hours into day rows
-    (DURATION_DAY, and a DAY row saying the day is compiled), newest first, at most ``limit``
-    days; returns how many. A week's durations then read about 7 rows per node and provider/model
-    instead of 168. Recomputing any hour of a day deletes that day's day rows again."""
-    before = day_floor(now or timezone.now())
+    """Merge the rows of whole past UTC days without dirty hours into day rows (DAY_KIND of
+    each kind, and a DAY row saying the day is compiled), newest first, at most ``limit`` days;
+    returns how many. A week then reads 7 rows per cell instead of 168, the durations 7
+    histograms per node and provider/model. Recomputing any hour of a day deletes that day's
+    day rows again. The planner's day rows are compiled in the same transaction
+    (``planner_rollup.compile_days``)."""
+    before = spans.day_floor(now or timezone.now())
     with transaction.atomic():
         if not _lock(wait=False):
             return 0
-        hours = DashboardRollup.objects.filter(kind=Kind.DURATION, hour__lt=before)
+        hours = DashboardRollup.objects.filter(kind__in=HOUR_KINDS, hour__lt=before)
         by_day = hours.annotate(day=Trunc("hour", "day", tzinfo=UTC))
         days = set(by_day.values_list("day", flat=True).distinct().order_by())
         days -= set(DashboardRollup.objects.filter(kind=Kind.DAY).values_list("hour", flat=True))
-        days -= {day_floor(hour) for hour in dirty_hours(until=before)}
-        days = sorted(days, reverse=True)[:limit]
+        dirty_days = {spans.day_floor(hour) for hour in dirty_hours(until=before)}
+        days = sorted(days - dirty_days, reverse=True)[:limit]
         for day in days:
+            in_day = hours.filter(hour__gte=day, hour__lt=day + DAY)
+            rows = [DashboardRollup(hour=day, kind=Kind.DAY)]
+            for row in (
+                in_day.exclude(kind=Kind.DURATION)
+                .values("kind", "provider", "model", "dimension", "status")
+                .annotate(**{f"sum_{name}": Sum(name) for name in SUMMED})
+                .order_by()
+            ):
+                kind = DAY_KIND[row.pop("kind")]
+                sums = {name: row.pop(f"sum_{name}") for name in SUMMED}
+                rows.append(DashboardRollup(hour=day, kind=kind, **row, **sums))
             merged: dict[tuple[str, str, str], list] = {}
-            for provider, model, node, steps, histogram in hours.filter(
-                hour__gte=day, hour__lt=day + DAY
+            for provider, model, node, steps, histogram in in_day.filter(
+                kind=Kind.DURATION
             ).values_list("provider", "model", "dimension", "steps", "histogram"):
                 entry = merged.setdefault((provider, model, node), [0, []])
                 entry[0] += steps
                 entry[1].append(histogram)
-            rows = [DashboardRollup(hour=day, kind=Kind.DAY)]
-            for (provider, model, node), (steps, histograms) in merged.items():
-                histogram = merge(histograms)
+            for (provider, model, node), (steps, hour_histograms) in merged.items():
+                histogram = histograms.merge(hour_histograms)
                 rows.append(
                     DashboardRollup(
                         hour=day,
@@ -150,6 +193,7 @@ def compile_days(now: datetime | None = None, limit: int = TASK_MAX_DAYS) -> int
                     )
                 )
             DashboardRollup.objects.bulk_create(rows, batch_size=1000)
+        planner_rollup.compile_days(before, dirty_days, limit)
     return len(days)
 
 
@@ -167,11 +211,12 @@ def recompute(hours: Sequence[datetime]) -> bool:
 
 def _delete(hours: Sequence[datetime]) -> None:
     """Delete the hours' marks, then their rows and their days' day rows."""
-    days = sorted({day_floor(hour) for hour in hours})
+    days = sorted({spans.day_floor(hour) for hour in hours})
     DashboardDirtyHour.objects.filter(hour__in=hours).delete()
     DashboardRollup.objects.filter(
         Q(hour__in=hours) | Q(kind__in=DAY_KINDS, hour__in=days)
     ).delete()
+    planner_rollup.delete(hours)
 
 
 def rebuild() -> int:
@@ -181,6 +226,7 @@ def rebuild() -> int:
         _lock(wait=True)
         DashboardDirtyHour.objects.all().delete()
         DashboardRollup.objects.all().delete()
+        planner_rollup.delete_all()
         _insert(None)
     compile_days(limit=10_000)
     return DashboardRollup.objects.count()
@@ -196,6 +242,7 @@ def _insert(ranges: list[tuple[datetime, datetime]] | None) -> None:
     select, params = _select(HOUR_KINDS, ranges)
     with connection.cursor() as cursor:
         cursor.execute(f"INSERT INTO {table} ({columns}) {select}", params)
+    planner_rollup.insert(ranges)
 
 
 def _ranges(hours: Sequence[datetime]) -> list[tuple[datetime, datetime]]:
@@ -220,51 +267,77 @@ def _select(
 ) -> tuple[str, list]:
     """One SELECT (UNION ALL over kinds) of rollup rows, COLUMNS in order, for the jobs started
     in ``ranges`` (None: every job with a start)."""
-    step, job = Step._meta.db_table, Job._meta.db_table
+    step, job, call = Step._meta.db_table, Job._meta.db_table, Call._meta.db_table
     hour = database.sql_hour_of("j.started_at")
     no_histogram = database.sql_json_null()
+    no_usage = "CAST(NULL AS BIGINT), CAST(NULL AS BIGINT), CAST(NULL AS NUMERIC)"
     histogram = database.sql_histogram("t.bucket", "t.n")
     bucket = (
-        "CAST(floor(ln(1 + CASE WHEN s.duration_ms > 0 THEN s.duration_ms ELSE 0 END)"
-        f" * {SCALE}) AS INTEGER)"
+        "CAST(floor(ln(1 + CASE WHEN js.duration_ms > 0 THEN js.duration_ms ELSE 0 END)"
+        f" * {histograms.SCALE}) AS INTEGER)"
     )
     where, where_params = ["j.started_at IS NOT NULL"], []
     if ranges is not None:
         span = "(j.started_at >= %s AND j.started_at < %s)"
         where.append("(" + " OR ".join([span] * len(ranges)) + ")")
         where_params.extend(database.adapt_datetime(value) for pair in ranges for value in pair)
-    for name, value in (("provider", provider), ("model", model)):
-        if value:
-            where.append(f"j.{name} = %s")
-            where_params.append(value)
-    condition = " AND ".join(where)
+
+    def condition(alias: str) -> tuple[str, list]:
+        """The range and the provider/model filter, on the job's (alias j) or the call's."""
+        clauses, params = list(where), list(where_params)
+        for name, value in (("provider", provider), ("model", model)):
+            if value:
+                clauses.append(f"{alias}.{name} = %s")
+                params.append(value)
+        return " AND ".join(clauses), params
+
+    jobs_where, jobs_params = condition("j")
+    calls_where, calls_params = condition("c")
     failed_in = ", ".join(f"'{status.value}'" for status in FAILED_FAMILY)
     family = f"CASE WHEN j.status IN ({failed_in}) THEN '{FAILED_STATUS}' ELSE '' END"
-    steps_join = f"{step} s JOIN {job} j ON j.id = s.job_id"
-    counted = f"count(*), count(DISTINCT s.job_id), {no_histogram}"
+    # The step kinds read the range's jobs' steps once (js), each job's by its own lookup.
+    job_steps = (
+        f"js AS (SELECT {hour} AS hour, j.provider, j.model, s.job_id, s.segment, "
+        f"s.failure_code, s.node_id, s.duration_ms FROM {job} j "
+        f"{database.sql_job_rows(step, 's', 'j')} WHERE {jobs_where})"
+    )
+    counted = f"count(*), count(DISTINCT js.job_id), {no_histogram}, {no_usage}"
     selects = {
         # Split by status family (FAILED_STATUS in status, "" for every other status): the
         # headlines and the provider failure rates count jobs and failed jobs from these rows.
         Kind.JOBS: f"SELECT {hour}, 'jobs', j.provider, j.model, '', {family}, "
-        f"CAST(sum(j.step_count) AS BIGINT), count(*), {no_histogram} "
-        f"FROM {job} j WHERE {condition} GROUP BY 1, 3, 4, 6",
-        Kind.SEGMENT: f"SELECT {hour}, 'segment', j.provider, j.model, s.segment, '', {counted} "
-        f"FROM {steps_join} WHERE {condition} GROUP BY 1, 3, 4, 5",
-        Kind.FAILURE_CODE: f"SELECT {hour}, 'failure_code', j.provider, j.model, s.failure_code, "
-        f"'', {counted} FROM {steps_join} WHERE {condition} AND s.failure_code <> '' "
-        "GROUP BY 1, 3, 4, 5",
+        f"CAST(sum(j.step_count) AS BIGINT), count(*), {no_histogram}, {no_usage} "
+        f"FROM {job} j WHERE {jobs_where} GROUP BY 1, 3, 4, 6",
+        Kind.SEGMENT: "SELECT js.hour, 'segment', js.provider, js.model, js.segment, '', "
+        f"{counted} FROM js GROUP BY 1, 3, 4, 5",
+        Kind.FAILURE_CODE: "SELECT js.hour, 'failure_code', js.provider, js.model, "
+        f"js.failure_code, '', {counted} FROM js WHERE js.failure_code <> '' GROUP BY 1, 3, 4, 5",
         # Each job once, by its final root failure's error type (not every type it hit).
         Kind.ERROR_TYPE: f"SELECT {hour}, 'error_type', j.provider, j.model, j.error_type, "
-        f"j.status, count(*), count(*), {no_histogram} FROM {job} j WHERE {condition} "
-        "AND j.error_type <> '' GROUP BY 1, 3, 4, 5, 6",
+        f"j.status, count(*), count(*), {no_histogram}, {no_usage} FROM {job} j "
+        f"WHERE {jobs_where} AND j.error_type <> '' GROUP BY 1, 3, 4, 5, 6",
         Kind.DURATION: "SELECT t.hour, 'duration', t.provider, t.model, t.node_id, '', "
-        f"CAST(sum(t.n) AS BIGINT), 0, {histogram} FROM ("
-        f"SELECT {hour} AS hour, j.provider, j.model, s.node_id, {bucket} AS bucket, "
-        f"count(*) AS n FROM {steps_join} WHERE {condition} AND s.duration_ms IS NOT NULL "
-        "GROUP BY 1, 2, 3, 4, 5) t GROUP BY t.hour, t.provider, t.model, t.node_id",
+        f"CAST(sum(t.n) AS BIGINT), 0, {histogram}, {no_usage} FROM ("
+        f"SELECT js.hour, js.provider, js.model, js.node_id, {bucket} AS bucket, count(*) AS n "
+        "FROM js WHERE js.duration_ms IS NOT NULL GROUP BY 1, 2, 3, 4, 5) t "
+        "GROUP BY t.hour, t.provider, t.model, t.node_id",
+        # The calls' own provider and model (a job may call several), as the LLM panels show.
+        Kind.LLM: f"SELECT {hour}, 'llm', c.provider, c.model, '', '', count(*), "
+        f"count(DISTINCT c.job_id), {no_histogram}, CAST(sum(c.input_tokens) AS BIGINT), "
+        f"CAST(sum(c.output_tokens) AS BIGINT), sum(c.cost) "
+        f"FROM {call} c JOIN {job} j ON j.id = c.job_id WHERE {calls_where} AND c.kind = 'llm' "
+        "AND NOT (c.provider = '' AND c.model = '') GROUP BY 1, 3, 4",
     }
     sql = " UNION ALL ".join(selects[Kind(kind)] for kind in kinds)
-    return sql, where_params * len(kinds)
+    params = [
+        value
+        for kind in kinds
+        if kind not in STEP_KINDS
+        for value in (calls_params if kind == Kind.LLM else jobs_params)
+    ]
+    if STEP_KINDS.intersection(kinds):
+        sql, params = f"WITH {job_steps} {sql}", jobs_params + params
+    return sql, params
 
 
 # --- reading ----------------------------------------------------------------------------------
@@ -281,6 +354,22 @@ class Plan:
     fetched: dict = field(default_factory=dict, compare=False, repr=False)
 
 
+# A Cell's fields after its kind, as stored rows hold them.
+CELL = (
+    "hour",
+    "dimension",
+    "status",
+    "steps",
+    "jobs",
+    "histogram",
+    "provider",
+    "model",
+    "input_tokens",
+    "output_tokens",
+    "cost",
+)
+
+
 @dataclass(frozen=True, slots=True)
 class Cell:
     kind: str
@@ -290,6 +379,13 @@ class Cell:
     steps: int
     jobs: int
     histogram: dict | None
+    # The row's provider and model ("" when summed over them; LLM rows: the calls', not the
+    # job's) and, for LLM rows, the calls' sums (None: no call reported any).
+    provider: str = ""
+    model: str = ""
+    input_tokens: int | None = None
+    output_tokens: int | None = None
+    cost: Decimal | None = None
 
 
 def plan(start: datetime, end: datetime, refresh_hours: int = REQUEST_REFRESH_HOURS) -> Plan:
@@ -320,10 +416,9 @@ def plan(start: datetime, end: datetime, refresh_hours: int = REQUEST_REFRESH_HO
 
 
 def prefetch(plan: Plan, kinds: Sequence[str], provider: str = "", model: str = "") -> None:
-    """Fetch the cells of several panels in one query (two with raw ranges); ``cells`` then
-    answers from them."""
+    """Fetch the cells of several panels together; ``cells`` then answers from them."""
     kinds = [str(kind) for kind in kinds]
-    found = cells(plan, kinds, provider, model, grouped=False)
+    found = cells(plan, kinds, provider, model)
     for kind in kinds:
         plan.fetched[(kind, provider, model)] = [cell for cell in found if cell.kind == kind]
 
@@ -331,54 +426,68 @@ def prefetch(plan: Plan, kinds: Sequence[str], provider: str = "", model: str = 
 def cells(
     plan: Plan, kinds: Sequence[str], provider: str = "", model: str = "", grouped: bool = True
 ) -> list[Cell]:
-    """The rollup rows of ``kinds`` for the plan's range: rollup ranges summed over provider and
-    model when ``grouped`` (duration rows never: the caller merges their histograms), raw
-    ranges aggregated from Step and Job rows. Cells of several rows may share a key."""
+    """The rollup rows of ``kinds`` for the plan's range: stored rows summed over provider and
+    model when ``grouped`` (UNGROUPED_KINDS never), raw ranges aggregated from Step, Job and
+    Call rows. Cells of several rows may share a key; a compiled whole day's rows come as
+    one cell per key at its midnight."""
     kinds = [str(kind) for kind in kinds]
     if all((kind, provider, model) in plan.fetched for kind in kinds):
         return [cell for kind in kinds for cell in plan.fetched[(kind, provider, model)]]
     found: list[Cell] = []
     if plan.rollup:
-        span = Q()
-        for since, until in plan.rollup:
-            span |= Q(hour__gte=since, hour__lt=until)
-        rows = DashboardRollup.objects.filter(span, kind__in=kinds)
-        days = _whole_days(plan.rollup)
-        if Kind.DURATION in kinds and days:
-            # Whole days: their day rows when compiled, else their hour rows.
-            compiled = DashboardRollup.objects.filter(kind=Kind.DAY, hour=OuterRef("day"))
-            rows = DashboardRollup.objects.annotate(day=Trunc("hour", "day", tzinfo=UTC)).filter(
-                Q(span, kind__in=kinds) & ~Q(Q(kind=Kind.DURATION, day__in=days) & Exists(compiled))
-                | Q(kind=Kind.DURATION_DAY, hour__in=days)
-            )
-        if provider:
-            rows = rows.filter(provider=provider)
-        if model:
-            rows = rows.filter(model=model)
-        if Kind.DURATION in kinds or not grouped:
-            found.extend(
-                Cell(Kind.DURATION if kind == Kind.DURATION_DAY else kind, *row)
-                for kind, *row in rows.values_list(
-                    "kind", "hour", "dimension", "status", "steps", "jobs", "histogram"
-                )
-            )
-        else:
-            grouped = (
-                rows.values_list("kind", "hour", "dimension", "status")
+        summed = [kind for kind in kinds if kind not in UNGROUPED_KINDS] if grouped else []
+        if summed:
+            rows = (
+                _stored(plan, summed, provider, model)
+                .values_list("kind", "hour", "dimension", "status")
                 .annotate(n_steps=Sum("steps"), n_jobs=Sum("jobs"))
                 .order_by()
             )
-            found.extend(Cell(*row, None) for row in grouped)
+            found.extend(Cell(HOUR_KIND.get(kind, kind), *row, None) for kind, *row in rows)
+        if rest := [kind for kind in kinds if kind not in summed]:
+            rows = _stored(plan, rest, provider, model).values_list("kind", *CELL)
+            found.extend(Cell(HOUR_KIND.get(kind, kind), *row) for kind, *row in rows)
     if plan.raw:
         sql, params = _select(kinds, list(plan.raw), provider, model)
         with connection.cursor() as cursor:
             cursor.execute(sql, params)
-            for hour, kind, _p, _m, dimension, status, steps, jobs, histogram in cursor:
-                histogram = _as_histogram(histogram)
+            for hour, kind, row_provider, row_model, dimension, status, *counts in cursor:
+                steps, jobs, histogram, input_tokens, output_tokens, cost = counts
                 found.append(
-                    Cell(kind, _as_hour(hour), dimension, status, int(steps), int(jobs), histogram)
+                    Cell(
+                        kind,
+                        _as_hour(hour),
+                        dimension,
+                        status,
+                        int(steps),
+                        int(jobs),
+                        _as_histogram(histogram),
+                        row_provider,
+                        row_model,
+                        input_tokens,
+                        output_tokens,
+                        _as_cost(cost),
+                    )
                 )
     return found
+
+
+def _stored(plan: Plan, kinds: Sequence[str], provider: str, model: str):
+    """The stored rows of ``kinds`` over the plan's rollup ranges: a whole day's day rows when
+    it has them (its DAY row), else its hour rows; hour rows for the other hours. Decided in
+    the same statement as the rows are read (each day's EXISTS is a one-time filter), so a day
+    a refresh uncompiles meanwhile is read one way or the other, never neither."""
+    days = spans.whole_days(plan.rollup)
+    rows = Q(pk__in=[])
+    for since, until in spans.without_days(plan.rollup, days):
+        rows |= Q(hour__gte=since, hour__lt=until, kind__in=kinds)
+    day_kinds = [DAY_KIND[kind] for kind in kinds]
+    for day in days:
+        compiled = Exists(DashboardRollup.objects.filter(kind=Kind.DAY, hour=day))
+        rows |= Q(compiled, hour=day, kind__in=day_kinds)
+        rows |= Q(~compiled, hour__gte=day, hour__lt=day + DAY, kind__in=kinds)
+    subject = {name: value for name, value in (("provider", provider), ("model", model)) if value}
+    return DashboardRollup.objects.filter(rows, **subject)
 
 
 def job_totals(plan: Plan, provider: str = "", model: str = "") -> dict[tuple[str, str], list]:
@@ -392,11 +501,8 @@ def job_totals(plan: Plan, provider: str = "", model: str = "") -> dict[tuple[st
     totals: dict[tuple[str, str], list] = plan.fetched.setdefault(key, {})
     subject = {name: value for name, value in (("provider", provider), ("model", model)) if value}
     if plan.rollup:
-        span = Q()
-        for since, until in plan.rollup:
-            span |= Q(hour__gte=since, hour__lt=until)
         rows = (
-            DashboardRollup.objects.filter(span, kind=Kind.JOBS, **subject)
+            _stored(plan, [Kind.JOBS], provider, model)
             .values_list("provider", "model", "status")
             .annotate(n_jobs=Sum("jobs"))
             .order_by()
@@ -426,73 +532,16 @@ def job_totals(plan: Plan, provider: str = "", model: str = "") -> dict[tuple[st
     return totals
 
 
-def _whole_days(ranges: Iterable[tuple[datetime, datetime]]) -> list[datetime]:
-    """The UTC days lying wholly inside one of these ranges."""
-    days = []
-    for since, until in ranges:
-        day = day_floor(since)
-        day = day if day == since else day + DAY
-        while day + DAY <= until:
-            days.append(day)
-            day += DAY
-    return days
-
-
 def _as_hour(value) -> datetime:
     if isinstance(value, str):
         value = datetime.fromisoformat(value)
     return value.replace(tzinfo=UTC) if value.tzinfo is None else value.astimezone(UTC)
 
 
+def _as_cost(value) -> Decimal | None:
+    """A summed cost as the DecimalField reads it (SQLite sums it as a float)."""
+    return None if value is None else Decimal(str(value)).quantize(COST_PLACES)
+
+
 def _as_histogram(value) -> dict | None:
     return json.loads(value) if isinstance(value, str | bytes) else value
-
-
-# --- duration histograms ----------------------------------------------------------------------
-
-
-def bucket_of(duration_ms: float) -> int:
-    """The histogram bucket of a duration (the SQL above computes the same)."""
-    return math.floor(math.log(1 + max(duration_ms, 0)) * SCALE)
-
-
-def merge(histograms: Iterable[dict | None]) -> dict[int, int]:
-    """Stored histograms ({"b": [bucket, ...], "n": [steps, ...]}) summed: {bucket: steps}.
-    Parallel lists of small integers, because a week holds thousands of them to merge."""
-    histograms = [histogram for histogram in histograms if histogram and histogram["b"]]
-    if not histograms:
-        return {}
-    total = [0] * (max(max(histogram["b"]) for histogram in histograms) + 1)
-    for histogram in histograms:
-        for bucket, count in zip(histogram["b"], histogram["n"], strict=True):
-            total[bucket] += count
-    return {bucket: count for bucket, count in enumerate(total) if count}
-
-
-def percentiles(histogram: dict[int, int], fractions: Sequence[float]) -> list[float]:
-    """percentile_cont of each fraction estimated from a histogram: the values at the two ranks
-    around fraction*(n-1), each spread evenly inside its bucket, linearly interpolated. Each is
-    inside its bucket, as the exact one is, so the error is under one bucket width (2 %)."""
-    buckets = sorted(histogram.items())
-    total = sum(count for _bucket, count in buckets)
-    if not total:
-        return [0.0 for _ in fractions]
-
-    def value_at(rank: int) -> float:
-        before = 0
-        for bucket, count in buckets:
-            if rank < before + count:
-                low, high = math.exp(bucket / SCALE) - 1, math.exp((bucket + 1) / SCALE) - 1
-                return max(0.0, low + (high - low) * (rank - before + 0.5) / count)
-            before += count
-        raise ValueError(rank)
-
-    values = []
-    for fraction in fractions:
-        position = fraction * (total - 1)
-        lower = int(position)
-        value = value_at(lower)
-        if position > lower:
-            value += (value_at(lower + 1) - value) * (position - lower)
-        values.append(value)
-    return values

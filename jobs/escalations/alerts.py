@@ -15,12 +15,13 @@ from datetime import UTC, datetime, timedelta
 
 from django.db import IntegrityError, transaction
 from django.db.models import Count, Exists, OuterRef, Q
-from django.db.models.fields.json import KT
 from django.db.models.functions import Trunc
 from django.utils import timezone
 
 from jobs.escalations import actions
 from jobs.models import (
+    DEGRADED,
+    PARSE_INVALID,
     AlertEpisode,
     AlertRule,
     Escalation,
@@ -35,9 +36,6 @@ from jobs.replay.state import EscalationTrigger
 logger = logging.getLogger(__name__)
 
 Kind = AlertRule.Kind
-PARSE_INVALID = "graph.next_step.parse_invalid"
-DEGRADED = "graph.next_step.degraded"
-PLANNER_EVENT_TYPES = ("job_started", PARSE_INVALID, DEGRADED)
 RATE_KINDS = frozenset({Kind.PLANNER_DEGRADED_RATE, Kind.FAILURE_CODE_RATE})
 
 
@@ -72,17 +70,7 @@ def planner_activity(
     events with ts in [start, end): rows of provider, model, [bucket,] jobs, parse_invalid,
     degraded. ``jobs`` are the jobs that carry that provider/model on job_started or on a planner
     event in the window (DESIGN.md section 4). Served by the event (type, ts) index."""
-    rows = Event.objects.filter(type__in=PLANNER_EVENT_TYPES, ts__gte=start, ts__lt=end).annotate(
-        provider=KT("payload__provider"), model=KT("payload__model")
-    )
-    rows = rows.filter(provider__isnull=False, model__isnull=False)
-    # Compare the JSON values, not the KT() annotations: Django's exact lookup on a KT() wraps
-    # the right-hand side in JSON_EXTRACT(%s, '$') on SQLite, which a plain string is not
-    # ("malformed JSON"). The contract makes provider and model strings, so both mean the same.
-    if provider:
-        rows = rows.filter(payload__provider=provider)
-    if model:
-        rows = rows.filter(payload__model=model)
+    rows = Event.objects.filter(ts__gte=start, ts__lt=end).planner(provider, model)
     group = ["provider", "model"]
     if bucket:
         rows = rows.annotate(bucket=Trunc("ts", bucket, tzinfo=UTC))

@@ -42,20 +42,23 @@ def _fields(model: type[models.Model]) -> list[models.Field]:
 
 def _values(fields: Sequence[models.Field], rows: Iterable[dict]) -> list[list]:
     """Row dicts (by attname; missing fields take their default) as database values."""
-    defaults = {f.attname: f.get_default() for f in fields}
+    names = [f.attname for f in fields]
+    defaults = [f.get_default() for f in fields]
     if connection.vendor == POSTGRES:
-        adapt = [json_text if isinstance(f, models.JSONField) else None for f in fields]
-        return [
-            [
-                a(row.get(f.attname, defaults[f.attname]))
-                if a
-                else row.get(f.attname, defaults[f.attname])
-                for f, a in zip(fields, adapt, strict=True)
-            ]
-            for row in rows
-        ]
+        # map() looks every value up in C: a live batch converts some 600 rows of 40 columns.
+        json_columns = [i for i, f in enumerate(fields) if isinstance(f, models.JSONField)]
+        out = []
+        for row in rows:
+            values = list(map(row.get, names, defaults))
+            for i in json_columns:
+                values[i] = json_text(values[i])
+            out.append(values)
+        return out
     return [
-        [f.get_db_prep_save(row.get(f.attname, defaults[f.attname]), connection) for f in fields]
+        [
+            f.get_db_prep_save(value, connection)
+            for f, value in zip(fields, map(row.get, names, defaults), strict=True)
+        ]
         for row in rows
     ]
 
@@ -193,12 +196,7 @@ def insert_new_events(
     stored: set[tuple] = set()
     with connection.cursor() as cursor:
         for day, pairs in by_day.items():
-            condition, params = _pairs_condition(model, ("job_id", "event_id"), pairs)
-            cursor.execute(
-                f"SELECT job_id, event_id FROM {table} WHERE partition_day = %s AND {condition}",
-                [day, *params],
-            )
-            stored.update(map(tuple, cursor.fetchall()))
+            stored.update(_select_pairs(cursor, model, ("job_id", "event_id"), pairs, day, ()))
         new_rows, new_keys = [], set()
         for row in rows:
             if (key := (row[0], row[1])) not in stored and key not in new_keys:
@@ -416,11 +414,35 @@ def lock_pair(keys: tuple[int, int], *, wait: bool) -> bool:
 # --- SQL fragments ---------------------------------------------------------------------------
 
 
+def sql_job_rows(table: str, alias: str, job: str) -> str:
+    """A FROM item joining the rows of ``table`` (a table partitioned like the jobs', with
+    job_id and partition_day) to the job aliased ``job``. On PostgreSQL a LATERAL lookup per
+    job, by the table's (job_id, ...) index in the job's own partition: a plain join over a
+    few jobs is planned as a hash join over every partition once index-only scans are cheap
+    (600 ms for an hour of jobs at 10M events, against 20 ms of lookups); OFFSET 0 keeps the
+    planner from flattening it back into that join. Elsewhere a plain join."""
+    if connection.vendor == POSTGRES:
+        return (
+            f"CROSS JOIN LATERAL (SELECT * FROM {table} WHERE job_id = {job}.id "
+            f"AND partition_day = {job}.partition_day OFFSET 0) {alias}"
+        )
+    return f"JOIN {table} {alias} ON {alias}.job_id = {job}.id"
+
+
 def sql_hour_of(column: str) -> str:
     """An expression truncating a timestamp column to its UTC hour."""
     if connection.vendor == POSTGRES:
         return f"date_trunc('hour', {column}, 'UTC')"
     return f"strftime('%%Y-%%m-%%d %%H:00:00', {column})"
+
+
+def sql_trunc_utc(column: str, kind: str) -> str:
+    """An expression truncating a timestamp column to its UTC ``kind`` ("hour" or "day"); the
+    same spelling for every column of one query, so its values group together."""
+    if connection.vendor == POSTGRES:
+        return f"date_trunc('{kind}', {column}, 'UTC')"
+    pattern = {"hour": "%%Y-%%m-%%d %%H:00:00", "day": "%%Y-%%m-%%d 00:00:00"}[kind]
+    return f"strftime('{pattern}', {column})"
 
 
 def sql_hours_since_epoch(column: str) -> str:
@@ -443,6 +465,68 @@ def sql_histogram(bucket: str, count: str) -> str:
             f"'n', jsonb_agg({count} ORDER BY {bucket}))"
         )
     return f"json_object('b', json_group_array({bucket}), 'n', json_group_array({count}))"
+
+
+def rows_by_pairs(
+    model: type[models.Model],
+    columns: tuple[str, str],
+    pairs: Sequence[tuple],
+    day: date,
+    select: Sequence[str],
+) -> list[tuple]:
+    """The ``columns`` and ``select`` values (attnames; JSON decoded) of ``model``'s rows in
+    ``day``'s partition whose two ``columns`` are one of ``pairs``, read by the unique index
+    that leads with the two columns."""
+    if connection.vendor != POSTGRES:
+        # SQLite gives text for dates and times: the model's own converters read them.
+        query = model.objects.filter(pairs_in(model, columns, pairs)).filter(partition_day=day)
+        return list(query.values_list(*columns, *select))
+    with connection.cursor() as cursor:
+        rows = _select_pairs(cursor, model, columns, pairs, day, select)
+    decoders = [
+        (index, field)
+        for index, field in enumerate(
+            (model._meta.get_field(name) for name in select), start=len(columns)
+        )
+        if isinstance(field, models.JSONField)
+    ]
+    if not decoders:
+        return rows
+    out = []
+    for row in rows:
+        values = list(row)
+        for index, field in decoders:
+            values[index] = field.from_db_value(values[index], None, connection)
+        out.append(tuple(values))
+    return out
+
+
+def _select_pairs(
+    cursor,
+    model: type[models.Model],
+    columns: tuple[str, str],
+    pairs: Sequence[tuple],
+    day: date,
+    select: Sequence[str],
+) -> list[tuple]:
+    """``rows_by_pairs`` on PostgreSQL, without decoding. Each pair is looked up on its own (a
+    LATERAL subquery that OFFSET 0 keeps the planner from flattening): a semi-join of the pairs
+    may be planned as a hash join over a scan of the whole partition, whose cost grows with
+    the table, where these lookups grow with the pairs."""
+    quote = connection.ops.quote_name
+    fields = [model._meta.get_field(name) for name in columns]
+    first, second = (quote(f.column) for f in fields)
+    wanted = ", ".join(
+        [first, second, *(quote(model._meta.get_field(name).column) for name in select)]
+    )
+    types = [f.db_type(connection) for f in fields]
+    cursor.execute(
+        f"SELECT r.* FROM unnest(%s::{types[0]}[], %s::{types[1]}[]) AS k(a, b) "
+        f"CROSS JOIN LATERAL (SELECT {wanted} FROM {quote(model._meta.db_table)} "
+        f"WHERE partition_day = %s AND {first} = k.a AND {second} = k.b OFFSET 0) r",
+        [[pair[0] for pair in pairs], [pair[1] for pair in pairs], day],
+    )
+    return list(map(tuple, cursor.fetchall()))
 
 
 def pairs_in(model: type[models.Model], columns: tuple[str, str], pairs: Sequence[tuple]) -> RawSQL:

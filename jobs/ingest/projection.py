@@ -13,9 +13,10 @@ Callers hold the jobs' locks (``locks.lock_jobs``) inside their transaction.
 
 from collections import Counter
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass, fields
+from dataclasses import dataclass, field, fields
 from datetime import date, datetime
 from decimal import Decimal
+from operator import attrgetter
 
 from django.conf import settings
 from django.utils import timezone
@@ -23,7 +24,7 @@ from django.utils import timezone
 from jobs.contract.events import Event
 from jobs.escalations import actions, repair_budget
 from jobs.ingest import counters, database, failure_groups
-from jobs.models import Call, DashboardDirtyHour, Escalation, Job, Step
+from jobs.models import PLANNER_EVENT_TYPES, Call, DashboardDirtyHour, Escalation, Job, Step
 from jobs.models import Event as EventRow
 from jobs.replay import walk
 from jobs.replay.calls import CallRecord
@@ -31,6 +32,9 @@ from jobs.replay.failures import RunStatus, Segment
 from jobs.replay.state import JOB_ATTRIBUTES, JobState, ReplayConfig, StepState
 
 STEP_STATE_FIELDS = tuple(f.name for f in fields(StepState))
+step_values = attrgetter(*STEP_STATE_FIELDS)
+# The StepState fields read back from Step rows, node_id first (the key read with them).
+STEP_LOADED = ("node_id", *(name for name in STEP_STATE_FIELDS if name != "node_id"))
 CALL_FIELDS = tuple(f.name for f in fields(CallRecord))
 STEP_KEY = ("job_id", "node_id", "attempt", "partition_day")
 INCREMENTAL, FULL = "incremental", "full"
@@ -63,6 +67,9 @@ class Projected:
     state: JobState
     path: str
     fold: walk.Fold
+    # An incremental fold's stored grouped steps as they were read, by (node, attempt): (group
+    # id, started_at, finished_at), what rewriting them takes out of their failure group.
+    stored_groups: dict[tuple[str, int], tuple] = field(default_factory=dict)
 
 
 def load_events(
@@ -143,16 +150,23 @@ def project_jobs(
         )
         for job_id, p in projected.items()
     ]
-    # The dashboard rollup recomputes these jobs' start hours (before and after) later.
+    # The dashboard rollup recomputes these jobs' start hours (before and after) later, and
+    # (the planner panels) the hours of their new job_started and planner events.
     DashboardDirtyHour.objects.mark(
-        [job["started_at"] for job in existing.values()] + [r["started_at"] for r in rows]
+        [job["started_at"] for job in existing.values()]
+        + [r["started_at"] for r in rows]
+        + [e.ts for events in new_events.values() for e in events if e.type in PLANNER_EVENT_TYPES]
     )
     # One upsert writes new and known jobs alike; a known job keeps its id (escalations
     # point at it).
     ids = database.upsert_rows(Job, rows, unique=("job_id",))
-    _write_steps(projected, existing, ids, days)
+    contributions, attributes = _write_steps(projected, existing, ids, days)
     _write_calls(projected, existing, ids)
     _apply_escalations(projected, rows, ids)
+    if attributes:
+        # Last: the failure groups' totals are rows every batch may update, and their row locks
+        # last until commit, so concurrent batches wait on each other only from here on.
+        failure_groups.apply(contributions, attributes)
     return Counter(p.path for p in projected.values())
 
 
@@ -176,7 +190,9 @@ def _fold_onto_snapshots(
         job["id"]: walk.Fold.nodes_needed(snapshot, events)
         for job, snapshot, events in plans.values()
     }
-    steps = _load_steps(needed, {job["id"]: job["partition_day"] for job, _, _ in plans.values()})
+    steps, stored_groups = _load_steps(
+        needed, {job["id"]: job["partition_day"] for job, _, _ in plans.values()}
+    )
     projected = {}
     for job_id, (job, snapshot, events) in plans.items():
         fold = walk.Fold.resume(
@@ -198,26 +214,38 @@ def _fold_onto_snapshots(
         state = fold.finish()
         if state.attributes.get("workflow", "") != job["workflow"]:
             continue  # the job's failure signatures change: replayed whole
-        projected[job_id] = Projected(state, INCREMENTAL, fold)
+        projected[job_id] = Projected(state, INCREMENTAL, fold, stored_groups.get(job["id"], {}))
     return projected
 
 
 def _load_steps(
     nodes_by_job: dict[int, set[str]], days: dict[int, date]
-) -> dict[int, list[StepState]]:
-    """Every step of these nodes, by job pk: one query per partition day (the step unique
-    index of that day's partition serves it)."""
+) -> tuple[dict[int, list[StepState]], dict[int, dict[tuple[str, int], tuple]]]:
+    """Every step of these nodes, by job pk, and the grouped ones' (group id, started_at,
+    finished_at) by job pk and (node, attempt): one query per partition day, by the step
+    unique index."""
     pairs_by_day: dict[date, list[tuple]] = {}
     for job_pk, nodes in nodes_by_job.items():
         pairs_by_day.setdefault(days[job_pk], []).extend((job_pk, n) for n in sorted(nodes))
     by_job: dict[int, list[StepState]] = {}
+    stored_groups: dict[int, dict[tuple[str, int], tuple]] = {}
     for day, pairs in pairs_by_day.items():
         if not pairs:
             continue
-        rows = Step.objects.filter(database.pairs_in(Step, ("job", "node_id"), pairs))
-        for row in rows.filter(partition_day=day).values("job_id", *STEP_STATE_FIELDS):
-            by_job.setdefault(row.pop("job_id"), []).append(step_state(row))
-    return by_job
+        rows = database.rows_by_pairs(
+            Step, ("job", "node_id"), pairs, day, ("failure_group_id", *STEP_LOADED)
+        )
+        for job_pk, _node, group_id, *values in rows:
+            step = StepState(**dict(zip(STEP_LOADED, values, strict=True)))
+            step.result_type = step.result_type or None
+            by_job.setdefault(job_pk, []).append(step)
+            if group_id is not None:
+                stored_groups.setdefault(job_pk, {})[(step.node_id, step.attempt)] = (
+                    group_id,
+                    step.started_at,
+                    step.finished_at,
+                )
+    return by_job, stored_groups
 
 
 def _received_at(previous: dict | None, received_at: datetime | None) -> datetime:
@@ -285,7 +313,7 @@ def call_row(call: CallRecord, job_pk: int) -> dict:
 def step_row(step: StepState, job_pk: int, partition_day: date) -> dict:
     """The Step row's values: every StepState field has a column of the same name."""
     return {
-        **{name: getattr(step, name) for name in STEP_STATE_FIELDS},
+        **dict(zip(STEP_STATE_FIELDS, step_values(step), strict=True)),
         "job_id": job_pk,
         "partition_day": partition_day,
         "segment": step.segment.value,
@@ -303,10 +331,11 @@ def _write_steps(
     existing: dict[str, dict],
     ids: dict[tuple, int],
     days: dict[str, date],
-) -> None:
+) -> tuple[failure_groups.Contributions, dict[int, tuple[str, str]]]:
     """A full replay's steps replace the job's whole; an incremental fold's changed steps are
     upserted by (job, node, attempt). Either way the failure groups lose the replaced rows'
-    failures and gain the written ones' (``failure_groups``)."""
+    failures and gain the written ones': returns those contributions and the (provider, model)
+    of the jobs they concern, for ``failure_groups.apply``."""
     written = {
         ids[(job_id,)]: (p.state.steps if p.path == FULL else p.state.changed_steps)
         for job_id, p in projected.items()
@@ -325,7 +354,7 @@ def _write_steps(
         Step.objects.filter(
             job_id__in=replaced_pks, partition_day__in=sorted({days[j] for j in replaced})
         ).delete()
-    _subtract_changed(projected, ids, days, contributions)
+    _subtract_changed(projected, ids, contributions)
     inserted, upserted = [], []
     for job_id, p in projected.items():
         job_pk, day = ids[(job_id,)], days[job_id]
@@ -349,8 +378,7 @@ def _write_steps(
         if ids[(job_id,)] in touched
         or (job_id in existing and _provider_model(existing[job_id]) != _provider_model_of(p))
     }
-    if attributes:
-        failure_groups.apply(contributions, attributes)
+    return contributions, attributes
 
 
 def _provider_model(row: dict) -> tuple[str, str]:
@@ -364,36 +392,19 @@ def _provider_model_of(p: Projected) -> tuple[str, str]:
 def _subtract_changed(
     projected: dict[str, Projected],
     ids: dict[tuple, int],
-    days: dict[str, date],
     contributions: "failure_groups.Contributions",
 ) -> None:
     """Subtract the failure-group contributions of the stored rows an incremental fold's
-    changed steps replace (one query per partition day, by the step unique index)."""
-    keys_by_day: dict[date, set[tuple[int, str, int]]] = {}
-    for job_id, p in projected.items():
-        if p.path == INCREMENTAL:
-            keys_by_day.setdefault(days[job_id], set()).update(
-                (ids[(job_id,)], step.node_id, step.attempt) for step in p.state.changed_steps
-            )
-    for day, keys in keys_by_day.items():
-        if not keys:
-            continue
-        pairs = sorted({(job_pk, node) for job_pk, node, _ in keys})
-        rows = (
-            Step.objects.filter(database.pairs_in(Step, ("job", "node_id"), pairs))
-            .filter(partition_day=day, failure_group__isnull=False)
-            .values_list(
-                "job_id", "node_id", "attempt", "failure_group_id", "started_at", "finished_at"
-            )
-        )
-        failure_groups.subtract_stored(
-            (
-                (job_pk, group_id, started_at, finished_at)
-                for job_pk, node, attempt, group_id, started_at, finished_at in rows
-                if (job_pk, node, attempt) in keys
-            ),
-            contributions,
-        )
+    changed steps replace. Every stored step a fold can change was read before it folded (its
+    node's steps), with its group: no query."""
+    stored = (
+        (ids[(job_id,)], *p.stored_groups[(step.node_id, step.attempt)])
+        for job_id, p in projected.items()
+        if p.path == INCREMENTAL
+        for step in p.state.changed_steps
+        if (step.node_id, step.attempt) in p.stored_groups
+    )
+    failure_groups.subtract_stored(stored, contributions)
 
 
 def _write_calls(

@@ -12,6 +12,7 @@ from django.db.models.functions import Cast
 from jobs.ingest.locks import lock_jobs
 from jobs.ingest.projection import replay_jobs
 from jobs.models import (
+    DashboardDirtyHour,
     Escalation,
     EscalationEntry,
     Event,
@@ -108,7 +109,10 @@ def purge_text(needle: str, *, dry_run: bool) -> PurgeReport:
         # Ingest's per-job locks: no batch of these jobs projects from unscrubbed events
         # while this runs, and none is lost (it waits, then folds onto the scrubbed rows).
         lock_jobs(job_ids)
-        for event in _matching(Event, needle).filter(job_id__in=job_ids).iterator():
+        scrubbed = _matching(Event, needle).filter(job_id__in=job_ids)
+        # A scrubbed provider or model changes the planner counts of the event's hour.
+        DashboardDirtyHour.objects.mark(scrubbed.planner_hours())
+        for event in scrubbed.iterator():
             Event.objects.filter(pk=event.pk).update(payload=_scrub(event.payload, needle))
         replay_jobs(job_ids)
         report.jobs_rebuilt = len(job_ids)

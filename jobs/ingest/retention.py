@@ -84,9 +84,13 @@ def apply_retention(
         with transaction.atomic():
             lock_jobs(candidates)
             job_ids = list(stale.filter(job_id__in=candidates).values_list("job_id", flat=True))
+            # The planner panels count events by their own hour: those hours change too.
+            planner_hours = Event.objects.filter(job_id__in=job_ids).planner_hours()
             result.events += _delete_events(job_ids, event_batch)
             doomed = Job.objects.filter(job_id__in=job_ids)
-            DashboardDirtyHour.objects.mark(doomed.values_list("started_at", flat=True))
+            DashboardDirtyHour.objects.mark(
+                [*doomed.values_list("started_at", flat=True), *planner_hours]
+            )
             failure_groups.forget_jobs(sorted(doomed.values_list("pk", flat=True)))
             doomed.delete_with_steps()
         result.jobs += len(job_ids)
@@ -132,7 +136,10 @@ def _drop_day(day: date, today: date, cutoff: datetime, result: RetentionResult)
         result.jobs += len(doomed)
         result.moved += len(kept)
     with transaction.atomic():
-        result.events += Event.objects.filter(partition_day=day).count()
+        of_partition = Event.objects.filter(partition_day=day)
+        result.events += of_partition.count()
+        # The events that go (the kept jobs' moved out): their hours' planner counts change.
+        DashboardDirtyHour.objects.mark(of_partition.planner_hours())
         database.drop_partitions(day)
     result.days += 1
 

@@ -30,7 +30,7 @@ def dashboard(request):
     plan = window.plan()
     figures = {
         **charts.panels(window, now, plan),
-        **llm_usage.panels(window),
+        **llm_usage.panels(window, plan),
         "provider_failure_rate": provider_health.panel(window, plan),
     }
     context = {

@@ -257,6 +257,29 @@ def test_headlines_compare_with_the_previous_period(fixture_jobs, window):
     assert list_count(numbers["Jobs"].url) == 6
 
 
+def test_open_escalations_headline_counts_those_open_when_the_range_began(db):
+    from jobs.models import Escalation
+
+    cutoff = BASE_TS
+    # (created, resolved): hours relative to the range's start; None: still unresolved.
+    for n, (created, resolved) in enumerate(
+        [(-5, None), (-4, 2), (-3, -1), (-2, None), (1, None), (2, 3), (-1, 0)]
+    ):
+        Escalation.objects.create(
+            kind="retry_exhausted",
+            node_id=f"n{n}",
+            severity="high",
+            status="open" if resolved is None else "resolved",
+            triggered_at=cutoff + timedelta(hours=created),
+            created_at=cutoff + timedelta(hours=created),
+            resolved_at=None if resolved is None else cutoff + timedelta(hours=resolved),
+        )
+    # Now: the three unresolved. At the start: created by then and not resolved by then
+    # (-5 open, -4 resolved at +2, -2 open), not -3 (resolved at -1) nor -1 (resolved at 0).
+    assert headlines.escalation_counts(cutoff) == (3, 3)
+    assert headlines.escalation_counts(cutoff + timedelta(hours=2, minutes=30)) == (3, 4)
+
+
 def test_empty_range_says_what_to_send(db, window):
     figure = charts.step_results(window)
     assert figure["data"] == []
@@ -384,16 +407,19 @@ def test_empty_dashboard_shows_what_to_send_instead_of_axes(operator_client):
 def test_dashboard_query_count_does_not_grow_with_rows(
     operator_client, fixture_jobs, django_assert_max_num_queries
 ):
-    # Session, user and roles, one query per panel (the provider failure rate too), the
-    # rollup's refresh of dirty hours (a lock and an insert on PostgreSQL) and the headlines'
-    # previous period (its dirty hours, rollup rows and raw edge hours): 24; never one per row.
-    with django_assert_max_num_queries(24):
+    # Session, user and roles, one query per panel (the provider failure rate too; the LLM
+    # panels' rows come with the step panels': summed cells, per provider/model cells, raw
+    # edge hours), the rollup's refresh of dirty hours (a lock and an insert on PostgreSQL, and
+    # the planner pre-aggregates' two deletes and two inserts), the headlines' previous period
+    # (its dirty hours, rollup rows and raw edge hours) and their three escalation counts: 31
+    # on PostgreSQL (30 on SQLite, which takes no lock); never one per row.
+    with django_assert_max_num_queries(31):
         operator_client.get(CUSTOM)
     store(
         [job_started(f"x{i}", 100 + i, **OPENAI) for i in range(30)]
         + [finished("n1", job_id=f"x{i}", at=101 + i) for i in range(30)]
     )
-    with django_assert_max_num_queries(24):
+    with django_assert_max_num_queries(31):
         operator_client.get(CUSTOM)
 
 

@@ -8,7 +8,7 @@ import pytest
 from django.db.models import Count, Q
 
 from jobs import tasks
-from jobs.dashboard import charts, headlines, rollup
+from jobs.dashboard import charts, headlines, histograms, rollup
 from jobs.dashboard.window import Window
 from jobs.ingest.retention import apply_retention
 from jobs.models import DashboardDirtyHour, DashboardRollup, Job
@@ -179,7 +179,7 @@ def test_rebuild_equals_incremental_refresh(jobs_over_hours):
     def stored():
         columns = ("hour", "kind", "provider", "model", "dimension", "status", "steps", "jobs")
         return sorted(
-            (*row, rollup.merge([histogram]))
+            (*row, histograms.merge([histogram]))
             for *row, histogram in DashboardRollup.objects.values_list(*columns, "histogram")
         )
 
@@ -230,9 +230,11 @@ def test_durations_from_histograms_within_two_percent(db, monkeypatch):
 
 def test_histogram_percentiles_bracket_every_value():
     for value in (0, 0.5, 1, 9.99, 100, 12345.6):
-        histogram = rollup.merge([{"b": [rollup.bucket_of(value)], "n": [1]}])
-        assert rollup.percentiles(histogram, [0.5]) == [pytest.approx(value, rel=0.021, abs=0.03)]
-    assert rollup.percentiles({}, [0.5, 0.95]) == [0.0, 0.0]
+        histogram = histograms.merge([{"b": [histograms.bucket_of(value)], "n": [1]}])
+        assert histograms.percentiles(histogram, [0.5]) == [
+            pytest.approx(value, rel=0.021, abs=0.03)
+        ]
+    assert histograms.percentiles({}, [0.5, 0.95]) == [0.0, 0.0]
 
 
 def test_whole_days_read_compiled_day_rows(jobs_over_hours, monkeypatch):
@@ -241,13 +243,24 @@ def test_whole_days_read_compiled_day_rows(jobs_over_hours, monkeypatch):
     assert DashboardRollup.objects.filter(kind="day", hour=BASE_TS.replace(hour=0)).exists()
     # n1 and n2 of both providers, n3 (odd jobs) of openai only.
     assert DashboardRollup.objects.filter(kind="duration_day").count() == 5
-    for filters in ({}, OPENAI):
-        w = window(-30, 30, "day", **filters)
+    # Every kind's day rows: one per cell, the sums of its hours.
+    day_jobs = DashboardRollup.objects.filter(kind="jobs_day").values_list("jobs", flat=True)
+    assert sum(day_jobs) == 24 and len(day_jobs) <= 4
+    assert DashboardRollup.objects.filter(kind="segment_day").exists()
+    # The fixture's day inside a longer range, and exactly that day (day rows alone). Its hour
+    # rows made wrong: the compiled day must be read from its day rows, not from them.
+    day_hours = DashboardRollup.objects.filter(kind__in=rollup.HOUR_KINDS)
+    day_hours.update(steps=999, jobs=999)
+    for (start, end), filters in [((-30, 30), {}), ((-30, 30), OPENAI), ((-9, 15), {})]:
+        w = window(start, end, "day", **filters)
+        plan = w.plan()
         assert_same_as_raw(w)
+        assert headlines.job_counts(w, plan) == job_rows_count(w)
+    rollup.rebuild()  # the hour rows right again
     # A late event for r5 (09:50) makes the day's rows stale: they go, the hours answer.
     store([finished("n9", job_id="r5", at=5 * 600 + 99, duration_ms=12345)])
     w.plan()
-    assert not DashboardRollup.objects.filter(kind__in=["day", "duration_day"]).exists()
+    assert not DashboardRollup.objects.filter(kind__in=rollup.DAY_KINDS).exists()
     assert_same_as_raw(w)
     nodes = {row["node_id"]: row for row in charts.duration_percentiles(w)}
     assert nodes["n9"]["steps"] == 1
@@ -343,3 +356,106 @@ def test_provider_failure_rates_from_the_rollup_equal_job_rows(jobs_over_hours):
         found = provider_health.failure_rates(w)
         assert {(r["provider"], r["model"]): (r["jobs"], r["failed"]) for r in found} == expected
         assert any(failed for _jobs, failed in expected.values())
+
+
+# --- LLM usage (calls made of OpenTelemetry spans) ----------------------------------------------
+
+
+@pytest.fixture
+def calls_over_hours(db):
+    """Eight traced jobs 40 minutes apart from 09:00, each with an LLM call of gpt-4o or
+    gpt-4o-mini and one of a model without a known price."""
+    from tests.otlp_spans import ROOT_ID, llm_span, root, sid, store_spans
+
+    for i in range(8):
+        at = i * 40 * 60_000
+        spans = [
+            root(start_ms=at, end_ms=at + 900),
+            llm_span(sid(2), ROOT_ID, "gpt-4o" if i % 2 else "gpt-4o-mini", at + 10),
+            llm_span(sid(3), ROOT_ID, "house-model", at + 20),
+        ]
+        for span in spans:
+            span.trace_id = bytes([i + 1]) * 16
+        store_spans(*spans)
+
+
+@pytest.mark.parametrize(
+    ("start", "end", "bucket", "filters"),
+    [
+        (0, 6, "hour", {}),
+        (0.5, 5.25, "hour", {}),
+        (-23.5, 24, "day", {}),
+        (0.5, 5.25, "hour", {"model": "gpt-4o"}),
+        (0, 6, "hour", {"provider": "openai"}),
+    ],
+)
+def test_llm_usage_from_the_rollup_equals_the_calls(calls_over_hours, start, end, bucket, filters):
+    from jobs.dashboard import llm_usage
+
+    w = window(start, end, bucket, **filters)
+    expected = llm_usage._from_calls(w)
+    assert {row["model"] for row in expected} >= {"gpt-4o"}
+    # Partial and dirty hours raw, the rest from the rollup's LLM rows: the same rows.
+    assert llm_usage.usage_rows(w, raw_plan(w)) == expected
+    rollup.refresh_pending()
+    plan = w.plan()
+    assert plan.rollup and DashboardRollup.objects.filter(kind="llm").exists()
+    assert llm_usage.usage_rows(w, plan) == expected
+    assert llm_usage.panels(w, plan) == llm_usage.panels(w, raw_plan(w))
+    unpriced = [row for row in expected if row["model"] == "house-model"]
+    assert all(row["cost"] is None for row in unpriced)
+    assert all(row["cost"] for row in expected if row["model"] == "gpt-4o")
+
+
+def test_a_late_call_dirties_its_jobs_start_hour(calls_over_hours):
+    from jobs.dashboard import llm_usage
+    from tests.otlp_spans import llm_span, root, sid, store_spans
+
+    rollup.refresh_pending()
+    w = window(0, 6)
+    before = llm_usage.usage_rows(w, w.plan())
+    # The first job's trace gets one more call, exported later: its start hour is recomputed.
+    late = llm_span(sid(7), bytes.fromhex("eee19b7ec3c1b174"), "gpt-4o", 500)
+    late_root = root(start_ms=0, end_ms=900)
+    for span in (late, late_root):
+        span.trace_id = bytes([1]) * 16
+    store_spans(late_root, late)
+    assert BASE_TS in rollup.dirty_hours()
+    after = llm_usage.usage_rows(w, w.plan())
+    assert after == llm_usage._from_calls(w) != before
+
+
+@pytest.mark.django_db(transaction=True)
+def test_the_migration_recomputes_the_hours_of_jobs_with_llm_calls():
+    """Rollups made before they held LLM rows: migration 0020 marks the start hours of jobs
+    with LLM calls dirty (and only those), so the LLM panels read them raw until refreshed."""
+    from django.db import connection
+    from django.db.migrations.executor import MigrationExecutor
+
+    before = [("jobs", "0019_rollup_jobs_by_status_and_provider_index")]
+    after = [("jobs", "0020_rollup_llm_and_day_rows_escalation_indexes")]
+    executor = MigrationExecutor(connection)
+    latest = executor.loader.graph.leaf_nodes("jobs")
+    executor.migrate(before)
+    old = executor.loader.project_state(before).apps
+    job_model, call_model = old.get_model("jobs", "Job"), old.get_model("jobs", "Call")
+    for n, (hour, kind) in enumerate(((1, "llm"), (1, "llm"), (2, "tool"), (3, "llm"))):
+        started = BASE_TS + timedelta(hours=hour, minutes=10 * n)
+        job = job_model.objects.create(job_id=f"m{n}", started_at=started)
+        call_model.objects.create(
+            job=job,
+            position=0,
+            span_id=f"{n:016x}",
+            kind=kind,
+            name="chat",
+            status="ok",
+            started_at=started,
+            finished_at=started,
+            duration_ms=1.0,
+        )
+    try:
+        MigrationExecutor(connection).migrate(after)
+        hours = [BASE_TS + timedelta(hours=3), BASE_TS + timedelta(hours=1)]
+        assert rollup.dirty_hours() == hours
+    finally:
+        MigrationExecutor(connection).migrate(latest)

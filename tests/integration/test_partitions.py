@@ -176,3 +176,24 @@ def test_the_migration_gives_stored_jobs_their_first_day_and_keeps_every_row():
             assert received.date() in database.partition_days()
     finally:
         MigrationExecutor(connection).migrate(latest)
+
+
+def test_rows_by_pairs_reads_exactly_the_pairs_of_that_day():
+    """Projection reads a live batch's steps pair by pair (``database.rows_by_pairs``): the
+    rows of the asked (job, node) pairs in that day's partition, JSON columns decoded, and
+    nothing of other nodes, other jobs or other days."""
+    store_at([*failing_job("early"), started("n2", "early", 3)], DAY1)
+    store_at(failing_job("late"), DAY1 + timedelta(days=1))
+    early, late = (Job.objects.get(job_id=j) for j in ("early", "late"))
+
+    rows = database.rows_by_pairs(
+        Step,
+        ("job", "node_id"),
+        [(early.pk, "n1"), (late.pk, "n1"), (early.pk, "absent")],
+        early.partition_day,
+        ("attempt", "result_type", "marks"),
+    )
+
+    assert [row[:4] for row in rows] == [(early.pk, "n1", 1, "retryable_failure")]
+    assert rows[0][4] == Step.objects.get(job=early, node_id="n1").marks
+    assert isinstance(rows[0][4], dict) and rows[0][4]

@@ -1,0 +1,277 @@
+"""Pre-aggregates behind the dashboard's planner panels (DESIGN.md sections 4 and 6).
+
+The planner panels count, per provider/model and bucket of event ts, the distinct jobs that carry
+that provider/model on job_started or on a planner event, and the parse_invalid and degraded
+events (``alerts.planner_activity``). Aggregated from Event rows on every request, a week reads
+every job_started of the week. A job's events may lie in several hours, so job counts do not add
+up across hours; what is kept is which jobs each hour has:
+
+- PlannerJobHour: one row per (hour, provider, model, job) with a counted event in that hour,
+  with that hour's parse_invalid and degraded events of the job;
+- PlannerCount hour rows: each hour's rows counted (jobs, parse_invalid, degraded);
+- PlannerCount day rows: a whole past UTC day's rows counted, distinct jobs over its hours,
+  compiled only for days without dirty hours (``compile_days``).
+
+Freshness is the step rollup's (``jobs.dashboard.rollup``): the same dirty-hour marks, here the
+hours of event ts that ingest, retention and purge store, delete or rewrite planner-counted
+events in (``DashboardDirtyHour.objects.mark`` in their transaction), and the same ``recompute``,
+which calls ``delete`` and ``insert`` for the hours it recomputes under its lock. Deleting an
+hour also deletes its day's day rows, so a day row always counts the hours' current rows.
+
+Reading a range (``activity``) gives what ``planner_activity`` gives for it: hour buckets from
+the hour rows of clean whole hours, the other hours (partial at the ends, dirty) from Event rows;
+day buckets from the day rows of whole clean days that have them, the rest by counting distinct
+jobs over the membership rows of clean hours together with the Event rows of the others, so a
+job with events in both is counted once. One statement: a day whose rows a concurrent refresh
+deletes is read from its hours in the same snapshot.
+"""
+
+from collections.abc import Sequence
+from datetime import UTC, datetime, timedelta
+
+from django.db import connection
+from django.db.models import Count, F, Q, QuerySet, Sum, Value
+from django.db.models.functions import Trunc
+
+from jobs.dashboard import spans
+from jobs.ingest import database
+from jobs.models import (
+    DEGRADED,
+    PARSE_INVALID,
+    Event,
+    PlannerCount,
+    PlannerJobHour,
+)
+
+Span = PlannerCount.Span
+HOUR = timedelta(hours=1)
+DAY = timedelta(days=1)
+MEMBER_COLUMNS = ("hour", "provider", "model", "job_id", "parse_invalid", "degraded")
+COUNT_COLUMNS = ("start", "span", "provider", "model", "jobs", "parse_invalid", "degraded")
+Ranges = Sequence[tuple[datetime, datetime]]
+
+
+# --- writing: called by jobs.dashboard.rollup under its lock ---------------------------------
+
+
+def delete(hours: Sequence[datetime]) -> None:
+    """Delete the rows of these hours and the day rows of their days."""
+    days = sorted({spans.day_floor(hour) for hour in hours})
+    PlannerJobHour.objects.filter(hour__in=hours).delete()
+    PlannerCount.objects.filter(
+        Q(span=Span.HOUR, start__in=hours) | Q(span=Span.DAY, start__in=days)
+    ).delete()
+
+
+def insert(ranges: Ranges | None) -> None:
+    """Insert the membership and hour rows of the whole hours in ``ranges`` (None: every hour)
+    from Event rows, two INSERT ... SELECT statements. The caller deleted them first."""
+    events = Event.objects.all() if ranges is None else Event.objects.filter(_within("ts", ranges))
+    members = (
+        events.planner()
+        .annotate(hour=Trunc("ts", "hour", tzinfo=UTC))
+        .values("hour", "provider", "model", "job_id")
+        .annotate(
+            n_parse_invalid=Count("id", filter=Q(type=PARSE_INVALID)),
+            n_degraded=Count("id", filter=Q(type=DEGRADED)),
+        )
+        .order_by()
+    )
+    _insert_select(PlannerJobHour, MEMBER_COLUMNS, members)
+    rows = PlannerJobHour.objects.all()
+    if ranges is not None:
+        rows = rows.filter(_within("hour", ranges))
+    hours = (
+        rows.annotate(hour_start=F("hour"), hour_span=Value(Span.HOUR))
+        .values("hour_start", "hour_span", "provider", "model")
+        .annotate(
+            n_jobs=Count("id"), n_parse_invalid=Sum("parse_invalid"), n_degraded=Sum("degraded")
+        )
+        .order_by()
+    )
+    _insert_select(PlannerCount, COUNT_COLUMNS, hours)
+
+
+def compile_days(before: datetime, dirty_days: set[datetime], limit: int) -> int:
+    """Count the membership rows of whole UTC days before ``before`` that have hour rows, no
+    day rows yet and no dirty hour (``dirty_days``) into day rows, newest first, at most
+    ``limit`` days; returns how many. A week then reads about 7 rows per provider/model, not
+    a row per job."""
+    hours = PlannerCount.objects.filter(span=Span.HOUR, start__lt=before)
+    by_day = hours.annotate(day=Trunc("start", "day", tzinfo=UTC))
+    days = set(by_day.values_list("day", flat=True).distinct().order_by())
+    days -= set(PlannerCount.objects.filter(span=Span.DAY).values_list("start", flat=True))
+    days = sorted(days - dirty_days, reverse=True)[:limit]
+    for day in days:
+        counts = (
+            PlannerJobHour.objects.filter(hour__gte=day, hour__lt=day + DAY)
+            .annotate(day_start=Value(day), day_span=Value(Span.DAY))
+            .values("day_start", "day_span", "provider", "model")
+            .annotate(
+                n_jobs=Count("job_id", distinct=True),
+                n_parse_invalid=Sum("parse_invalid"),
+                n_degraded=Sum("degraded"),
+            )
+            .order_by()
+        )
+        _insert_select(PlannerCount, COUNT_COLUMNS, counts)
+    return len(days)
+
+
+def delete_all() -> None:
+    PlannerJobHour.objects.all().delete()
+    PlannerCount.objects.all().delete()
+
+
+def _insert_select(model, columns: Sequence[str], rows: QuerySet) -> None:
+    """INSERT INTO model's table (columns) the SELECT ``rows`` compiles to: its values() and
+    annotations in ``columns`` order (Django 5.2 keeps values()'s order)."""
+    quote = connection.ops.quote_name
+    table = quote(model._meta.db_table)
+    names = ", ".join(quote(model._meta.get_field(name).column) for name in columns)
+    select, params = rows.query.sql_with_params()
+    with connection.cursor() as cursor:
+        cursor.execute(f"INSERT INTO {table} ({names}) {select}", params)
+
+
+def _within(name: str, ranges: Ranges) -> Q:
+    """``name`` lies in one of the [since, until) ranges."""
+    condition = Q()
+    for since, until in ranges:
+        condition |= Q(**{f"{name}__gte": since, f"{name}__lt": until})
+    return condition
+
+
+# --- reading ----------------------------------------------------------------------------------
+
+
+def activity(
+    rollup: Ranges,
+    raw: Ranges,
+    bucket: str,
+    provider: str = "",
+    model: str = "",
+) -> list[dict]:
+    """``alerts.planner_activity``'s rows (provider, model, bucket, jobs, parse_invalid,
+    degraded, in that order) for the range made of ``rollup`` (whole hours without a dirty
+    mark, read from the pre-aggregates) and ``raw`` (read from Event rows), which do not
+    overlap. ``bucket``: "hour" or "day" (UTC). One statement."""
+    members_table = connection.ops.quote_name(PlannerJobHour._meta.db_table)
+    counts_table = connection.ops.quote_name(PlannerCount._meta.db_table)
+    subject, subject_params = "", []
+    for name, value in (("provider", provider), ("model", model)):
+        if value:
+            subject += f" AND {name} = %s"
+            subject_params.append(value)
+    summaries: list[tuple[str, list]] = []  # (SQL, params): rows of b, p, m, jobs, pi, dg
+    members: list[tuple[str, list]] = []  # rows of b, p, m, j, pi, dg: a job once per row
+
+    def counts(condition: str, params: list) -> None:
+        summaries.append(
+            (
+                f"SELECT {database.sql_trunc_utc('start', bucket)} AS b, provider AS p, "
+                "model AS m, jobs, parse_invalid AS pi, degraded AS dg "
+                f"FROM {counts_table} WHERE {condition}{subject}",
+                [*params, *subject_params],
+            )
+        )
+
+    def of_hours(condition: str, params: list) -> None:
+        members.append(
+            (
+                f"SELECT {database.sql_trunc_utc('hour', bucket)} AS b, provider AS p, "
+                "model AS m, job_id AS j, parse_invalid AS pi, degraded AS dg "
+                f"FROM {members_table} WHERE {condition}{subject}",
+                [*params, *subject_params],
+            )
+        )
+
+    if rollup and bucket == "hour":
+        counts(f"span = '{Span.HOUR}' AND {_sql_within('start', rollup)}", _params(rollup))
+    elif rollup:
+        days = spans.whole_days(rollup)
+        partial = spans.without_days(rollup, days)
+        if partial:
+            of_hours(_sql_within("hour", partial), _params(partial))
+        if days:
+            listed = ", ".join(["%s"] * len(days))
+            counts(f"span = '{Span.DAY}' AND start IN ({listed})", _params_of(days))
+        for day in days:
+            # The day's hours, unless it is compiled: a condition on no column of the rows,
+            # which PostgreSQL checks once, before reading any (a "one-time filter"). In the
+            # same statement as the day rows: a day a refresh uncompiles meanwhile is read
+            # from its hours, never from neither.
+            of_hours(
+                f"hour >= %s AND hour < %s AND NOT EXISTS (SELECT 1 FROM {counts_table} "
+                f"WHERE span = '{Span.DAY}' AND start = %s)",
+                _params_of([day, day + DAY, day]),
+            )
+    if raw:
+        # Which events count, and their provider and model, as planner_activity has them.
+        events = (
+            Event.objects.filter(_within("ts", raw))
+            .planner(provider, model)
+            .values("ts", "provider", "model", "job_id", "type")
+        )
+        sql, params = events.query.sql_with_params()
+        members.append(
+            (
+                f"SELECT {database.sql_trunc_utc('e.ts', bucket)} AS b, e.provider AS p, "
+                "e.model AS m, e.job_id AS j, CASE WHEN e.type = %s THEN 1 ELSE 0 END AS pi, "
+                f"CASE WHEN e.type = %s THEN 1 ELSE 0 END AS dg FROM ({sql}) e",
+                [PARSE_INVALID, DEGRADED, *params],
+            )
+        )
+    parts, params = [], []
+    for sql, part_params in summaries:
+        parts.append(sql)
+        params.extend(part_params)
+    if members:
+        union = []
+        for sql, part_params in members:
+            union.append(sql)
+            params.extend(part_params)
+        # Each job once per bucket, then the jobs counted: two hash aggregates, where
+        # COUNT(DISTINCT) would sort every row by its (collated) text columns.
+        parts.append(
+            "SELECT g.b, g.p, g.m, COUNT(*) AS jobs, SUM(g.pi) AS pi, SUM(g.dg) AS dg FROM ("
+            "SELECT u.b, u.p, u.m, u.j, SUM(u.pi) AS pi, SUM(u.dg) AS dg "
+            f"FROM ({' UNION ALL '.join(union)}) u GROUP BY u.b, u.p, u.m, u.j"
+            ") g GROUP BY g.b, g.p, g.m"
+        )
+    if not parts:
+        return []
+    sql = f"SELECT * FROM ({' UNION ALL '.join(parts)}) r ORDER BY r.p, r.m, r.b"
+    with connection.cursor() as cursor:
+        cursor.execute(sql, params)
+        return [
+            {
+                "provider": p,
+                "model": m,
+                "bucket": _as_utc(b),
+                "jobs": int(jobs),
+                "parse_invalid": int(pi),
+                "degraded": int(dg),
+            }
+            for b, p, m, jobs, pi, dg in cursor.fetchall()
+        ]
+
+
+def _sql_within(column: str, ranges: Ranges) -> str:
+    return "(" + " OR ".join([f"({column} >= %s AND {column} < %s)"] * len(ranges)) + ")"
+
+
+def _params(ranges: Ranges) -> list:
+    return _params_of([value for pair in ranges for value in pair])
+
+
+def _params_of(moments: Sequence[datetime]) -> list:
+    return [database.adapt_datetime(moment) for moment in moments]
+
+
+def _as_utc(value) -> datetime:
+    """A bucket as the driver returns it (SQLite: text; PostgreSQL: a timestamp without time
+    zone, as Trunc with a tzinfo makes it) as an aware UTC datetime."""
+    if isinstance(value, str):
+        value = datetime.fromisoformat(value)
+    return value.replace(tzinfo=UTC) if value.tzinfo is None else value.astimezone(UTC)
