@@ -14,7 +14,12 @@ finishes, auth and internal errors that open escalations) with four providers an
 one job in ten with planner parse failures and a degradation, one in twenty sent as an
 OpenTelemetry trace (through the OTLP mapping) instead. Each job arrives in two halves, as a
 runner flushing mid-run sends it, so half of every job goes through the incremental projection.
-Receive times run over ``--days`` days ending now, so retention has whole days to drop.
+Receive times run over ``--days`` days ending now, so retention has whole days to drop. Before
+``retention`` runs, support resolves the escalations older than ``--keep-days`` (a job with an
+unresolved escalation is kept); ``--keep-escalations`` leaves them open. During the load,
+support answers each escalation within a day of its trigger (the bench resolves them in one
+UPDATE after each chunk, outside the chunk's timed ingest), so the queue holds about a day of
+them.
 
 Progress and what each chunk measured are kept in ``bench/.scale-<database>.json``: a run that
 stops (Ctrl-C, a crash, a reboot) goes on from the last finished chunk.
@@ -49,6 +54,9 @@ PROVIDERS = {
 EVENTS_PER_JOB = 10  # about: what the mix below averages, to size the chunk count
 BATCH_EVENTS = 500
 BIG_JOB, SMALL_JOB = "scale-steps-1000", "scale-steps-10"
+# The load's support team answers every escalation within a day of its trigger (receive time),
+# so the queue holds about a day of them, not every escalation ever opened.
+SUPPORT_ANSWERS_WITHIN = timedelta(days=1)
 
 
 def state_path(database: str) -> Path:
@@ -177,6 +185,7 @@ def worker(queue, done, chunks: list[int], jobs: int, start: float, span: float,
         began = time.perf_counter()
         stored = send_chunk(chunk, jobs, received)
         queue.put((chunk, stored, time.perf_counter() - began, time.time()))
+        support_resolves(received - SUPPORT_ANSWERS_WITHIN)  # not counted as ingest time
     connection.close()
     queue.put(None)
 
@@ -329,6 +338,47 @@ def timed(client, url: str, runs: int) -> tuple[float, float] | None:
     return statistics.median(times), times[max(0, round(0.95 * len(times)) - 1)]
 
 
+def dashboard_panels(key: str, runs: int) -> dict[str, tuple[float, float]]:
+    """Server time of each part of the dashboard's request for one range (what bounds its
+    figure): the rollup plan, the step and LLM panels' one fetch, then each other panel."""
+    from django.utils import timezone
+
+    from jobs.dashboard import charts, headlines, llm_usage, provider_health, rollup
+    from jobs.dashboard.window import parse_window
+
+    now = timezone.now()
+    window, _errors = parse_window({"range": key}, now)
+    kinds = [rollup.Kind.FAILURE_CODE, rollup.Kind.ERROR_TYPE, rollup.Kind.DURATION]
+    kinds += [rollup.Kind.SEGMENT, rollup.Kind.JOBS, rollup.Kind.LLM]
+
+    def step_panels():
+        plan = window.plan()
+        rollup.prefetch(plan, kinds)
+        for panel in (charts.step_results, charts.failures_by_code, charts.durations):
+            panel(window, plan)
+        charts.failures_by_error_type(window, plan)
+        llm_usage.panels(window, plan)
+
+    parts = {
+        "rollup plan (dirty hours)": window.plan,
+        "step and LLM panels": step_panels,
+        "planner panels": lambda: charts.planner(window),
+        "provider failure rate": lambda: provider_health.panel(window, window.plan()),
+        "headlines": lambda: headlines.headlines(window, now, window.plan()),
+        "open escalations": lambda: charts.open_escalations(now),
+    }
+    timings = {}
+    for name, part in parts.items():
+        times = []
+        for _ in range(runs + 1):
+            began = time.perf_counter()
+            part()
+            times.append((time.perf_counter() - began) * 1000)
+        times = sorted(times[1:])
+        timings[name] = (statistics.median(times), times[max(0, round(0.95 * len(times)) - 1)])
+    return timings
+
+
 def pages(runs: int) -> dict[str, list[float] | None]:
     from django.contrib.auth.models import User
     from django.core.management import call_command
@@ -360,6 +410,26 @@ def pages(runs: int) -> dict[str, list[float] | None]:
     return {name: url and timed(client, url, runs) for name, url in urls.items()}
 
 
+def machine_speed() -> float:
+    """Seconds a fixed Python loop takes now (this shared machine's speed moves by 1.7x)."""
+    began, total = time.perf_counter(), 0
+    for number in range(10_000_000):
+        total += number
+    return time.perf_counter() - began
+
+
+def vacuum() -> float:
+    """VACUUM (ANALYZE) every table, as autovacuum would have during the load on a server that
+    runs it (this machine kind's PostgreSQL does not): it sets the visibility maps index-only
+    scans read, and clears the resolved escalations' old row versions. Returns seconds."""
+    import psycopg
+
+    began = time.perf_counter()
+    with psycopg.connect(os.environ["DATABASE_URL"], autocommit=True) as conn:
+        conn.execute("VACUUM (ANALYZE)")
+    return time.perf_counter() - began
+
+
 def measure(args) -> None:
     setup()
     from jobs.models import Event, Job
@@ -368,7 +438,9 @@ def measure(args) -> None:
     state = load_state(database)
     events, jobs = Event.objects.count(), Job.objects.count()
     size = sizes()
-    print(f"measure at {events:,} events, {jobs:,} jobs")
+    print(f"measure at {events:,} events, {jobs:,} jobs (VACUUM first: {vacuum():,.0f} s)")
+    speed = machine_speed()
+    print(f"  machine: a 10^7-step Python loop took {speed:.2f} s (before the pages)")
     print(
         f"  database: tables {size['tables'] / 2**20:,.0f} MiB, indexes "
         f"{size['indexes'] / 2**20:,.0f} MiB; per million events "
@@ -381,8 +453,24 @@ def measure(args) -> None:
         if timing is not None:
             shown = f"{timing[0]:8.1f} {timing[1]:8.1f}"
         print(f"  {name:<34} {shown}")
+    panels = {}
+    for key in ("24h", "7d"):
+        panels[key] = dashboard_panels(key, max(5, args.runs // 2))
+        print(f"  dashboard {key}, by part:")
+        for name, (median, p95) in panels[key].items():
+            print(f"    {name:<32} {median:8.1f} {p95:8.1f}")
+    after = machine_speed()
+    print(f"  machine: the same loop took {after:.2f} s (after the pages)")
     state["measures"].append(
-        {"events": events, "jobs": jobs, "sizes": size, "pages": timings, "at": time.time()}
+        {
+            "events": events,
+            "jobs": jobs,
+            "sizes": size,
+            "pages": timings,
+            "dashboard_parts": panels,
+            "loop_seconds": [speed, after],
+            "at": time.time(),
+        }
     )
     save_state(database, state)
 
@@ -401,15 +489,37 @@ def dead_rows() -> int:
         return int(cursor.fetchone()[0])
 
 
+def support_resolves(before: datetime) -> int:
+    """Support answers the escalations triggered before ``before``. One UPDATE: a bench
+    shortcut for the queue's resolve action, which writes an audit entry and a notification
+    per escalation; returns how many."""
+    from django.utils import timezone
+
+    from jobs.models import Escalation
+
+    stale = Escalation.objects.filter(triggered_at__lt=before).exclude(
+        status=Escalation.Status.RESOLVED
+    )
+    return stale.update(status=Escalation.Status.RESOLVED, resolved_at=timezone.now())
+
+
 def retention(args) -> None:
     setup()
     from django.db import connection
+    from django.utils import timezone
 
     from jobs.ingest.retention import apply_retention
     from jobs.models import Event, Job
 
     database = database_name()
     state = load_state(database)
+    if not args.keep_escalations:
+        began = time.perf_counter()
+        resolved = support_resolves(timezone.now() - timedelta(days=args.keep_days))
+        print(
+            f"support resolved {resolved:,} escalations of jobs older than {args.keep_days} days "
+            f"({time.perf_counter() - began:,.1f} s, not counted in retention's time)"
+        )
     before = {"events": Event.objects.count(), "jobs": Job.objects.count(), **sizes()}
     began, runs, total = time.perf_counter(), 0, None
     while True:
@@ -452,6 +562,11 @@ def main() -> None:
     parser.add_argument("--chunk-jobs", type=int, default=200)
     parser.add_argument("--days", type=int, default=14)
     parser.add_argument("--keep-days", type=int, default=7)
+    parser.add_argument(
+        "--keep-escalations",
+        action="store_true",
+        help="retention: leave the old jobs' escalations unresolved (their jobs are kept)",
+    )
     parser.add_argument("--runs", type=int, default=20, help="requests per page")
     args = parser.parse_args()
     if not os.environ.get("DATABASE_URL", "").startswith(("postgres://", "postgresql://")):

@@ -1,0 +1,90 @@
+"""In-process twin of bench/live.py's first figure: ``store_batch`` per batch, grouped vs live.
+
+No HTTP and no gunicorn: the same J jobs x S steps are parsed and stored batch by batch in this
+process, job by job ("grouped") and in time order across jobs ("live"), on a fresh PostgreSQL
+database. Prints each mode's events/s and milliseconds per batch; ``--profile`` adds a cProfile
+of the live mode (cumulative, top functions). Less noisy than the HTTP bench on a shared
+machine, so it is the one to compare a change with (run before and after, alternating).
+
+    DATABASE_URL=postgres://postgres@127.0.0.1:5432/traceviz_live_phases \
+        .venv/bin/python bench/live_phases.py --profile
+"""
+
+import argparse
+import cProfile
+import os
+import pstats
+import time
+from datetime import UTC, datetime, timedelta
+
+from live import job_stream
+from load import postgres_url, recreate_database, setup_django
+
+
+def run(items: list[dict], size: int) -> list[float]:
+    """Store ``items`` in batches of ``size``; returns each batch's seconds (parse included)."""
+    from jobs.contract import bodies
+    from jobs.ingest.store import store_batch
+
+    seconds = []
+    for start in range(0, len(items), size):
+        started = time.perf_counter()
+        batch = bodies.parse_items(items[start : start + size], max_events=10_000)
+        store_batch(batch)
+        seconds.append(time.perf_counter() - started)
+    return seconds
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--jobs", type=int, default=200)
+    parser.add_argument("--steps", type=int, default=100)
+    parser.add_argument("--batch", type=int, default=400)
+    parser.add_argument("--rounds", type=int, default=1, help="grouped/live pairs, alternating")
+    parser.add_argument("--profile", action="store_true", help="cProfile the last live round")
+    args = parser.parse_args()
+    base = os.environ.get("DATABASE_URL", "postgres://postgres@127.0.0.1:5432/traceviz_phases")
+    base, _, database = base.rpartition("/")
+    recreate_database(base, database)
+    try:
+        setup_django(postgres_url(database, base))
+        from pgstats import analyze_periodically
+
+        analyzing = analyze_periodically(postgres_url(database, base))
+        start = datetime.now(UTC) - timedelta(days=1)
+        spacing = timedelta(milliseconds=50)
+        for round_ in range(args.rounds):
+            rates = {}
+            for mode in ("grouped", "live"):
+                streams = [
+                    job_stream(f"{mode}-{round_}-{n}", args.steps, start, spacing)
+                    for n in range(args.jobs)
+                ]
+                items = [item for stream in streams for item in stream]
+                if mode == "live":
+                    items.sort(key=lambda item: (item["ts"], item["job_id"]))
+                profiler = cProfile.Profile()
+                profiling = args.profile and mode == "live" and round_ == args.rounds - 1
+                if profiling:
+                    profiler.enable()
+                seconds = run(items, args.batch)
+                if profiling:
+                    profiler.disable()
+                rates[mode] = len(items) / sum(seconds)
+                print(
+                    f"{mode:>8}: {rates[mode]:,.0f} events/s, "
+                    f"{sum(seconds) / len(seconds) * 1000:.1f} ms per batch of {args.batch}"
+                )
+            print(f"   live / grouped = {rates['live'] / rates['grouped']:.2f}")
+        analyzing.set()
+        if args.profile:
+            pstats.Stats(profiler).sort_stats("cumulative").print_stats(45)
+    finally:
+        from django.db import connections
+
+        connections.close_all()
+        recreate_database(base, database, drop_only=True)
+
+
+if __name__ == "__main__":
+    main()
