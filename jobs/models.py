@@ -1001,7 +1001,11 @@ class PlannerJobHour(models.Model):
     event ts, provider, model and job that has a planner-counted event
     (``EventQuerySet.planner``) in that hour, with that hour's parse_invalid and degraded events
     of the job. A range's jobs are the distinct job ids over its hours' rows; recomputed per
-    dirty hour like the step rollup (``DashboardDirtyHour``)."""
+    dirty hour like the step rollup (``DashboardDirtyHour``).
+
+    ``prev_hour`` links each row to the same job's (and provider/model's) previous row: the
+    jobs of a run of hours [h1, h2) are its rows whose ``prev_hour`` is null or before h1,
+    counted without gathering job ids."""
 
     hour = models.DateTimeField()
     # Text, not CharField: the raw aggregate takes the payload's strings whatever their length.
@@ -1010,6 +1014,7 @@ class PlannerJobHour(models.Model):
     job_id = models.CharField(max_length=200)
     parse_invalid = models.IntegerField(default=0)
     degraded = models.IntegerField(default=0)
+    prev_hour = models.DateTimeField(null=True)
 
     class Meta:
         constraints = [
@@ -1017,6 +1022,13 @@ class PlannerJobHour(models.Model):
             # an hour range, the refresh's delete of recomputed hours and the day compile.
             models.UniqueConstraint(
                 fields=["hour", "provider", "model", "job_id"], name="planner_job_hour"
+            ),
+        ]
+        indexes = [
+            # A job's rows in hour order: the refresh's relinking of prev_hour, and the raw
+            # edge's check whether a job already has a row in a run of hours.
+            models.Index(
+                fields=["job_id", "provider", "model", "hour"], name="planner_job_hour_job"
             ),
         ]
 

@@ -20,17 +20,24 @@ hour also deletes its day's day rows, so a day row always counts the hours' curr
 
 Reading a range (``activity``) gives what ``planner_activity`` gives for it: hour buckets from
 the hour rows of clean whole hours, the other hours (partial at the ends, dirty) from Event rows;
-day buckets from the day rows of whole clean days that have them, the rest by counting distinct
-jobs over the membership rows of clean hours together with the Event rows of the others, so a
-job with events in both is counted once. One statement: a day whose rows a concurrent refresh
-deletes is read from its hours in the same snapshot.
+day buckets from the day rows of whole clean days that have them, the rest from the membership
+rows of clean hours together with the Event rows of the others, so a job with events in both is
+counted once. Where a day's clean hours are one run [h1, h2) (a whole day without day rows, or
+the partial days at a range's ends), its jobs are its rows whose ``prev_hour`` (the job's
+previous row) is null or before h1, a count; the day's raw events then add only the jobs with no
+row in the run (an index lookup per job). A day whose clean hours are broken by a dirty one
+counts distinct job ids over its rows and events. One statement: a day whose rows a concurrent
+refresh deletes is read from its hours in the same snapshot.
+
+``prev_hour`` is kept exact by ``insert``, which relinks the rows of every job that had or has a
+row in the recomputed hours, from the first of those hours on.
 """
 
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from datetime import UTC, datetime, timedelta
 
 from django.db import connection
-from django.db.models import Count, F, Q, QuerySet, Sum, Value
+from django.db.models import Count, F, OuterRef, Q, QuerySet, Subquery, Sum, Value
 from django.db.models.functions import Trunc
 
 from jobs.dashboard import spans
@@ -49,23 +56,30 @@ DAY = timedelta(days=1)
 MEMBER_COLUMNS = ("hour", "provider", "model", "job_id", "parse_invalid", "degraded")
 COUNT_COLUMNS = ("start", "span", "provider", "model", "jobs", "parse_invalid", "degraded")
 Ranges = Sequence[tuple[datetime, datetime]]
+# Jobs relinked per UPDATE (a parameter each).
+RELINK_BATCH = 500
 
 
 # --- writing: called by jobs.dashboard.rollup under its lock ---------------------------------
 
 
-def delete(hours: Sequence[datetime]) -> None:
-    """Delete the rows of these hours and the day rows of their days."""
+def delete(hours: Sequence[datetime]) -> set[str]:
+    """Delete the rows of these hours and the day rows of their days; returns the jobs of the
+    deleted membership rows (whose later rows ``insert`` relinks)."""
     days = sorted({spans.day_floor(hour) for hour in hours})
-    PlannerJobHour.objects.filter(hour__in=hours).delete()
+    members = PlannerJobHour.objects.filter(hour__in=hours)
+    jobs = set(members.values_list("job_id", flat=True).distinct().order_by())
+    members.delete()
     PlannerCount.objects.filter(
         Q(span=Span.HOUR, start__in=hours) | Q(span=Span.DAY, start__in=days)
     ).delete()
+    return jobs
 
 
-def insert(ranges: Ranges | None) -> None:
+def insert(ranges: Ranges | None, deleted_jobs: Collection[str] = ()) -> None:
     """Insert the membership and hour rows of the whole hours in ``ranges`` (None: every hour)
-    from Event rows, two INSERT ... SELECT statements. The caller deleted them first."""
+    from Event rows, two INSERT ... SELECT statements, then relink ``prev_hour``. The caller
+    deleted them first (``deleted_jobs``: ``delete``'s answer)."""
     events = Event.objects.all() if ranges is None else Event.objects.filter(_within("ts", ranges))
     members = (
         events.planner()
@@ -90,6 +104,36 @@ def insert(ranges: Ranges | None) -> None:
         .order_by()
     )
     _insert_select(PlannerCount, COUNT_COLUMNS, hours)
+    _relink(ranges, deleted_jobs)
+
+
+def _relink(ranges: Ranges | None, deleted_jobs: Collection[str]) -> None:
+    """Set each row's ``prev_hour`` to its job's previous row's hour, for the rows from the
+    first recomputed hour on of the jobs with a row deleted or inserted there (only their
+    previous rows can have changed); every row when ``ranges`` is None."""
+    previous = (
+        PlannerJobHour.objects.filter(
+            job_id=OuterRef("job_id"),
+            provider=OuterRef("provider"),
+            model=OuterRef("model"),
+            hour__lt=OuterRef("hour"),
+        )
+        .order_by("-hour")
+        .values("hour")[:1]
+    )
+    if ranges is None:
+        PlannerJobHour.objects.update(prev_hour=Subquery(previous))
+        return
+    if not ranges:
+        return
+    inserted = PlannerJobHour.objects.filter(_within("hour", ranges))
+    jobs = sorted({*deleted_jobs, *inserted.values_list("job_id", flat=True).distinct().order_by()})
+    first = min(since for since, _until in ranges)
+    for at in range(0, len(jobs), RELINK_BATCH):
+        rows = PlannerJobHour.objects.filter(
+            job_id__in=jobs[at : at + RELINK_BATCH], hour__gte=first
+        )
+        rows.update(prev_hour=Subquery(previous))
 
 
 def compile_days(before: datetime, dirty_days: set[datetime], limit: int) -> int:
@@ -164,7 +208,9 @@ def activity(
             subject += f" AND {name} = %s"
             subject_params.append(value)
     summaries: list[tuple[str, list]] = []  # (SQL, params): rows of b, p, m, jobs, pi, dg
-    members: list[tuple[str, list]] = []  # rows of b, p, m, j, pi, dg: a job once per row
+    # Rows of b, p, m, j, pi, dg, d: a job once per row; d = 1 when a run counts it already.
+    members: list[tuple[str, list]] = []
+    runs: dict[datetime, tuple[datetime, datetime]] = {}  # a day's one run of clean hours
 
     def counts(condition: str, params: list) -> None:
         summaries.append(
@@ -176,11 +222,24 @@ def activity(
             )
         )
 
+    def of_run(since: datetime, until: datetime, condition: str = "", params=()) -> None:
+        # Each job once: its first row in the run.
+        summaries.append(
+            (
+                f"SELECT {database.sql_trunc_utc('hour', bucket)} AS b, provider AS p, "
+                "model AS m, SUM(CASE WHEN prev_hour IS NULL OR prev_hour < %s THEN 1 ELSE 0 END) "
+                "AS jobs, SUM(parse_invalid) AS pi, SUM(degraded) AS dg "
+                f"FROM {members_table} WHERE hour >= %s AND hour < %s{condition}{subject} "
+                "GROUP BY 1, 2, 3",
+                [*_params_of([since, since, until]), *params, *subject_params],
+            )
+        )
+
     def of_hours(condition: str, params: list) -> None:
         members.append(
             (
                 f"SELECT {database.sql_trunc_utc('hour', bucket)} AS b, provider AS p, "
-                "model AS m, job_id AS j, parse_invalid AS pi, degraded AS dg "
+                "model AS m, job_id AS j, parse_invalid AS pi, degraded AS dg, 0 AS d "
                 f"FROM {members_table} WHERE {condition}{subject}",
                 [*params, *subject_params],
             )
@@ -190,9 +249,12 @@ def activity(
         counts(f"span = '{Span.HOUR}' AND {_sql_within('start', rollup)}", _params(rollup))
     elif rollup:
         days = spans.whole_days(rollup)
-        partial = spans.without_days(rollup, days)
-        if partial:
-            of_hours(_sql_within("hour", partial), _params(partial))
+        for day, pieces in spans.by_day(spans.without_days(rollup, days)).items():
+            if len(pieces) == 1:
+                runs[day] = pieces[0]
+                of_run(*pieces[0])
+            else:  # broken by a dirty hour: distinct job ids
+                of_hours(_sql_within("hour", pieces), _params(pieces))
         if days:
             listed = ", ".join(["%s"] * len(days))
             counts(f"span = '{Span.DAY}' AND start IN ({listed})", _params_of(days))
@@ -201,10 +263,12 @@ def activity(
             # which PostgreSQL checks once, before reading any (a "one-time filter"). In the
             # same statement as the day rows: a day a refresh uncompiles meanwhile is read
             # from its hours, never from neither.
-            of_hours(
-                f"hour >= %s AND hour < %s AND NOT EXISTS (SELECT 1 FROM {counts_table} "
+            of_run(
+                day,
+                day + DAY,
+                f" AND NOT EXISTS (SELECT 1 FROM {counts_table} "
                 f"WHERE span = '{Span.DAY}' AND start = %s)",
-                _params_of([day, day + DAY, day]),
+                _params_of([day]),
             )
     if raw:
         # Which events count, and their provider and model, as planner_activity has them.
@@ -214,12 +278,22 @@ def activity(
             .values("ts", "provider", "model", "job_id", "type")
         )
         sql, params = events.query.sql_with_params()
+        # An event's job is counted already when its day has a run holding a row of the job.
+        counted, counted_params = ["0 = 1"], []
+        for day, (since, until) in runs.items():
+            counted.append(
+                f"(e.ts >= %s AND e.ts < %s AND EXISTS (SELECT 1 FROM {members_table} x "
+                "WHERE x.job_id = e.job_id AND x.provider = e.provider AND x.model = e.model "
+                "AND x.hour >= %s AND x.hour < %s))"
+            )
+            counted_params.extend(_params_of([day, day + DAY, since, until]))
         members.append(
             (
                 f"SELECT {database.sql_trunc_utc('e.ts', bucket)} AS b, e.provider AS p, "
                 "e.model AS m, e.job_id AS j, CASE WHEN e.type = %s THEN 1 ELSE 0 END AS pi, "
-                f"CASE WHEN e.type = %s THEN 1 ELSE 0 END AS dg FROM ({sql}) e",
-                [PARSE_INVALID, DEGRADED, *params],
+                "CASE WHEN e.type = %s THEN 1 ELSE 0 END AS dg, "
+                f"CASE WHEN {' OR '.join(counted)} THEN 1 ELSE 0 END AS d FROM ({sql}) e",
+                [PARSE_INVALID, DEGRADED, *counted_params, *params],
             )
         )
     parts, params = [], []
@@ -234,14 +308,18 @@ def activity(
         # Each job once per bucket, then the jobs counted: two hash aggregates, where
         # COUNT(DISTINCT) would sort every row by its (collated) text columns.
         parts.append(
-            "SELECT g.b, g.p, g.m, COUNT(*) AS jobs, SUM(g.pi) AS pi, SUM(g.dg) AS dg FROM ("
-            "SELECT u.b, u.p, u.m, u.j, SUM(u.pi) AS pi, SUM(u.dg) AS dg "
+            "SELECT g.b, g.p, g.m, SUM(1 - g.d) AS jobs, SUM(g.pi) AS pi, SUM(g.dg) AS dg FROM ("
+            "SELECT u.b, u.p, u.m, u.j, SUM(u.pi) AS pi, SUM(u.dg) AS dg, MAX(u.d) AS d "
             f"FROM ({' UNION ALL '.join(union)}) u GROUP BY u.b, u.p, u.m, u.j"
             ") g GROUP BY g.b, g.p, g.m"
         )
     if not parts:
         return []
-    sql = f"SELECT * FROM ({' UNION ALL '.join(parts)}) r ORDER BY r.p, r.m, r.b"
+    # A day's run and its raw events give two rows of one bucket.
+    sql = (
+        "SELECT r.b, r.p, r.m, SUM(r.jobs), SUM(r.pi), SUM(r.dg) "
+        f"FROM ({' UNION ALL '.join(parts)}) r GROUP BY r.b, r.p, r.m ORDER BY r.p, r.m, r.b"
+    )
     with connection.cursor() as cursor:
         cursor.execute(sql, params)
         return [

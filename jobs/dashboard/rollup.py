@@ -44,7 +44,7 @@ theirs too.
 """
 
 import json
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from decimal import Decimal
@@ -204,19 +204,20 @@ def recompute(hours: Sequence[datetime]) -> bool:
     with transaction.atomic(savepoint=False):
         if not _lock(wait=False):
             return False
-        _delete(hours)
-        _insert(_ranges(sorted(hours)))
+        deleted_jobs = _delete(hours)
+        _insert(_ranges(sorted(hours)), deleted_jobs)
     return True
 
 
-def _delete(hours: Sequence[datetime]) -> None:
-    """Delete the hours' marks, then their rows and their days' day rows."""
+def _delete(hours: Sequence[datetime]) -> set[str]:
+    """Delete the hours' marks, then their rows and their days' day rows; returns the jobs of
+    the planner membership rows deleted."""
     days = sorted({spans.day_floor(hour) for hour in hours})
     DashboardDirtyHour.objects.filter(hour__in=hours).delete()
     DashboardRollup.objects.filter(
         Q(hour__in=hours) | Q(kind__in=DAY_KINDS, hour__in=days)
     ).delete()
-    planner_rollup.delete(hours)
+    return planner_rollup.delete(hours)
 
 
 def rebuild() -> int:
@@ -236,13 +237,15 @@ def _lock(wait: bool) -> bool:
     return database.lock_pair(LOCK_KEYS, wait=wait)
 
 
-def _insert(ranges: list[tuple[datetime, datetime]] | None) -> None:
+def _insert(
+    ranges: list[tuple[datetime, datetime]] | None, deleted_jobs: Collection[str] = ()
+) -> None:
     table = connection.ops.quote_name(DashboardRollup._meta.db_table)
     columns = ", ".join(connection.ops.quote_name(name) for name in COLUMNS)
     select, params = _select(HOUR_KINDS, ranges)
     with connection.cursor() as cursor:
         cursor.execute(f"INSERT INTO {table} ({columns}) {select}", params)
-    planner_rollup.insert(ranges)
+    planner_rollup.insert(ranges, deleted_jobs)
 
 
 def _ranges(hours: Sequence[datetime]) -> list[tuple[datetime, datetime]]:

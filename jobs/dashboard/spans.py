@@ -43,3 +43,20 @@ def without_days(ranges: Ranges, days: Sequence[datetime]) -> list[tuple[datetim
                     left.append((cursor, end))
             cursor = end
     return left
+
+
+def by_day(ranges: Ranges) -> dict[datetime, list[tuple[datetime, datetime]]]:
+    """``ranges`` cut at UTC midnights, grouped by their day; adjacent pieces joined."""
+    days: dict[datetime, list[tuple[datetime, datetime]]] = {}
+    for since, until in sorted(ranges):
+        cursor = since
+        while cursor < until:
+            day = day_floor(cursor)
+            end = min(until, day + DAY)
+            pieces = days.setdefault(day, [])
+            if pieces and pieces[-1][1] == cursor:
+                pieces[-1] = (pieces[-1][0], end)
+            else:
+                pieces.append((cursor, end))
+            cursor = end
+    return days

@@ -74,6 +74,15 @@ def assert_same_as_raw(start, end, bucket, provider="", model="", refresh_hours=
     assert panel_rows(start, end, bucket, provider, model, refresh_hours) == expected
 
 
+def assert_linked() -> None:
+    """Every membership row's prev_hour is its job's (and provider/model's) previous row's."""
+    rows = PlannerJobHour.objects.values_list("job_id", "provider", "model", "hour", "prev_hour")
+    previous: dict[tuple, datetime] = {}
+    for job_id, provider, model, hour, prev_hour in sorted(rows):
+        assert prev_hour == previous.get((job_id, provider, model)), (job_id, hour)
+        previous[job_id, provider, model] = hour
+
+
 # --- parity, drawn ----------------------------------------------------------------------------
 
 # Event times over three days from midnight, often right at an hour's or a day's edge.
@@ -141,6 +150,7 @@ def test_panel_rows_equal_the_raw_aggregate(
     for start_hour, minutes, span, bucket, filters, refresh_hours in drawn_windows:
         start = MIDNIGHT + timedelta(hours=start_hour, minutes=minutes)
         assert_same_as_raw(start, start + span, bucket, **filters, refresh_hours=refresh_hours)
+    assert_linked()
 
 
 # --- parity, by example -----------------------------------------------------------------------
@@ -193,6 +203,40 @@ def test_a_job_in_clean_and_raw_hours_of_a_day_counts_once(planner_days):
     assert rows[0]["parse_invalid"] >= 1
 
 
+def test_a_run_of_clean_hours_counts_each_job_by_its_first_row(planner_days):
+    rollup.refresh_pending()
+    assert_linked()
+    # Jobs with events in two hours of the day: p1 (02:50, 03:10), p3 (06:50, 07:10), ...
+    start, end = MIDNIGHT + timedelta(hours=1, minutes=30), MIDNIGHT + 20 * HOUR
+    assert_same_as_raw(start, end, "day")
+    # The run's jobs are counted by prev_hour, not by gathering job ids: unlinked, every row
+    # counts, and the jobs in two hours count twice.
+    PlannerJobHour.objects.update(prev_hour=None)
+    doubled = {row["provider"]: row["jobs"] for row in panel_rows(start, end, "day")}
+    expected = {row["provider"]: row["jobs"] for row in raw(start, end, "day")}
+    assert doubled != expected
+    assert all(doubled[provider] >= jobs for provider, jobs in expected.items())
+
+
+def test_a_row_gone_from_a_recomputed_hour_relinks_the_jobs_later_rows(db):
+    moments = [MIDNIGHT + timedelta(hours=hour, minutes=10) for hour in (9, 14, 16)]
+    store_at(
+        [
+            planner_event(alerts.PARSE_INVALID, "j1", moment, f"p{n}", **OPENAI)
+            for n, moment in enumerate(moments)
+        ]
+    )
+    rollup.refresh_pending()
+    # The 09:00 event goes (as retention or a purge can take a job's events out of an hour):
+    # the 14:00 row's previous row is gone, though nothing of the job is inserted at 09:00.
+    Event.objects.filter(event_id="p0").delete()
+    DashboardDirtyHour.objects.mark([moments[0]])
+    rollup.refresh_pending()
+    assert_linked()
+    assert PlannerJobHour.objects.get(hour=MIDNIGHT + 14 * HOUR).prev_hour is None
+    assert_same_as_raw(MIDNIGHT + 8 * HOUR, MIDNIGHT + 20 * HOUR, "day")
+
+
 def test_dirty_hours_are_read_raw_until_refreshed(planner_days):
     rollup.refresh_pending()
     late = MIDNIGHT + timedelta(hours=5, minutes=30)
@@ -227,7 +271,7 @@ def test_the_chart_reads_the_same_numbers_as_from_events(planner_days):
 def test_rebuild_equals_incremental_refresh(planner_days):
     def stored():
         members = PlannerJobHour.objects.values_list(
-            "hour", "provider", "model", "job_id", "parse_invalid", "degraded"
+            "hour", "provider", "model", "job_id", "parse_invalid", "degraded", "prev_hour"
         )
         counts = PlannerCount.objects.values_list(
             "span", "start", "provider", "model", "jobs", "parse_invalid", "degraded"
@@ -272,6 +316,7 @@ def test_retention_keeps_the_figures_equal_to_the_events(planner_days):
     for refresh_hours in (0, 100):
         assert_same_as_raw(*week, "day", refresh_hours=refresh_hours)
         assert_same_as_raw(MIDNIGHT + 20 * HOUR, MIDNIGHT + 44 * HOUR, "hour")
+    assert_linked()
     assert not PlannerJobHour.objects.filter(job_id__in=expired).exists()
 
 
@@ -290,6 +335,7 @@ def test_purge_marks_the_hours_of_the_events_it_scrubs(db):
     assert set(rollup.dirty_hours()) == {MIDNIGHT + 9 * HOUR, MIDNIGHT + 14 * HOUR}
     for refresh_hours in (0, 10):
         assert_same_as_raw(MIDNIGHT, MIDNIGHT + DAY, "hour", refresh_hours=refresh_hours)
+    assert_linked()
     assert not PlannerJobHour.objects.filter(model__contains="zeta").exists()
 
 
@@ -301,7 +347,7 @@ def test_the_migration_fills_the_tables_for_stored_events():
     from django.db.migrations.executor import MigrationExecutor
 
     before = [("jobs", "0020_rollup_llm_and_day_rows_escalation_indexes")]
-    after = [("jobs", "0021_planner_rollup")]
+    after = [("jobs", "0022_planner_prev_hour")]  # 0022 links the rows 0021 fills
     executor = MigrationExecutor(connection)
     latest = executor.loader.graph.leaf_nodes("jobs")
     executor.migrate(before)
@@ -345,13 +391,13 @@ def test_the_migration_fills_the_tables_for_stored_events():
             assert_same_as_raw(start, end, bucket)
         filled = sorted(
             PlannerJobHour.objects.values_list(
-                "hour", "provider", "model", "job_id", "parse_invalid", "degraded"
+                "hour", "provider", "model", "job_id", "parse_invalid", "degraded", "prev_hour"
             )
         )
         rollup.rebuild()
         rebuilt = sorted(
             PlannerJobHour.objects.values_list(
-                "hour", "provider", "model", "job_id", "parse_invalid", "degraded"
+                "hour", "provider", "model", "job_id", "parse_invalid", "degraded", "prev_hour"
             )
         )
         assert filled == rebuilt
