@@ -28,20 +28,17 @@ def whole_days(ranges: Ranges) -> list[datetime]:
 
 
 def without_days(ranges: Ranges, days: Sequence[datetime]) -> list[tuple[datetime, datetime]]:
-    """``ranges`` less these whole UTC days, adjacent pieces joined."""
+    """``ranges`` less these whole UTC days, in order, adjacent pieces joined."""
     cut = set(days)
     left: list[tuple[datetime, datetime]] = []
-    for since, until in ranges:
-        cursor = since
-        while cursor < until:
-            day = day_floor(cursor)
-            end = min(until, day + DAY)
-            if day not in cut:
-                if left and left[-1][1] == cursor:
-                    left[-1] = (left[-1][0], end)
-                else:
-                    left.append((cursor, end))
-            cursor = end
+    for day, pieces in by_day(ranges).items():
+        if day in cut:
+            continue
+        for since, until in pieces:
+            if left and left[-1][1] == since:
+                left[-1] = (left[-1][0], until)
+            else:
+                left.append((since, until))
     return left
 
 
