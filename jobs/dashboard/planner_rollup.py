@@ -110,7 +110,8 @@ def insert(ranges: Ranges | None, deleted_jobs: Collection[str] = ()) -> None:
 def _relink(ranges: Ranges | None, deleted_jobs: Collection[str]) -> None:
     """Set each row's ``prev_hour`` to its job's previous row's hour, for the rows from the
     first recomputed hour on of the jobs with a row deleted or inserted there (only their
-    previous rows can have changed); every row when ``ranges`` is None."""
+    previous rows can have changed); every row when ``ranges`` is None. Only the rows whose
+    link changes are written: most jobs lie in one hour (no previous row, as inserted)."""
     previous = (
         PlannerJobHour.objects.filter(
             job_id=OuterRef("job_id"),
@@ -132,8 +133,13 @@ def _relink(ranges: Ranges | None, deleted_jobs: Collection[str]) -> None:
     for at in range(0, len(jobs), RELINK_BATCH):
         rows = PlannerJobHour.objects.filter(
             job_id__in=jobs[at : at + RELINK_BATCH], hour__gte=first
-        )
-        rows.update(prev_hour=Subquery(previous))
+        ).annotate(link=Subquery(previous))
+        changed = [
+            PlannerJobHour(pk=pk, prev_hour=link)
+            for pk, prev_hour, link in rows.values_list("pk", "prev_hour", "link")
+            if prev_hour != link
+        ]
+        PlannerJobHour.objects.bulk_update(changed, ["prev_hour"], batch_size=RELINK_BATCH)
 
 
 def compile_days(before: datetime, dirty_days: set[datetime], limit: int) -> int:
