@@ -125,8 +125,6 @@ def _relink(ranges: Ranges | None, deleted_jobs: Collection[str]) -> None:
     if ranges is None:
         PlannerJobHour.objects.update(prev_hour=Subquery(previous))
         return
-    if not ranges:
-        return
     inserted = PlannerJobHour.objects.filter(_within("hour", ranges))
     jobs = sorted({*deleted_jobs, *inserted.values_list("job_id", flat=True).distinct().order_by()})
     first = min(since for since, _until in ranges)
