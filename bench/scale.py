@@ -492,7 +492,9 @@ def dead_rows() -> int:
 def support_resolves(before: datetime) -> int:
     """Support answers the escalations triggered before ``before``. One UPDATE: a bench
     shortcut for the queue's resolve action, which writes an audit entry and a notification
-    per escalation; returns how many."""
+    per escalation; returns how many. Rows another worker's resolve or ingest holds are left
+    for the next call: two workers updating the same rows in different orders deadlocked."""
+    from django.db import transaction
     from django.utils import timezone
 
     from jobs.models import Escalation
@@ -500,7 +502,11 @@ def support_resolves(before: datetime) -> int:
     stale = Escalation.objects.filter(triggered_at__lt=before).exclude(
         status=Escalation.Status.RESOLVED
     )
-    return stale.update(status=Escalation.Status.RESOLVED, resolved_at=timezone.now())
+    with transaction.atomic():
+        free = stale.select_for_update(skip_locked=True).order_by("pk")
+        return Escalation.objects.filter(pk__in=list(free.values_list("pk", flat=True))).update(
+            status=Escalation.Status.RESOLVED, resolved_at=timezone.now()
+        )
 
 
 def retention(args) -> None:
