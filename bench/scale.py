@@ -33,6 +33,7 @@ import argparse
 import json
 import multiprocessing
 import os
+import queue as queue_module
 import random
 import statistics
 import sys
@@ -234,7 +235,12 @@ def load(args) -> None:
     running, began, last_print = len(processes), time.perf_counter(), 0.0
     try:
         while running:
-            message = queue.get()
+            try:
+                message = queue.get(timeout=5)
+            except queue_module.Empty:
+                if dead := [p.exitcode for p in processes if p.exitcode not in (None, 0)]:
+                    sys.exit(f"load: a worker died (exit code {dead[0]}); run load again to resume")
+                continue
             if message is None:
                 running -= 1
                 continue
