@@ -246,6 +246,9 @@ def _panel_context(
             for row in rows
         ]
     findings = [f for f in job.findings if _involves(f, step)]
+    # Calls come from spans only (jobs.replay.calls): with every event in hand and none a span,
+    # there are none to read.
+    has_spans = all_events is None or any(event.type == "span" for event in all_events)
     code, error_type = step.failure_code, step.error_type
     return {
         "step": step,
@@ -268,7 +271,7 @@ def _panel_context(
         "step_definition_json": _pretty(context.get("step_definition")),
         "audit_trail": [_audit_entry(entry) for entry in job_header.as_list(step.audit_trail)],
         "history": [_earlier_result(record) for record in job_header.as_list(step.history)],
-        "otel": span_panel.span_context(job, step),
+        "otel": span_panel.span_context(job, step, read_calls=has_spans),
         "extra_json": _pretty(step.extra),
         "step_findings": findings,
         "show_raw": show_raw,

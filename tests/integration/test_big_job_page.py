@@ -12,6 +12,7 @@ from jobs.models import Job
 from jobs.web import job_page
 from tests import factories
 from tests.factories import event, finished, started
+from tests.otlp_spans import llm_span, root, sid, span, store_spans
 
 pytestmark = pytest.mark.django_db
 
@@ -197,11 +198,25 @@ def test_job_page_queries_do_not_grow_with_its_steps(engineer, django_assert_num
     with django_assert_num_queries(len(mid.captured_queries)):
         response = engineer.get("/jobs/large-1/")
     assert response.context["root_key"] == "publish:1"
-    # Session, user, roles, job, steps, the root failure's attempts with its group, its calls,
-    # the narrative's events, retry chain, escalations, alert indicator. The root failure is
-    # read off the steps; its raw events off the narrative's events when they are all of the
-    # job's, else one more query.
-    assert (len(small.captured_queries), len(mid.captured_queries)) == (11, 12)
+    # Session, user, roles, job, steps, the root failure's attempts with its group, the
+    # narrative's events, retry chain, escalations, alert indicator. The root failure is read
+    # off the steps; its raw events off the narrative's events when they are all of the job's,
+    # and its calls are not read when none of those is a span; else two more queries.
+    assert (len(small.captured_queries), len(mid.captured_queries)) == (10, 12)
+
+
+def test_a_span_jobs_page_with_every_event_in_hand_still_shows_its_calls(engineer):
+    store_spans(
+        root(name="LangGraph", end_ms=2000),
+        span(name="plan", span_id=sid(1), start_ms=0, end_ms=400),
+        llm_span(sid(2), sid(1), "gpt-4o-mini", 10),
+    )
+    job = Job.objects.get()
+    page = engineer.get(f"/jobs/{job.job_id}/?step=plan:1")
+    assert job.event_count < job_page.ROWS_WINDOW  # the narrative window holds every event
+    calls = page.context["otel"]["calls"]
+    assert [item["call"].model for item in calls] == ["gpt-4o-mini"]
+    assert page.context["otel"]["usage"]["llm_calls"] == 1
 
 
 def test_root_failure_is_the_same_read_off_the_rows_or_by_its_own_query(engineer):
