@@ -9,7 +9,7 @@ from urllib.parse import urlencode
 from django.utils import timezone
 
 from jobs.dashboard import rollup
-from jobs.models import Job, Step
+from jobs.models import Job, Step, hour_floor
 
 RANGES = {"1h": timedelta(hours=1), "24h": timedelta(hours=24), "7d": timedelta(days=7)}
 DEFAULT_RANGE = "24h"
@@ -88,8 +88,9 @@ def bucket_for(span: timedelta) -> str:
 
 
 def parse_window(params, now: datetime | None = None) -> tuple[Window, list[str]]:
-    """The window the query string asks for (``range`` 1h, 24h, 7d or custom with ISO
-    ``since``/``until``; ``provider``, ``model``); errors fall back to the last 24 hours."""
+    """The window the query string asks for (``range`` 1h, 24h, 7d, which start on the hour
+    (``preset_start``), or custom with ISO ``since``/``until``, taken as given; ``provider``,
+    ``model``); errors fall back to the last 24 hours."""
     now = now or timezone.now()
     errors: list[str] = []
     key = params.get("range") or DEFAULT_RANGE
@@ -116,7 +117,18 @@ def parse_window(params, now: datetime | None = None) -> tuple[Window, list[str]
         errors.append(f"Unknown range {key!r}: showing the last 24 hours.")
         key = DEFAULT_RANGE
     span = RANGES[key]
-    return Window(key, now - span, now, bucket_for(span), provider, model), errors
+    return Window(
+        key, preset_start(now - span, key), now, bucket_for(span), provider, model
+    ), errors
+
+
+def preset_start(moment: datetime, key: str) -> datetime:
+    """Where a preset range starting at ``moment`` starts: on the UTC hour before it (1h: on
+    the minute), so its first bucket is whole and the rollup answers every hour of it but the
+    current one (an exact start reads its first partial hour from the raw rows)."""
+    if key == "1h":
+        return moment.replace(second=0, microsecond=0)
+    return hour_floor(moment)
 
 
 def _parse_time(raw: str | None) -> datetime | None:

@@ -298,6 +298,29 @@ def test_parse_window_defaults_to_the_last_24_hours():
     assert errors == []
 
 
+@pytest.mark.parametrize(
+    ("key", "span", "start"),
+    [
+        ("1h", timedelta(hours=1), BASE_TS + timedelta(hours=-1, minutes=37)),
+        ("24h", timedelta(hours=24), BASE_TS - timedelta(hours=24)),
+        ("7d", timedelta(days=7), BASE_TS - timedelta(days=7)),
+    ],
+)
+def test_a_preset_range_starts_on_the_hour_so_only_the_current_hour_is_read_raw(
+    db, key, span, start
+):
+    now = BASE_TS + timedelta(minutes=37, seconds=12, microseconds=5)  # 09:37:12 UTC
+    window, errors = parse_window({"range": key}, now)
+    assert (window.start, window.end, errors) == (start, now, [])
+    assert window.end - window.start >= span
+    # The previous period has the same length, so the headlines compare like with like.
+    assert window.previous.end - window.previous.start == window.end - window.start
+    if key != "1h":
+        plan = window.plan()
+        assert plan.raw == ((BASE_TS, now),)
+        assert plan.rollup == ((start, BASE_TS),)
+
+
 def test_parse_window_reads_a_custom_range():
     window, errors = parse_window(
         {"range": "custom", "since": "2026-03-02T09:00:00Z", "until": "2026-03-02T10:00:00Z"},
