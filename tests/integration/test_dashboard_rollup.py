@@ -2,6 +2,7 @@
 jobs are re-projected, with dirty hours left unrefreshed and for ranges with partial hours; the
 links' job counts still equal the jobs list's; histogram percentiles stay within 2 %."""
 
+import json
 from datetime import timedelta
 
 import pytest
@@ -459,3 +460,32 @@ def test_the_migration_recomputes_the_hours_of_jobs_with_llm_calls():
         assert rollup.dirty_hours() == hours
     finally:
         MigrationExecutor(connection).migrate(latest)
+
+
+@pytest.mark.django_db(transaction=True)
+def test_histograms_stored_as_json_text_read_back_as_they_were():
+    """Migration 0023 turns the stored jsonb histograms into JSON text; the field reads them
+    back unchanged, and dumpdata / loaddata carry them as JSON."""
+    from django.core import serializers
+    from django.db import connection
+    from django.db.migrations.executor import MigrationExecutor
+
+    histogram = {"b": [3, 180, 181, 400], "n": [1, 7, 2, 1]}
+    before = [("jobs", "0022_planner_prev_hour")]
+    executor = MigrationExecutor(connection)
+    latest = executor.loader.graph.leaf_nodes("jobs")
+    executor.migrate(before)
+    try:
+        old = executor.loader.project_state(before).apps.get_model("jobs", "DashboardRollup")
+        old.objects.create(hour=BASE_TS, kind="duration", dimension="n1", histogram=histogram)
+        old.objects.create(hour=BASE_TS, kind="segment", dimension="ok", steps=2)
+    finally:
+        MigrationExecutor(connection).migrate(latest)
+    rows = DashboardRollup.objects.order_by("kind")
+    assert [row.histogram for row in rows] == [histogram, None]
+    dumped = serializers.serialize("json", rows)
+    assert json.loads(dumped)[0]["fields"]["histogram"] == histogram
+    DashboardRollup.objects.all().delete()
+    for loaded in serializers.deserialize("json", dumped):
+        loaded.save()
+    assert [row.histogram for row in DashboardRollup.objects.order_by("kind")] == [histogram, None]
