@@ -328,7 +328,8 @@ def _select(
         Kind.LLM: f"SELECT {hour}, 'llm', c.provider, c.model, '', '', count(*), "
         f"count(DISTINCT c.job_id), {no_histogram}, CAST(sum(c.input_tokens) AS BIGINT), "
         f"CAST(sum(c.output_tokens) AS BIGINT), sum(c.cost) "
-        f"FROM {call} c JOIN {job} j ON j.id = c.job_id WHERE {calls_where} AND c.kind = 'llm' "
+        f"FROM {job} j {database.sql_job_rows(call, 'c', 'j', partitioned=False)} "
+        f"WHERE {calls_where} AND c.kind = 'llm' "
         "AND NOT (c.provider = '' AND c.model = '') GROUP BY 1, 3, 4",
     }
     sql = " UNION ALL ".join(selects[Kind(kind)] for kind in kinds)
