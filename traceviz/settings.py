@@ -140,7 +140,12 @@ def database(url: str) -> dict:
             # No JIT compilation: traceviz's queries are short walks of indexes, and compiling
             # one the planner costs high (a capped count over 10M events) took 190 to 250 ms
             # against 15 ms of running it (bench/README.md, scale). DATABASE_JIT=on restores it.
-            options="-c jit=" + ("on" if env_bool("DATABASE_JIT", False) else "off"),
+            # No parallel workers by default either: the dashboard's statements hold parts a
+            # one-time filter skips (a compiled day), and PostgreSQL started two workers for
+            # each of them anyway (the 7 d planner panel: 118 ms, 66 ms serial).
+            # DATABASE_PARALLEL_WORKERS sets max_parallel_workers_per_gather.
+            options=f"-c jit={'on' if env_bool('DATABASE_JIT', False) else 'off'} "
+            f"-c max_parallel_workers_per_gather={env_int('DATABASE_PARALLEL_WORKERS', 0)}",
         )
     return config
 

@@ -125,24 +125,33 @@ def test_the_wsgi_application_loads_views_and_prices_before_the_first_request():
     assert done.stdout.split() == ["True", "True"], done.stderr
 
 
-def test_postgresql_connections_run_without_jit(monkeypatch):
+def test_postgresql_connections_run_without_jit_or_parallel_workers(monkeypatch):
+    from django.core.exceptions import ImproperlyConfigured
+
     from traceviz.settings import database
 
     url = "postgres://postgres@127.0.0.1:5432/traceviz"
-    assert database(url)["OPTIONS"]["options"] == "-c jit=off"
+    serial = "-c max_parallel_workers_per_gather=0"
+    assert database(url)["OPTIONS"]["options"] == f"-c jit=off {serial}"
     monkeypatch.setenv("DATABASE_JIT", "true")
-    assert database(url)["OPTIONS"]["options"] == "-c jit=on"
+    monkeypatch.setenv("DATABASE_PARALLEL_WORKERS", "2")
+    assert database(url)["OPTIONS"]["options"] == "-c jit=on -c max_parallel_workers_per_gather=2"
+    monkeypatch.setenv("DATABASE_PARALLEL_WORKERS", "two")
+    with pytest.raises(ImproperlyConfigured, match="DATABASE_PARALLEL_WORKERS must be an integer"):
+        database(url)
     assert "options" not in database("sqlite:///x.sqlite3")["OPTIONS"]
 
 
 @pytest.mark.postgres
 @pytest.mark.django_db
-def test_the_database_connection_has_jit_off():
+def test_the_database_connection_has_jit_and_parallel_workers_off():
     from django.db import connection
 
     with connection.cursor() as cursor:
         cursor.execute("SHOW jit")
         assert cursor.fetchone() == ("off",)
+        cursor.execute("SHOW max_parallel_workers_per_gather")
+        assert cursor.fetchone() == ("0",)
 
 
 def test_check_deploy_fails_on_the_built_in_secret_key():
