@@ -345,15 +345,13 @@ def timed(client, url: str, runs: int) -> tuple[float, float] | None:
     return statistics.median(times), times[max(0, round(0.95 * len(times)) - 1)]
 
 
-def dashboard_panels(key: str, runs: int) -> dict[str, tuple[float, float]]:
-    """Server time of each part of the dashboard's request for one range (what bounds its
-    figure): the rollup plan, the step and LLM panels' one fetch, then each other panel."""
-    from django.utils import timezone
-
+def dashboard_panels(key: str, runs: int, now: datetime) -> dict[str, tuple[float, float]]:
+    """Server time of each part of the dashboard's request for one range ending ``now`` (what
+    bounds its figure): the rollup plan, the step and LLM panels' one fetch, then each other
+    panel."""
     from jobs.dashboard import charts, headlines, llm_usage, provider_health, rollup
     from jobs.dashboard.window import parse_window
 
-    now = timezone.now()
     window, _errors = parse_window({"range": key}, now)
     kinds = [rollup.Kind.FAILURE_CODE, rollup.Kind.ERROR_TYPE, rollup.Kind.DURATION]
     kinds += [rollup.Kind.SEGMENT, rollup.Kind.JOBS, rollup.Kind.LLM]
@@ -389,11 +387,11 @@ def dashboard_panels(key: str, runs: int) -> dict[str, tuple[float, float]]:
 def pages(runs: int) -> dict[str, list[float] | None]:
     from django.contrib.auth.models import User
     from django.core.management import call_command
+    from django.db.models import Max
     from django.test import Client
-    from django.utils import timezone
 
     from jobs.dashboard import rollup
-    from jobs.dashboard.window import iso
+    from jobs.models import Job, hour_floor
 
     call_command("collectstatic", interactive=False, verbosity=0)  # as in production
     plant_jobs()
@@ -415,12 +413,24 @@ def pages(runs: int) -> dict[str, list[float] | None]:
         "failure groups": "/failures/",
         "dashboard 24 h": "/dashboard/?range=24h",
         "dashboard 7 d": "/dashboard/?range=7d",
-        # The same 7 days from now to the second, as a custom range takes them: its first and
-        # last hours partial (read raw), where the preset starts on the hour.
-        "dashboard custom 7 d (exact start)": "/dashboard/?"
-        + urlencode({"range": "custom", "since": iso(timezone.now() - timedelta(days=7))}),
     }
+    # Once the load has stopped, the current hour holds no job and the presets read nothing
+    # raw; a live dashboard reads the jobs of its current hour so far. The same windows as
+    # they were at the load's last job start, whose hour holds the load's last jobs.
+    last = Job.objects.aggregate(last=Max("started_at"))["last"]
+    if last is not None:
+        for key, span in (("24 h", timedelta(hours=24)), ("7 d", timedelta(days=7))):
+            since = hour_floor(last - span)
+            urls[f"dashboard {key} at the last job"] = custom_range(since, last)
+        # The 7 days to the second, as a custom range takes them: the first hour partial too.
+        urls["dashboard 7 d there, exact start"] = custom_range(last - timedelta(days=7), last)
     return {name: url and timed(client, url, runs) for name, url in urls.items()}
+
+
+def custom_range(since: datetime, until: datetime) -> str:
+    from jobs.dashboard.window import iso
+
+    return "/dashboard/?" + urlencode({"range": "custom", "since": iso(since), "until": iso(until)})
 
 
 def machine_speed() -> float:
@@ -445,6 +455,9 @@ def vacuum() -> float:
 
 def measure(args) -> None:
     setup()
+    from django.db.models import Max
+    from django.utils import timezone
+
     from jobs.models import Event, Job
 
     database = database_name()
@@ -467,9 +480,12 @@ def measure(args) -> None:
             shown = f"{timing[0]:8.1f} {timing[1]:8.1f}"
         print(f"  {name:<34} {shown}")
     panels = {}
+    # At the load's last job start, as the "at the last job" pages: the current hour's jobs
+    # are read raw, as on a live dashboard.
+    now = Job.objects.aggregate(last=Max("started_at"))["last"] or timezone.now()
     for key in ("24h", "7d"):
-        panels[key] = dashboard_panels(key, max(5, args.runs // 2))
-        print(f"  dashboard {key}, by part:")
+        panels[key] = dashboard_panels(key, max(5, args.runs // 2), now)
+        print(f"  dashboard {key} at {now:%Y-%m-%d %H:%M:%S}, by part:")
         for name, (median, p95) in panels[key].items():
             print(f"    {name:<32} {median:8.1f} {p95:8.1f}")
     after = machine_speed()
