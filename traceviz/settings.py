@@ -132,6 +132,8 @@ def database(url: str) -> dict:
         }
         config["CONN_MAX_AGE"] = 0
     else:
+        jit = "on" if env_bool("DATABASE_JIT", False) else "off"
+        parallel_workers = env_int("DATABASE_PARALLEL_WORKERS", 0)
         config.setdefault("OPTIONS", {}).update(
             connect_timeout=env_int("DATABASE_CONNECT_TIMEOUT", 5, minimum=1),
             # Ingest writes wide multi-row statements; binding on the server skips quoting every
@@ -144,8 +146,7 @@ def database(url: str) -> dict:
             # one-time filter skips (a compiled day), and PostgreSQL started two workers for
             # each of them anyway (the 7 d planner panel: 118 ms, 66 ms serial).
             # DATABASE_PARALLEL_WORKERS sets max_parallel_workers_per_gather.
-            options=f"-c jit={'on' if env_bool('DATABASE_JIT', False) else 'off'} "
-            f"-c max_parallel_workers_per_gather={env_int('DATABASE_PARALLEL_WORKERS', 0)}",
+            options=f"-c jit={jit} -c max_parallel_workers_per_gather={parallel_workers}",
         )
     return config
 
