@@ -246,8 +246,7 @@ def _panel_context(
             for row in rows
         ]
     findings = [f for f in job.findings if _involves(f, step)]
-    # Calls come from spans only (jobs.replay.calls): with every event in hand and none a span,
-    # there are none to read.
+    # Calls come from spans only: with every event in hand and none a span, there are none.
     has_spans = all_events is None or any(event.type == "span" for event in all_events)
     code, error_type = step.failure_code, step.error_type
     return {
