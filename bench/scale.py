@@ -30,6 +30,7 @@ what it leaves behind (dead rows, sizes).
 """
 
 import argparse
+import gc
 import json
 import multiprocessing
 import os
@@ -396,6 +397,8 @@ def pages(runs: int) -> dict[str, list[float] | None]:
     call_command("collectstatic", interactive=False, verbosity=0)  # as in production
     plant_jobs()
     rollup.refresh_pending(max_batches=10_000)
+    gc.collect()  # and frozen, as traceviz/wsgi.py does once it has loaded
+    gc.freeze()
     user, _ = User.objects.get_or_create(username="scale-bench", is_staff=True)
     client = Client()
     client.force_login(user)

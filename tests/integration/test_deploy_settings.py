@@ -125,6 +125,12 @@ def test_the_wsgi_application_loads_views_and_prices_before_the_first_request():
     assert done.stdout.split() == ["True", "True"], done.stderr
 
 
+def test_the_wsgi_application_freezes_what_it_loaded_out_of_the_collectors_reach():
+    frozen = "import gc, traceviz.wsgi; print(gc.get_freeze_count() > 10_000)"
+    done = serve_once(frozen, DEBUG="true", SECRET_KEY="")
+    assert done.stdout.split() == ["True"], done.stderr
+
+
 def test_postgresql_connections_run_without_jit_or_parallel_workers(monkeypatch):
     from django.core.exceptions import ImproperlyConfigured
 
