@@ -269,9 +269,9 @@ def _select(
     model: str = "",
 ) -> tuple[str, list]:
     """One SELECT (UNION ALL over kinds) of rollup rows, COLUMNS in order, for the jobs started
-    in ``ranges`` (None: every job with a start)."""
+    in ``ranges`` (None: every job with a start). The range's jobs are read once (jr), the
+    step kinds' steps once (js), each job's by its own lookup."""
     step, job, call = Step._meta.db_table, Job._meta.db_table, Call._meta.db_table
-    hour = database.sql_hour_of("j.started_at")
     no_histogram = database.sql_json_null()
     no_usage = "CAST(NULL AS BIGINT), CAST(NULL AS BIGINT), CAST(NULL AS NUMERIC)"
     histogram = database.sql_histogram("t.bucket", "t.n")
@@ -279,69 +279,68 @@ def _select(
         "CAST(floor(ln(1 + CASE WHEN js.duration_ms > 0 THEN js.duration_ms ELSE 0 END)"
         f" * {histograms.SCALE}) AS INTEGER)"
     )
-    where, where_params = ["j.started_at IS NOT NULL"], []
+    in_range, params = "started_at IS NOT NULL", []
     if ranges is not None:
-        span = "(j.started_at >= %s AND j.started_at < %s)"
-        where.append("(" + " OR ".join([span] * len(ranges)) + ")")
-        where_params.extend(database.adapt_datetime(value) for pair in ranges for value in pair)
-
-    def condition(alias: str) -> tuple[str, list]:
-        """The range and the provider/model filter, on the job's (alias j) or the call's."""
-        clauses, params = list(where), list(where_params)
-        for name, value in (("provider", provider), ("model", model)):
-            if value:
-                clauses.append(f"{alias}.{name} = %s")
-                params.append(value)
-        return " AND ".join(clauses), params
-
-    jobs_where, jobs_params = condition("j")
-    calls_where, calls_params = condition("c")
+        span = "(started_at >= %s AND started_at < %s)"
+        in_range += " AND (" + " OR ".join([span] * len(ranges)) + ")"
+        params.extend(database.adapt_datetime(value) for pair in ranges for value in pair)
     failed_in = ", ".join(f"'{status.value}'" for status in FAILED_FAMILY)
-    family = f"CASE WHEN j.status IN ({failed_in}) THEN '{FAILED_STATUS}' ELSE '' END"
-    # The step kinds read the range's jobs' steps once (js), each job's by its own lookup.
-    job_steps = (
-        f"js AS (SELECT {hour} AS hour, j.provider, j.model, s.job_id, s.segment, "
-        f"s.failure_code, s.node_id, s.duration_ms FROM {job} j "
-        f"{database.sql_job_rows(step, 's', 'j')} WHERE {jobs_where})"
+    jobs_in_range = (
+        f"jr AS (SELECT id, partition_day, {database.sql_hour_of('started_at')} AS hour, "
+        "provider, model, error_type, step_count, "
+        f"CASE WHEN status IN ({failed_in}) THEN '{FAILED_STATUS}' ELSE '' END AS family, "
+        f"status FROM {job} WHERE {in_range})"
     )
+
+    chosen = [(name, value) for name, value in (("provider", provider), ("model", model)) if value]
+    subject = [value for _name, value in chosen]
+
+    def where(alias: str, *conditions: str) -> str:
+        """WHERE ``conditions`` and the provider/model filter, on the job's (alias j) or the
+        call's (c); the caller adds ``subject`` to its parameters."""
+        clauses = [*conditions, *(f"{alias}.{name} = %s" for name, _value in chosen)]
+        return " WHERE " + " AND ".join(clauses) if clauses else ""
+
+    typed = where("j", "j.error_type <> ''")
+    named_llm = where("c", "c.kind = 'llm'", "NOT (c.provider = '' AND c.model = '')")
     counted = f"count(*), count(DISTINCT js.job_id), {no_histogram}, {no_usage}"
     selects = {
         # Split by status family (FAILED_STATUS in status, "" for every other status): the
         # headlines and the provider failure rates count jobs and failed jobs from these rows.
-        Kind.JOBS: f"SELECT {hour}, 'jobs', j.provider, j.model, '', {family}, "
+        Kind.JOBS: "SELECT j.hour, 'jobs', j.provider, j.model, '', j.family, "
         f"CAST(sum(j.step_count) AS BIGINT), count(*), {no_histogram}, {no_usage} "
-        f"FROM {job} j WHERE {jobs_where} GROUP BY 1, 3, 4, 6",
+        f"FROM jr j{where('j')} GROUP BY 1, 3, 4, 6",
         Kind.SEGMENT: "SELECT js.hour, 'segment', js.provider, js.model, js.segment, '', "
         f"{counted} FROM js GROUP BY 1, 3, 4, 5",
         Kind.FAILURE_CODE: "SELECT js.hour, 'failure_code', js.provider, js.model, "
         f"js.failure_code, '', {counted} FROM js WHERE js.failure_code <> '' GROUP BY 1, 3, 4, 5",
         # Each job once, by its final root failure's error type (not every type it hit).
-        Kind.ERROR_TYPE: f"SELECT {hour}, 'error_type', j.provider, j.model, j.error_type, "
-        f"j.status, count(*), count(*), {no_histogram}, {no_usage} FROM {job} j "
-        f"WHERE {jobs_where} AND j.error_type <> '' GROUP BY 1, 3, 4, 5, 6",
+        Kind.ERROR_TYPE: "SELECT j.hour, 'error_type', j.provider, j.model, j.error_type, "
+        f"j.status, count(*), count(*), {no_histogram}, {no_usage} FROM jr j"
+        f"{typed} GROUP BY 1, 3, 4, 5, 6",
         Kind.DURATION: "SELECT t.hour, 'duration', t.provider, t.model, t.node_id, '', "
         f"CAST(sum(t.n) AS BIGINT), 0, {histogram}, {no_usage} FROM ("
         f"SELECT js.hour, js.provider, js.model, js.node_id, {bucket} AS bucket, count(*) AS n "
         "FROM js WHERE js.duration_ms IS NOT NULL GROUP BY 1, 2, 3, 4, 5) t "
         "GROUP BY t.hour, t.provider, t.model, t.node_id",
         # The calls' own provider and model (a job may call several), as the LLM panels show.
-        Kind.LLM: f"SELECT {hour}, 'llm', c.provider, c.model, '', '', count(*), "
+        Kind.LLM: "SELECT j.hour, 'llm', c.provider, c.model, '', '', count(*), "
         f"count(DISTINCT c.job_id), {no_histogram}, CAST(sum(c.input_tokens) AS BIGINT), "
         f"CAST(sum(c.output_tokens) AS BIGINT), sum(c.cost) "
-        f"FROM {job} j {database.sql_job_rows(call, 'c', 'j', partitioned=False)} "
-        f"WHERE {calls_where} AND c.kind = 'llm' "
-        "AND NOT (c.provider = '' AND c.model = '') GROUP BY 1, 3, 4",
+        f"FROM jr j {database.sql_job_rows(call, 'c', 'j', partitioned=False)}"
+        f"{named_llm} GROUP BY 1, 3, 4",
     }
-    sql = " UNION ALL ".join(selects[Kind(kind)] for kind in kinds)
-    params = [
-        value
-        for kind in kinds
-        if kind not in STEP_KINDS
-        for value in (calls_params if kind == Kind.LLM else jobs_params)
-    ]
+    ctes = [jobs_in_range]
     if STEP_KINDS.intersection(kinds):
-        sql, params = f"WITH {job_steps} {sql}", jobs_params + params
-    return sql, params
+        ctes.append(
+            "js AS (SELECT j.hour, j.provider, j.model, s.job_id, s.segment, s.failure_code, "
+            f"s.node_id, s.duration_ms FROM jr j {database.sql_job_rows(step, 's', 'j')}"
+            f"{where('j')})"
+        )
+        params += subject
+    sql = " UNION ALL ".join(selects[Kind(kind)] for kind in kinds)
+    params += [value for kind in kinds if kind not in STEP_KINDS for value in subject]
+    return f"WITH {', '.join(ctes)} {sql}", params
 
 
 # --- reading ----------------------------------------------------------------------------------
