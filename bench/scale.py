@@ -392,7 +392,8 @@ def pages(runs: int) -> dict[str, list[float] | None]:
     from django.test import Client
 
     from jobs.dashboard import rollup
-    from jobs.models import Job, hour_floor
+    from jobs.dashboard.window import RANGES, preset_start
+    from jobs.models import Job
 
     call_command("collectstatic", interactive=False, verbosity=0)  # as in production
     plant_jobs()
@@ -422,9 +423,9 @@ def pages(runs: int) -> dict[str, list[float] | None]:
     # they were at the load's last job start, whose hour holds the load's last jobs.
     last = Job.objects.aggregate(last=Max("started_at"))["last"]
     if last is not None:
-        for key, span in (("24 h", timedelta(hours=24)), ("7 d", timedelta(days=7))):
-            since = hour_floor(last - span)
-            urls[f"dashboard {key} at the last job"] = custom_range(since, last)
+        for name, key in (("24 h", "24h"), ("7 d", "7d")):
+            since = preset_start(last - RANGES[key], key)
+            urls[f"dashboard {name} at the last job"] = custom_range(since, last)
         # The 7 days to the second, as a custom range takes them: the first hour partial too.
         urls["dashboard 7 d there, exact start"] = custom_range(last - timedelta(days=7), last)
     return {name: url and timed(client, url, runs) for name, url in urls.items()}

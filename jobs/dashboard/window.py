@@ -88,9 +88,9 @@ def bucket_for(span: timedelta) -> str:
 
 
 def parse_window(params, now: datetime | None = None) -> tuple[Window, list[str]]:
-    """The window the query string asks for (``range`` 1h, 24h, 7d, which start on the hour
-    (``preset_start``), or custom with ISO ``since``/``until``, taken as given; ``provider``,
-    ``model``); errors fall back to the last 24 hours."""
+    """The window the query string asks for (``range`` 1h, 24h, 7d, each starting on its
+    bucket's boundary (``preset_start``), or custom with ISO ``since``/``until``, taken as
+    given; ``provider``, ``model``); errors fall back to the last 24 hours."""
     now = now or timezone.now()
     errors: list[str] = []
     key = params.get("range") or DEFAULT_RANGE
@@ -123,12 +123,17 @@ def parse_window(params, now: datetime | None = None) -> tuple[Window, list[str]
 
 
 def preset_start(moment: datetime, key: str) -> datetime:
-    """Where a preset range starting at ``moment`` starts: on the UTC hour before it (1h: on
-    the minute), so its first bucket is whole and the rollup answers every hour of it but the
-    current one (an exact start reads its first partial hour from the raw rows)."""
-    if key == "1h":
-        return moment.replace(second=0, microsecond=0)
-    return hour_floor(moment)
+    """Where a preset range starting at ``moment`` starts: on the boundary of its bucket before
+    it (1h: the minute, 24h: the UTC hour, 7d: the UTC day), so its first bar is whole like
+    every bar but the current one, and the rollup answers all of it but the current hour from
+    its hour and compiled day rows (an exact start reads its first partial hour raw and its
+    first partial day hour by hour)."""
+    floored = {
+        "minute": moment.replace(second=0, microsecond=0),
+        "hour": hour_floor(moment),
+        "day": hour_floor(moment).replace(hour=0),
+    }
+    return floored[bucket_for(RANGES[key])]
 
 
 def _parse_time(raw: str | None) -> datetime | None:

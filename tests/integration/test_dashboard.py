@@ -303,10 +303,11 @@ def test_parse_window_defaults_to_the_last_24_hours():
     [
         ("1h", timedelta(hours=1), BASE_TS + timedelta(hours=-1, minutes=37)),
         ("24h", timedelta(hours=24), BASE_TS - timedelta(hours=24)),
-        ("7d", timedelta(days=7), BASE_TS - timedelta(days=7)),
+        # The day bars' boundary: UTC midnight.
+        ("7d", timedelta(days=7), BASE_TS - timedelta(days=7, hours=9)),
     ],
 )
-def test_a_preset_range_starts_on_the_hour_so_only_the_current_hour_is_read_raw(
+def test_a_preset_range_starts_on_its_bucket_boundary_so_only_the_current_hour_is_read_raw(
     db, key, span, start
 ):
     now = BASE_TS + timedelta(minutes=37, seconds=12, microseconds=5)  # 09:37:12 UTC
