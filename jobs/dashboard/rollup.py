@@ -389,6 +389,8 @@ class Cell:
     input_tokens: int | None = None
     output_tokens: int | None = None
     cost: Decimal | None = None
+    # Aggregated from the raw rows of the plan's raw ranges (never summed over provider/model).
+    raw: bool = False
 
 
 def plan(start: datetime, end: datetime, refresh_hours: int = REQUEST_REFRESH_HOURS) -> Plan:
@@ -470,6 +472,7 @@ def cells(
                         input_tokens,
                         output_tokens,
                         _as_cost(cost),
+                        raw=True,
                     )
                 )
     return found
@@ -495,9 +498,10 @@ def _stored(plan: Plan, kinds: Sequence[str], provider: str, model: str):
 
 def job_totals(plan: Plan, provider: str = "", model: str = "") -> dict[tuple[str, str], list]:
     """Jobs started in the plan's range per (provider, model): [jobs, failed-family jobs].
-    Rollup ranges from the JOBS rows (one small aggregate), raw ranges from Job rows; the same
-    numbers as counting Job rows over the whole range. Kept on the plan: the headlines and the
-    provider panel read the same totals."""
+    Rollup ranges from the JOBS rows (one small aggregate), raw ranges from Job rows, or from
+    the raw JOBS cells when a ``prefetch`` read them; the same numbers as counting Job rows over
+    the whole range. Kept on the plan: the headlines and the provider panel read the same
+    totals."""
     key = ("job_totals", provider, model)
     if key in plan.fetched:
         return plan.fetched[key]
@@ -515,7 +519,15 @@ def job_totals(plan: Plan, provider: str = "", model: str = "") -> dict[tuple[st
             entry[0] += jobs
             if status == FAILED_STATUS:
                 entry[1] += jobs
-    if plan.raw:
+    fetched = plan.fetched.get((Kind.JOBS, provider, model))
+    if plan.raw and fetched is not None:
+        for cell in fetched:
+            if cell.raw:
+                entry = totals.setdefault((cell.provider, cell.model), [0, 0])
+                entry[0] += cell.jobs
+                if cell.status == FAILED_STATUS:
+                    entry[1] += cell.jobs
+    elif plan.raw:
         span = Q()
         for since, until in plan.raw:
             span |= Q(started_at__gte=since, started_at__lt=until)

@@ -6,7 +6,9 @@ import json
 from datetime import timedelta
 
 import pytest
+from django.db import connection
 from django.db.models import Count, Q
+from django.test.utils import CaptureQueriesContext
 
 from jobs import tasks
 from jobs.dashboard import charts, headlines, histograms, rollup
@@ -301,6 +303,13 @@ def test_headline_job_counts_from_the_rollup_equal_job_rows(jobs_over_hours, sta
     assert (numbers["Jobs"].value, numbers["Failed jobs"].value) == expected
     assert (numbers["Jobs"].previous, numbers["Failed jobs"].previous) == expected_before
     assert headlines.job_counts(w, raw_plan(w)) == expected
+    # After the panels' prefetch, the raw hours' totals come from its JOBS cells: no Job rows
+    # are read again.
+    prefetched = w.plan()
+    rollup.prefetch(prefetched, [rollup.Kind.JOBS], w.provider, w.model)
+    with CaptureQueriesContext(connection) as queries:
+        assert headlines.job_counts(w, prefetched) == expected
+    assert not any('"jobs_job"' in query["sql"] for query in queries)
 
 
 def test_headline_job_counts_follow_a_job_that_fails_later(jobs_over_hours):
@@ -318,7 +327,6 @@ def test_headline_job_counts_follow_a_job_that_fails_later(jobs_over_hours):
 def test_the_migration_recomputes_the_hours_of_unsplit_job_rows():
     """Rollups made before JOBS rows were split by status family are recomputed: migration
     0019 marks their hours dirty, so they are read raw until the refresh rewrites them."""
-    from django.db import connection
     from django.db.migrations.executor import MigrationExecutor
 
     before = [("jobs", "0017_staff_group")]
@@ -430,7 +438,6 @@ def test_a_late_call_dirties_its_jobs_start_hour(calls_over_hours):
 def test_the_migration_recomputes_the_hours_of_jobs_with_llm_calls():
     """Rollups made before they held LLM rows: migration 0020 marks the start hours of jobs
     with LLM calls dirty (and only those), so the LLM panels read them raw until refreshed."""
-    from django.db import connection
     from django.db.migrations.executor import MigrationExecutor
 
     before = [("jobs", "0019_rollup_jobs_by_status_and_provider_index")]
@@ -467,7 +474,6 @@ def test_histograms_stored_as_json_text_read_back_as_they_were():
     """Migration 0023 turns the stored jsonb histograms into JSON text; the field reads them
     back unchanged, and dumpdata / loaddata carry them as JSON."""
     from django.core import serializers
-    from django.db import connection
     from django.db.migrations.executor import MigrationExecutor
 
     histogram = {"b": [3, 180, 181, 400], "n": [1, 7, 2, 1]}
