@@ -21,7 +21,7 @@ from django.db.models import Count, Q
 from django.db.models.functions import Trunc
 
 from jobs.dashboard import histograms, planner_rollup, rollup
-from jobs.dashboard.window import Window, jobs_url, wall, zone_label
+from jobs.dashboard.window import BUCKETS, Window, jobs_url, wall, zone_label
 from jobs.escalations import alerts
 from jobs.models import AlertRule, Escalation
 from jobs.replay import failures
@@ -74,6 +74,15 @@ def _time_axis(window: Window, title: str) -> dict:
         "automargin": True,
         "nticks": 8,
     }
+
+
+def _bucket_bar(window: Window, index: int = 0, of: int = 1) -> dict:
+    """A time-axis bar trace's width and offset (ms, from x, the bucket's start), so each bar
+    covers its bucket less a tenth either side (plotly's default width is the gap between a
+    trace's x values: a lone day's bar was a hairline); ``index`` of ``of`` grouped traces."""
+    bucket = BUCKETS[window.bucket].total_seconds() * 1000
+    width = 0.8 * bucket / of
+    return {"width": width, "offset": 0.1 * bucket + index * width}
 
 
 # --- figures ----------------------------------------------------------------------------------
@@ -169,6 +178,7 @@ def _step_results_figure(window: Window, counts: dict, jobs_per_bucket: dict) ->
                     "y": y,
                     "customdata": custom,
                     "marker": {"color": SEGMENT_COLORS[segment]},
+                    **_bucket_bar(window),
                     "hovertemplate": f"%{{y}} {segment.value} steps<br>%{{customdata[1]}} "
                     "%{customdata[2]}<br>%{x}<extra>click to list them</extra>",
                 }
@@ -385,6 +395,8 @@ def planner(window: Window, plan: rollup.Plan | None = None) -> tuple[dict, dict
                 "%{customdata[1]} jobs<br>%{x}<extra>click to list the jobs</extra>",
             }
         )
+    for index, trace in enumerate(counts):
+        trace.update(_bucket_bar(window, index, len(counts)))
     rule = degraded_rate_threshold(window)
     if rates and rule is not None:
         rates.append(

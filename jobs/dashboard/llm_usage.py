@@ -15,7 +15,7 @@ from django.db.models import Count, Sum
 from django.db.models.functions import Trunc
 
 from jobs.dashboard import rollup
-from jobs.dashboard.charts import PLANNER_COLORS, _figure, _layout, _time_axis
+from jobs.dashboard.charts import PLANNER_COLORS, _bucket_bar, _figure, _layout, _time_axis
 from jobs.dashboard.window import Window, jobs_url, wall
 from jobs.models import Call
 
@@ -96,6 +96,7 @@ def panels(window: Window, plan: rollup.Plan | None = None) -> dict:
                     "y": [point[f"{side}_tokens"] or 0 for point in points],
                     "customdata": custom,
                     "marker": {"color": color, "opacity": opacity},
+                    **_bucket_bar(window),
                     "meta": [subject],
                     "hovertemplate": f"%{{meta[0]}}<br>%{{y:,}} {side} tokens in %{{customdata[1]}}"
                     " calls<br>%{x}<extra>click to list the jobs</extra>",

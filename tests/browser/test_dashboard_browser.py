@@ -156,6 +156,13 @@ def test_changing_the_range_swaps_the_panels_and_redraws(page, live_server, dash
     page.wait_for_url(lambda current: "range=7d" in current)
     page.wait_for_selector('[data-chart="step-results"][data-ready="true"] svg.main-svg')
     assert page.locator('script#step-results[type="application/json"]').count() == 1
+    # The data's one day is a bar most of a day wide (about 30 px here), not a 1 px hairline.
+    bar = page.locator('[data-chart="step-results"] .bars .point path').first.bounding_box()
+    assert bar["width"] > 10
+    page.wait_for_function(  # every chart drawn, below the fold too, before the picture
+        "[...document.querySelectorAll('[data-chart]')].every(e => e.dataset.ready === 'true')"
+    )
+    screenshot(page, "dashboard-7d")  # day bars from UTC midnight, the first one whole
     # Back twice: the 1 h panels (empty), then the first page's charts, drawn again.
     page.go_back()
     page.wait_for_selector('[data-empty="step-results"]')

@@ -202,6 +202,20 @@ def test_planner_counts_and_degraded_rate_per_provider_model(fixture_jobs, windo
     assert not any(t["name"].startswith("openai/gpt-4.1 parse") for t in counts["data"])
 
 
+def test_time_bars_cover_their_bucket_side_by_side(fixture_jobs, window):
+    """Hour bars span their hour less a tenth either side, from the bucket's start (plotly's
+    default width is the gap between a trace's x values: a lone bar was a hairline); grouped
+    traces share that span without overlapping."""
+    hour = 3_600_000
+    for figure_trace in charts.step_results(window)["data"]:
+        assert (figure_trace["offset"], figure_trace["width"]) == (0.1 * hour, 0.8 * hour)
+    counts, _rate = charts.planner(window)
+    spans = sorted((t["offset"], t["offset"] + t["width"]) for t in counts["data"])
+    (first_start, first_end), (second_start, second_end) = spans
+    assert first_start == 0.1 * hour and second_end == pytest.approx(0.9 * hour)
+    assert first_end <= second_start
+
+
 def test_planner_rate_draws_the_alert_threshold(fixture_jobs, window):
     _counts, rate = charts.planner(window)
     assert trace(rate, "alert threshold 20%")["y"] == [0.2, 0.2]
