@@ -75,27 +75,34 @@ def test_seven_day_range_includes_older_failures(operator):
     assert [r["row"].steps_in_window for r in response.context["rows"]] == [1]
 
 
-def test_seven_day_range_has_a_bar_per_day_and_counts_its_partial_end_days_exactly(operator):
-    week = 60 * 24 * 7
-    failed_job("too-old", week + 120)  # before the range's first hour, maybe in its first day
-    failed_job("first-day", week - 30)  # in the range's first (partial) hour
+def test_seven_day_range_has_a_bar_per_day_from_utc_midnight_and_counts_each_day_exactly(
+    operator,
+):
+    now = timezone.now()
+    # The preset starts on the UTC midnight before now - 7 d: its first day bar is whole.
+    start = (now - timedelta(days=7)).astimezone(UTC)
+    start = start.replace(hour=0, minute=0, second=0, microsecond=0)
+
+    def minutes_before(moment) -> float:
+        return (now - moment).total_seconds() / 60
+
+    failed_job("too-old", minutes_before(start - timedelta(minutes=30)))
+    failed_job("first-day", minutes_before(start + timedelta(minutes=30)))
     failed_job("middle", 60 * 24 * 3)
     failed_job("today", 5)
     response = operator.get("/failures/?range=7d")
     [item] = response.context["rows"]
     row = item["row"]
     assert (row.steps_in_window, row.per, len(row.trend)) == (3, "day", 8)
-    now = timezone.now()
-    first_day = (now - timedelta(days=7)).astimezone(UTC).date()
 
     def bar(minutes: float) -> int:
         at = now - timedelta(minutes=minutes)
-        return (at.astimezone(UTC).date() - first_day).days
+        return (at.astimezone(UTC).date() - start.date()).days
 
     expected = [0] * 8
-    for minutes in (week - 30, 60 * 24 * 3, 5):
+    for minutes in (minutes_before(start + timedelta(minutes=30)), 60 * 24 * 3, 5):
         expected[bar(minutes)] += 1
-    assert row.trend == expected
+    assert expected[0] == 1 and row.trend == expected
     assert "failed steps over the range, per day" in response.content.decode()
 
 
