@@ -283,13 +283,15 @@ def activity(
             .values("ts", "provider", "model", "job_id", "type")
         )
         sql, params = events.query.sql_with_params()
-        # An event's job is counted already when its day has a run holding a row of the job.
+        # An event's job is counted already when its day has a run holding a row of the job:
+        # a lookup per event (the live hour's 2,600 at 10M events), where PostgreSQL hashed the
+        # day's whole run (50,000 rows: 54 ms for the statement, 36 by lookups).
         counted, counted_params = ["0 = 1"], []
         for day, (since, until) in runs.items():
             counted.append(
                 f"(e.ts >= %s AND e.ts < %s AND EXISTS (SELECT 1 FROM {members_table} x "
                 "WHERE x.job_id = e.job_id AND x.provider = e.provider AND x.model = e.model "
-                "AND x.hour >= %s AND x.hour < %s))"
+                f"AND x.hour >= %s AND x.hour < %s{database.sql_lookup_each()}))"
             )
             counted_params.extend(_params_of([day, day + DAY, since, until]))
         members.append(

@@ -432,6 +432,13 @@ def sql_job_rows(table: str, alias: str, job: str, partitioned: bool = True) -> 
     return f"JOIN {table} {alias} ON {alias}.job_id = {job}.id"
 
 
+def sql_lookup_each() -> str:
+    """What ends a correlated subquery that PostgreSQL should run as a lookup per outer row:
+    OFFSET 0, which keeps it from hashing (or flattening) the subquery over every row it could
+    match. Nothing elsewhere (SQLite looks each row up, and takes no OFFSET without LIMIT)."""
+    return " OFFSET 0" if connection.vendor == POSTGRES else ""
+
+
 def sql_hour_of(column: str) -> str:
     """An expression truncating a timestamp column to its UTC hour."""
     if connection.vendor == POSTGRES:
