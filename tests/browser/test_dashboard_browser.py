@@ -160,7 +160,8 @@ def test_changing_the_range_swaps_the_panels_and_redraws(page, live_server, dash
     bar = page.locator('[data-chart="step-results"] .bars .point path').first.bounding_box()
     assert bar["width"] > 10
     page.wait_for_function(  # every chart drawn, below the fold too, before the picture
-        "[...document.querySelectorAll('[data-chart]')].every(e => e.dataset.ready === 'true')"
+        "() => [...document.querySelectorAll('[data-chart]')]"
+        ".every(e => e.dataset.ready === 'true')"
     )
     screenshot(page, "dashboard-7d")  # day bars from UTC midnight, the first one whole
     # Back twice: the 1 h panels (empty), then the first page's charts, drawn again.
