@@ -385,14 +385,14 @@ def dashboard_panels(key: str, runs: int, now: datetime) -> dict[str, tuple[floa
     return timings
 
 
-def pages(runs: int) -> dict[str, list[float] | None]:
+def pages(runs: int, last: datetime | None) -> dict[str, list[float] | None]:
+    """Each page's p50 / p95; ``last``: the load's last job start, where the dashboard is
+    also timed as a live one would read it."""
     from django.contrib.auth.models import User
     from django.core.management import call_command
-    from django.db.models import Max
     from django.test import Client
 
     from jobs.dashboard.window import RANGES, preset_start
-    from jobs.models import Job
 
     call_command("collectstatic", interactive=False, verbosity=0)  # as in production
     gc.collect()  # and frozen, as traceviz/wsgi.py does once it has loaded
@@ -418,7 +418,6 @@ def pages(runs: int) -> dict[str, list[float] | None]:
     # Once the load has stopped, the current hour holds no job and the presets read nothing
     # raw; a live dashboard reads the jobs of its current hour so far. The same windows as
     # they were at the load's last job start, whose hour holds the load's last jobs.
-    last = Job.objects.aggregate(last=Max("started_at"))["last"]
     if last is not None:
         for name, key in (("24 h", "24h"), ("7 d", "7d")):
             since = preset_start(last - RANGES[key], key)
@@ -484,16 +483,17 @@ def measure(args) -> None:
         f"{(size['tables'] + size['indexes']) / 2**20 / max(events / 1e6, 1e-9):,.0f} MiB"
     )
     print(f"  {'page':<34} {'p50 ms':>8} {'p95 ms':>8}")
-    timings = pages(args.runs)
+    # The load's last job start: the "at the last job" pages and the parts are timed there,
+    # where the current hour's jobs are read raw, as on a live dashboard.
+    last = Job.objects.aggregate(last=Max("started_at"))["last"]
+    timings = pages(args.runs, last)
     for name, timing in timings.items():
         shown = "n/a (no such page or not 200)"
         if timing is not None:
             shown = f"{timing[0]:8.1f} {timing[1]:8.1f}"
         print(f"  {name:<34} {shown}")
     panels = {}
-    # At the load's last job start, as the "at the last job" pages: the current hour's jobs
-    # are read raw, as on a live dashboard.
-    now = Job.objects.aggregate(last=Max("started_at"))["last"] or timezone.now()
+    now = last or timezone.now()
     for key in ("24h", "7d"):
         panels[key] = dashboard_panels(key, max(5, args.runs // 2), now)
         print(f"  dashboard {key} at {now:%Y-%m-%d %H:%M:%S}, by part:")

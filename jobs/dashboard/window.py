@@ -8,7 +8,7 @@ from urllib.parse import urlencode
 
 from django.utils import timezone
 
-from jobs.dashboard import rollup
+from jobs.dashboard import rollup, spans
 from jobs.models import Job, Step, hour_floor
 
 RANGES = {"1h": timedelta(hours=1), "24h": timedelta(hours=24), "7d": timedelta(days=7)}
@@ -128,12 +128,10 @@ def preset_start(moment: datetime, key: str) -> datetime:
     every bar but the current one, and the rollup answers all of it but the current hour from
     its hour and compiled day rows (an exact start reads its first partial hour raw and its
     first partial day hour by hour)."""
-    floored = {
-        "minute": moment.replace(second=0, microsecond=0),
-        "hour": hour_floor(moment),
-        "day": hour_floor(moment).replace(hour=0),
-    }
-    return floored[bucket_for(RANGES[key])]
+    bucket = bucket_for(RANGES[key])
+    if bucket == "minute":
+        return moment.replace(second=0, microsecond=0)
+    return spans.day_floor(moment) if bucket == "day" else hour_floor(moment)
 
 
 def _parse_time(raw: str | None) -> datetime | None:

@@ -426,8 +426,8 @@ def sql_job_rows(table: str, alias: str, job: str, partitioned: bool = True) -> 
     if connection.vendor == POSTGRES:
         day = f" AND partition_day = {job}.partition_day" if partitioned else ""
         return (
-            f"CROSS JOIN LATERAL (SELECT * FROM {table} WHERE job_id = {job}.id{day} "
-            f"OFFSET 0) {alias}"
+            f"CROSS JOIN LATERAL (SELECT * FROM {table} WHERE job_id = {job}.id{day}"
+            f"{sql_lookup_each()}) {alias}"
         )
     return f"JOIN {table} {alias} ON {alias}.job_id = {job}.id"
 

@@ -21,15 +21,10 @@ TRANSCRIPT_PREVIEW_CHARS = 240
 def span_context(job: Job, step: Step, *, read_calls: bool = True) -> dict[str, Any]:
     """The panel's OTel context for ``step``: empty for a step no span made. ``read_calls``
     False: the caller knows the job has no calls (its events hold no span), so none are read."""
-    calls = (
-        list(
-            Call.objects.filter(job=job, node_id=step.node_id, attempt=step.attempt).order_by(
-                "position"
-            )
-        )
-        if read_calls
-        else []
-    )
+    calls = []
+    if read_calls:
+        step_calls = Call.objects.filter(job=job, node_id=step.node_id, attempt=step.attempt)
+        calls = list(step_calls.order_by("position"))
     span = step.span if isinstance(step.span, dict) else {}
     if not calls and not span and not step.stack:
         return {}
