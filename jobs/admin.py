@@ -14,12 +14,32 @@ from jobs.models import (
     Event,
     IngestToken,
     Job,
+    JSONTextField,
     Step,
+    json_text,
 )
+
+
+def shown_as_json(name: str):
+    """A read-only field showing the JSONTextField ``name`` as JSON text, as the admin shows a
+    JSONField (as a model field it would show the Python value: True, None, single quotes)."""
+
+    def show(obj):
+        return json_text(getattr(obj, name))
+
+    show.short_description = name.replace("_", " ")
+    return show
 
 
 class ReadOnlyAdmin(admin.ModelAdmin):
     """Viewable by staff; never added, changed or deleted here."""
+
+    def get_fields(self, request, obj=None):
+        as_text = {f.name for f in self.model._meta.fields if isinstance(f, JSONTextField)}
+        return [
+            shown_as_json(name) if name in as_text else name
+            for name in super().get_fields(request, obj)
+        ]
 
     def has_add_permission(self, request, obj=None):
         return False

@@ -6,6 +6,7 @@ Escalation rows add what people did (acknowledge, assign, resolve), which a rebu
 
 import hashlib
 import hmac
+import json
 import secrets
 from collections.abc import Iterable
 from datetime import UTC, date, datetime
@@ -22,6 +23,10 @@ from jobs.contract.events import OTHER_TYPE_RANK, TYPE_RANK
 from jobs.replay.failures import STALLABLE_STATUSES, RunStatus
 
 TOKEN_PREFIX_CHARS = 8
+# Integers past 64 bits have 19 digits or more: with every digit made "0", such a run of digits
+# is LONG_DIGITS.
+DIGITS_AS_ZERO = bytes.maketrans(b"123456789", b"000000000")
+LONG_DIGITS = b"0" * 19
 # The configuration of the GIN index migration 0007 creates on jobs_step.reason: the reason
 # search must use the same expression for PostgreSQL to use the index.
 SEARCH_CONFIG = "simple"
@@ -32,32 +37,48 @@ DEGRADED = "graph.next_step.degraded"
 PLANNER_EVENT_TYPES = ("job_started", PARSE_INVALID, DEGRADED)
 
 
+def json_text(value) -> str:
+    """Compact JSON text; orjson where it can (fast), the stdlib for integers past 64 bits."""
+    try:
+        return orjson.dumps(value).decode()
+    except orjson.JSONEncodeError:
+        return json.dumps(value, ensure_ascii=False, separators=(",", ":"))
+
+
+def json_value(text: str):
+    """JSON text read back exactly: orjson, or the stdlib where the text has a run of 19 digits
+    or more (orjson reads an integer past 64 bits as a float, silently; a string or a fraction
+    with such a run reads the same either way). The run is looked for in C: a regular
+    expression took four times as long as orjson's whole parse."""
+    raw = text.encode()
+    return json.loads(text) if LONG_DIGITS in raw.translate(DIGITS_AS_ZERO) else orjson.loads(raw)
+
+
 class JSONField(models.JSONField):
     """Django's JSONField, read with orjson: ingest loads the JSON columns of every job and step
     a live batch touches, and the stdlib decoder was a tenth of that time."""
 
     def from_db_value(self, value, expression, connection):
-        if isinstance(value, str | bytes) and self.decoder is None:
-            try:
-                return orjson.loads(value)
-            except orjson.JSONDecodeError:
-                pass  # integers past 64 bits: the stdlib reads them
+        if isinstance(value, str) and self.decoder is None:
+            return json_value(value)
         return super().from_db_value(value, expression, connection)
 
 
 class JSONTextField(models.TextField):
     """JSON kept as text on every database, for a value always read whole and never queried
-    into: PostgreSQL's jsonb (JSONField) prints every number back out on each read, which was
-    most of the time to read a week's 1,300 duration histograms."""
+    into. PostgreSQL parses each jsonb value it is given and prints it back out on each read:
+    that was most of the time to read a week's 1,300 duration histograms, and of a live batch's
+    200 Job rows it took the upsert from 51 to about 35 ms and the read from 9 to 3 ms
+    (bench/README.md, "Live producers")."""
 
     def from_db_value(self, value, expression, connection):
-        return value if value is None else orjson.loads(value)
+        return value if value is None else json_value(value)
 
     def to_python(self, value):
-        return orjson.loads(value) if isinstance(value, str) else value
+        return json_value(value) if isinstance(value, str) else value
 
     def get_prep_value(self, value):
-        return value if value is None else orjson.dumps(value).decode()
+        return value if value is None else json_text(value)
 
     def value_to_string(self, obj):
         return self.value_from_object(obj)  # as JSONField: dumpdata writes the JSON itself
@@ -293,9 +314,9 @@ class Job(models.Model):
     plan_hash = models.CharField(max_length=200, blank=True)
     retry_of = models.CharField(max_length=200, blank=True)
     metadata = JSONField(default=dict, blank=True)
-    completed_node_ids = JSONField(default=list, blank=True)
+    completed_node_ids = JSONTextField(default=list, blank=True)
     cursor_node = models.CharField(max_length=200, blank=True)
-    payload_results = JSONField(default=dict, blank=True)
+    payload_results = JSONTextField(default=dict, blank=True)
     last_validation_error = JSONField(null=True, blank=True)
     findings = JSONField(default=list, blank=True)
     started_at = models.DateTimeField(null=True, blank=True)
@@ -320,14 +341,14 @@ class Job(models.Model):
     planner_parse_invalid = models.IntegerField(default=0)
     planner_degraded = models.IntegerField(default=0)
     # Tiny per-step summary for the list's segment strip: [[segment, stale], ...] in order.
-    segment_strip = JSONField(default=list, blank=True)
+    segment_strip = JSONTextField(default=list, blank=True)
     # Summed over the job's calls (LLM calls from OpenTelemetry spans); cost in USD.
     input_tokens = models.BigIntegerField(default=0)
     output_tokens = models.BigIntegerField(default=0)
     cost = models.DecimalField(max_digits=16, decimal_places=8, null=True, blank=True)
     # The replay fold's snapshot (jobs.replay.walk.Fold.snapshot): the next batch whose events
     # all sort after it is folded onto it instead of replaying the job. Never shown.
-    fold = JSONField(default=dict, blank=True)
+    fold = JSONTextField(default=dict, blank=True)
     # The UTC day the job's first event was received (or, for a job retention kept past its
     # day, the day it was moved on): its events and steps live in that day's partitions.
     partition_day = models.DateField(default=today_utc)
@@ -440,10 +461,10 @@ class Step(models.Model):
     continue_on_error = models.BooleanField(default=False)
     epoch = models.BigIntegerField(null=True, blank=True)
     step_epoch = models.BigIntegerField(null=True, blank=True)
-    payload_results = JSONField(default=dict, blank=True)
-    context = JSONField(default=dict, blank=True)
-    audit_trail = JSONField(default=list, blank=True)
-    extra = JSONField(default=dict, blank=True)
+    payload_results = JSONTextField(default=dict, blank=True)
+    context = JSONTextField(default=dict, blank=True)
+    audit_trail = JSONTextField(default=list, blank=True)
+    extra = JSONTextField(default=dict, blank=True)
     started_event_id = models.CharField(max_length=200, blank=True)
     finished_event_id = models.CharField(max_length=200, blank=True)
     exception_type = models.CharField(max_length=200, blank=True)
@@ -453,11 +474,11 @@ class Step(models.Model):
     handled = models.BooleanField(default=False)
     inferred = models.BooleanField(default=False)
     # The OpenTelemetry span behind the step, as the step panel shows it.
-    span = JSONField(default=dict, blank=True)
+    span = JSONTextField(default=dict, blank=True)
     # Results this attempt no longer shows (stale ones kept beside it, replaced ones), oldest
     # first; and replay's bookkeeping (event positions, first success and permanent failure).
-    history = JSONField(default=list, blank=True)
-    marks = JSONField(default=dict, blank=True)
+    history = JSONTextField(default=list, blank=True)
+    marks = JSONTextField(default=dict, blank=True)
     # The job's partition_day, as for events.
     partition_day = models.DateField(default=today_utc)
     # The failure group of a grouped failure (jobs.replay.signatures), set by projection. No

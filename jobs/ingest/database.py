@@ -10,13 +10,13 @@ row), which dominated ingest time for jobs whose events arrive over several batc
 bench/README.md). Both paths write the same rows.
 """
 
-import json
 from collections.abc import Iterable, Mapping, Sequence
 from datetime import date, datetime, timedelta
 
-import orjson
 from django.db import connection, models, transaction
 from django.db.models.expressions import RawSQL
+
+from jobs.models import JSONTextField, json_text
 
 POSTGRES = "postgresql"
 
@@ -26,14 +26,8 @@ SQLITE_ROWS_PER_STATEMENT = 500
 # more round trips) on PostgreSQL. Not more: the driver's placeholder parsing grows with rows x
 # columns (a 64-row step upsert took 30 ms as one statement, 9 ms staged).
 STAGED_ROWS = 4
-
-
-def json_text(value) -> str:
-    """Compact JSON text; orjson where it can (fast), the stdlib for integers past 64 bits."""
-    try:
-        return orjson.dumps(value).decode()
-    except orjson.JSONEncodeError:
-        return json.dumps(value, ensure_ascii=False, separators=(",", ":"))
+# The fields whose values are written as JSON text (jsonb or text columns).
+JSON_FIELDS = (models.JSONField, JSONTextField)
 
 
 def _fields(model: type[models.Model]) -> list[models.Field]:
@@ -46,7 +40,7 @@ def _values(fields: Sequence[models.Field], rows: Iterable[dict]) -> list[list]:
     defaults = [f.get_default() for f in fields]
     if connection.vendor == POSTGRES:
         # map() looks every value up in C: a live batch converts some 600 rows of 40 columns.
-        json_columns = [i for i, f in enumerate(fields) if isinstance(f, models.JSONField)]
+        json_columns = [i for i, f in enumerate(fields) if isinstance(f, JSON_FIELDS)]
         out = []
         for row in rows:
             values = list(map(row.get, names, defaults))
@@ -498,7 +492,7 @@ def rows_by_pairs(
         for index, field in enumerate(
             (model._meta.get_field(name) for name in select), start=len(columns)
         )
-        if isinstance(field, models.JSONField)
+        if isinstance(field, JSON_FIELDS)
     ]
     if not decoders:
         return rows

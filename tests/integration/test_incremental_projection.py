@@ -5,6 +5,8 @@ from datetime import timedelta
 
 import pytest
 from django.core.management import call_command
+from django.db import connection
+from django.db.migrations.executor import MigrationExecutor
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -89,6 +91,46 @@ def test_long_job_streamed_one_step_per_batch_stays_exact():
         )
     assert projections("incremental") == 59
     assert Job.objects.get().step_count == 60
+    assert parity.differences("j1") == []
+
+
+def test_json_text_columns_keep_integers_past_64_bits():
+    """The Job and Step columns kept as JSON text read back what the stdlib's JSON holds and
+    orjson does not (an integer past 64 bits), on the full and the incremental path."""
+    big, negative = {"rows": 2**70 + 1, "city": "Zürich"}, {"total": -(2**65) - 1}
+    store(
+        [event("job_started", at=0), started("n1", at=1), finished("n1", at=2, payload_results=big)]
+    )
+    store([started("n2", at=3), finished("n2", at=4, payload_results=negative)])
+    assert projections("incremental") == 1
+    assert {s.node_id: s.payload_results for s in Step.objects.all()} == {"n1": big, "n2": negative}
+    assert Job.objects.get().payload_results == {**big, **negative}
+    assert parity.differences("j1") == []
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_job_projected_before_migration_0024_folds_on_after_it():
+    """Migration 0024 turns the Job and Step JSON columns read whole from jsonb into JSON text: a
+    job projected before it reads back the same, and its next events fold onto its snapshot."""
+    before = [("jobs", "0023_rollup_histogram_as_text")]
+    executor = MigrationExecutor(connection)
+    latest = executor.loader.graph.leaf_nodes("jobs")
+    executor.migrate(before)
+    try:
+        results = {"rows": 3, "nested": {"ok": [1, "two", None]}}
+        store([event("job_started", at=0), started("n1", at=1)])
+        store([finished("n1", at=2, payload_results=results), started("n2", at=3)])
+        old = executor.loader.project_state(before).apps.get_model("jobs", "Job")
+        snapshot = old.objects.get().fold
+    finally:
+        MigrationExecutor(connection).migrate(latest)
+    job = Job.objects.get()
+    assert (job.fold, job.payload_results, job.completed_node_ids) == (snapshot, results, ["n1"])
+    assert Step.objects.get(node_id="n1").payload_results == results
+    incremental = projections("incremental")
+    store([finished("n2", at=4)])
+    assert projections("incremental") == incremental + 1
+    assert Job.objects.get().completed_node_ids == ["n1", "n2"]
     assert parity.differences("j1") == []
 
 

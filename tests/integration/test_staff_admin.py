@@ -1,12 +1,14 @@
 """Staff (is_staff, in the "staff" group that migration 0018 fills with permissions) manage
 alert rules and ingest tokens in the admin, without being superusers."""
 
+import html
 import re
 
 import pytest
 from django.contrib.auth.models import Group, User
 
-from jobs.models import AlertRule, IngestToken
+from jobs.models import AlertRule, IngestToken, Step
+from tests.factories import finished, started, store
 
 pytestmark = pytest.mark.django_db
 
@@ -64,6 +66,18 @@ def test_staff_revoke_a_token(client, staff):
 def test_staff_read_jobs_but_never_edit_them(client, staff):
     assert client.get("/admin/jobs/job/").status_code == 200
     assert client.get("/admin/jobs/job/add/").status_code == 403
+
+
+def test_staff_see_a_steps_json_as_json(client, staff):
+    """A step's JSON columns kept as text show in the admin as JSON, as its jsonb ones do, not
+    as the Python values they read back as."""
+    store([started("n1", at=1), finished("n1", at=2, payload_results={"ok": True, "note": None})])
+    step = Step.objects.get()
+    page = client.get(f"/admin/jobs/step/{step.pk}/change/").content.decode()
+    assert html.escape('{"ok":true,"note":null}') in page
+    assert "True" not in page
+    job = client.get(f"/admin/jobs/job/{step.job_id}/change/").content.decode()
+    assert html.escape('["n1"]') in job
 
 
 def test_a_staff_flag_without_the_group_opens_no_alert_rules(client):
