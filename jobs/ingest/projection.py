@@ -98,12 +98,20 @@ def event_days(job_ids: Sequence[str]) -> dict[str, date]:
     )
 
 
+def read_jobs(job_ids: Sequence[str]) -> dict[str, dict]:
+    """The stored Job rows of these jobs (those that have one), by job_id: their id and the
+    columns projection resumes from (``RESUMED_FROM``)."""
+    rows = Job.objects.filter(job_id__in=job_ids).values("id", *RESUMED_FROM)
+    return {row["job_id"]: row for row in rows}
+
+
 def project_jobs(
     job_ids: Sequence[str],
     *,
     received_at: datetime | None = None,
     new_events: dict[str, list[Event]] | None = None,
     days: dict[str, date] | None = None,
+    existing: dict[str, dict] | None = None,
     full: bool = False,
 ) -> Counter:
     """Project these jobs and write their Job, Step and Escalation rows; returns how many jobs
@@ -114,16 +122,16 @@ def project_jobs(
     events) the job is replayed from every stored event. ``received_at`` marks new events
     having arrived (the stall clock); a rebuild passes None and keeps each job's receive time.
     ``days`` are the partition days the caller stored new jobs' events under (a job with a row
-    keeps its own).
+    keeps its own). ``existing`` is ``read_jobs`` of at least these jobs, when the caller read
+    it already (under the jobs' locks).
     """
     if not job_ids:
         return Counter()
     config = replay_config()
     new_events = new_events or {}
-    existing = {
-        row["job_id"]: row
-        for row in Job.objects.filter(job_id__in=job_ids).values("id", *RESUMED_FROM)
-    }
+    if existing is None:
+        existing = read_jobs(job_ids)
+    existing = {job_id: existing[job_id] for job_id in job_ids if job_id in existing}
     projected = {} if full else _fold_onto_snapshots(existing, new_events, config)
     replay_whole = [job_id for job_id in job_ids if job_id not in projected]
     # A job without a row has no other events than the new ones: no need to read them back.

@@ -18,9 +18,9 @@ from jobs.contract.events import Event
 from jobs.contract.redaction import redact_payload
 from jobs.ingest import counters, database
 from jobs.ingest.locks import lock_jobs
-from jobs.ingest.projection import project_jobs
+from jobs.ingest.projection import project_jobs, read_jobs
 from jobs.models import Event as EventRow
-from jobs.models import IngestToken, Job
+from jobs.models import IngestToken
 
 TOKEN_USE_RESOLUTION = timedelta(minutes=1)
 EVENT_COLUMNS = (
@@ -84,14 +84,17 @@ def store_batch(
     with transaction.atomic():
         job_ids = sorted({job_id for job_id, _ in events})
         lock_jobs(job_ids)
+        existing = read_jobs(job_ids)
         days = dict.fromkeys(job_ids, today)
-        days.update(Job.objects.filter(job_id__in=job_ids).values_list("job_id", "partition_day"))
+        days.update((job_id, row["partition_day"]) for job_id, row in existing.items())
         new_keys = _insert_events(events.values(), days, token, received_at)
         touched = sorted({job_id for job_id, _ in new_keys})
         new_events: dict[str, list[Event]] = {}
         for key in new_keys:
             new_events.setdefault(key[0], []).append(events[key])
-        paths = project_jobs(touched, received_at=received_at, new_events=new_events, days=days)
+        paths = project_jobs(
+            touched, received_at=received_at, new_events=new_events, days=days, existing=existing
+        )
         counters.record_batch((events[key] for key in new_keys), projections=paths)
         if token is not None and not _used_lately(token, received_at):
             IngestToken.objects.filter(pk=token.pk).update(last_used_at=received_at)
