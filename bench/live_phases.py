@@ -2,9 +2,11 @@
 
 No HTTP and no gunicorn: the same J jobs x S steps are parsed and stored batch by batch in this
 process, job by job ("grouped") and in time order across jobs ("live"), on a fresh PostgreSQL
-database. Prints each mode's events/s and milliseconds per batch; ``--profile`` adds a cProfile
-of the live mode (cumulative, top functions). Less noisy than the HTTP bench on a shared
-machine, so it is the one to compare a change with (run before and after, alternating).
+database. Prints each mode's events/s and, per batch, the wall time and the CPU time of this
+process and of the database backend (CPU moves less with the machine's other load);
+``--profile`` adds a cProfile of the live mode (cumulative, top functions). Less noisy than the
+HTTP bench on a shared machine, so it is the one to compare a change with (run before and
+after, alternating).
 
     DATABASE_URL=postgres://postgres@127.0.0.1:5432/traceviz_live_phases \
         .venv/bin/python bench/live_phases.py --profile
@@ -12,6 +14,7 @@ machine, so it is the one to compare a change with (run before and after, altern
 
 import argparse
 import cProfile
+import gc
 import os
 import pstats
 import time
@@ -21,18 +24,33 @@ from live import job_stream
 from load import postgres_url, recreate_database, setup_django
 
 
-def run(items: list[dict], size: int) -> list[float]:
-    """Store ``items`` in batches of ``size``; returns each batch's seconds (parse included)."""
+def backend_cpu() -> float:
+    """CPU seconds the PostgreSQL backend of Django's connection has used (a local server)."""
+    from django.db import connection
+
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT pg_backend_pid()")
+        pid = cursor.fetchone()[0]
+    with open(f"/proc/{pid}/stat") as stat:
+        fields = stat.read().rpartition(")")[2].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def run(items: list[dict], size: int) -> tuple[list[float], float, float]:
+    """Store ``items`` in batches of ``size``; returns each batch's seconds (parse included),
+    and the CPU seconds this process and the database backend used for them all. CPU time moves
+    less than wall time with what else the machine runs."""
     from jobs.contract import bodies
     from jobs.ingest.store import store_batch
 
     seconds = []
+    cpu, database = time.process_time(), backend_cpu()
     for start in range(0, len(items), size):
         started = time.perf_counter()
         batch = bodies.parse_items(items[start : start + size], max_events=10_000)
         store_batch(batch)
         seconds.append(time.perf_counter() - started)
-    return seconds
+    return seconds, time.process_time() - cpu, backend_cpu() - database
 
 
 def main() -> None:
@@ -54,7 +72,7 @@ def main() -> None:
         start = datetime.now(UTC) - timedelta(days=1)
         spacing = timedelta(milliseconds=50)
         for round_ in range(args.rounds):
-            rates = {}
+            rates, cpu_rates = {}, {}
             for mode in ("grouped", "live"):
                 streams = [
                     job_stream(f"{mode}-{round_}-{n}", args.steps, start, spacing)
@@ -67,15 +85,26 @@ def main() -> None:
                 profiling = args.profile and mode == "live" and round_ == args.rounds - 1
                 if profiling:
                     profiler.enable()
-                seconds = run(items, args.batch)
+                # As the server freezes what it loaded (traceviz/wsgi.py): a full collection
+                # walks only what the batches made, not the phase's whole event list.
+                gc.collect()
+                gc.freeze()
+                seconds, cpu, database = run(items, args.batch)
+                gc.unfreeze()
                 if profiling:
                     profiler.disable()
                 rates[mode] = len(items) / sum(seconds)
+                cpu_rates[mode] = len(items) / (cpu + database)
+                per_batch = 1000 / len(seconds)
                 print(
-                    f"{mode:>8}: {rates[mode]:,.0f} events/s, "
-                    f"{sum(seconds) / len(seconds) * 1000:.1f} ms per batch of {args.batch}"
+                    f"{mode:>8}: {rates[mode]:,.0f} events/s, per batch of {args.batch}: "
+                    f"{sum(seconds) * per_batch:.1f} ms wall, {cpu * per_batch:.1f} ms CPU "
+                    f"here + {database * per_batch:.1f} ms database"
                 )
-            print(f"   live / grouped = {rates['live'] / rates['grouped']:.2f}")
+            print(
+                f"   live / grouped = {rates['live'] / rates['grouped']:.2f} (wall), "
+                f"{cpu_rates['live'] / cpu_rates['grouped']:.2f} (CPU)"
+            )
         analyzing.set()
         if args.profile:
             pstats.Stats(profiler).sort_stats("cumulative").print_stats(45)
