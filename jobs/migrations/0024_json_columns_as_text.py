@@ -47,10 +47,12 @@ def _convert(apps, schema_editor, to_text: bool) -> None:
                 )
             )
             continue
-        fields = (jobs.models.JSONField, jobs.models.JSONTextField)
+        jsonb, text = jobs.models.JSONField, jobs.models.JSONTextField
+        old_class, new_class = (jsonb, text) if to_text else (text, jsonb)
         for name, default in columns.items():
             old, new = (
-                field(blank=True, default=default) for field in fields[:: 1 if to_text else -1]
+                old_class(blank=True, default=default),
+                new_class(blank=True, default=default),
             )
             for field in (old, new):
                 field.set_attributes_from_name(name)
