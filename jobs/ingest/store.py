@@ -20,7 +20,7 @@ from jobs.ingest import counters, database
 from jobs.ingest.locks import lock_jobs
 from jobs.ingest.projection import project_jobs, read_jobs
 from jobs.models import Event as EventRow
-from jobs.models import IngestToken
+from jobs.models import IngestToken, json_text
 
 TOKEN_USE_RESOLUTION = timedelta(minutes=1)
 EVENT_COLUMNS = (
@@ -129,7 +129,7 @@ def _insert_events(
             adapt(event.ts),
             event.seq,
             event.attempt,
-            database.json_text(event.payload),
+            json_text(event.payload),
             received,
             token_id,
         )

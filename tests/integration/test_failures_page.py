@@ -86,10 +86,10 @@ def test_seven_day_range_has_a_bar_per_day_from_utc_midnight_and_counts_each_day
     def minutes_before(moment) -> float:
         return (now - moment).total_seconds() / 60
 
+    in_range = (minutes_before(start + timedelta(minutes=30)), 60 * 24 * 3, 5)
     failed_job("too-old", minutes_before(start - timedelta(minutes=30)))
-    failed_job("first-day", minutes_before(start + timedelta(minutes=30)))
-    failed_job("middle", 60 * 24 * 3)
-    failed_job("today", 5)
+    for job_id, minutes in zip(("first-day", "middle", "today"), in_range, strict=True):
+        failed_job(job_id, minutes)
     response = operator.get("/failures/?range=7d")
     [item] = response.context["rows"]
     row = item["row"]
@@ -100,7 +100,7 @@ def test_seven_day_range_has_a_bar_per_day_from_utc_midnight_and_counts_each_day
         return (at.astimezone(UTC).date() - start.date()).days
 
     expected = [0] * 8
-    for minutes in (minutes_before(start + timedelta(minutes=30)), 60 * 24 * 3, 5):
+    for minutes in in_range:
         expected[bar(minutes)] += 1
     assert expected[0] == 1 and row.trend == expected
     assert "failed steps over the range, per day" in response.content.decode()
