@@ -1,5 +1,6 @@
 from django.apps import AppConfig
 from django.core import checks
+from django.db.backends.signals import connection_created
 
 
 class JobsConfig(AppConfig):
@@ -14,6 +15,9 @@ class JobsConfig(AppConfig):
         # only once its module has been imported.
         import jobs.tasks  # noqa: F401
         import traceviz.celery  # noqa: F401
+        from jobs.ingest import database
         from traceviz.production import check_secret_key
 
         checks.register(check_secret_key, checks.Tags.security, deploy=True)
+        # Every connection to PostgreSQL parses timestamps in C (database.read_timestamps_in_c).
+        connection_created.connect(database.read_timestamps_in_c)

@@ -1,7 +1,9 @@
 """Incremental projection (DESIGN.md section 2): new events that sort after a job's snapshot are
 folded onto it, out-of-order ones replay the job, and the rows are the same either way."""
 
+import gc
 from datetime import timedelta
+from unittest import mock
 
 import pytest
 from django.core.management import call_command
@@ -12,6 +14,7 @@ from hypothesis import strategies as st
 
 from jobs.contract import bodies
 from jobs.ingest import counters, failure_groups, parity
+from jobs.ingest import store as store_module
 from jobs.ingest.store import store_batch
 from jobs.models import (
     Counter,
@@ -242,3 +245,28 @@ def test_job_page_times_are_the_same_after_a_rebuild():
     call_command("rebuild_projections", stdout=None, stderr=None)
     assert Job.objects.values("failed_at", "last_event_at").get() == before
     assert before["failed_at"] == BASE_TS + timedelta(seconds=2)
+
+
+@pytest.mark.parametrize("enabled", [True, False])
+def test_a_batch_runs_without_the_cyclic_collector_and_leaves_it_as_it_found_it(
+    monkeypatch, enabled
+):
+    seen = []
+    project = store_module.project_jobs
+
+    def watching(*args, **kwargs):
+        seen.append(gc.isenabled())
+        return project(*args, **kwargs)
+
+    monkeypatch.setattr(store_module, "project_jobs", watching)
+    (gc.enable if enabled else gc.disable)()
+    try:
+        store([event("job_started", "gc1", 0), started("n1", "gc1", 1)])
+        assert seen == [False] and gc.isenabled() is enabled
+        monkeypatch.setattr(store_module, "project_jobs", mock.Mock(side_effect=OSError("disk")))
+        with pytest.raises(OSError):
+            store([finished("n1", "success", "gc1", 2)])
+        assert gc.isenabled() is enabled
+    finally:
+        gc.enable()
+    assert Step.objects.get(job__job_id="gc1").result_type == ""  # the failed batch rolled back
