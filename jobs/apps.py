@@ -19,5 +19,5 @@ class JobsConfig(AppConfig):
         from traceviz.production import check_secret_key
 
         checks.register(check_secret_key, checks.Tags.security, deploy=True)
-        # Every connection to PostgreSQL parses timestamps in C (database.read_timestamps_in_c).
-        connection_created.connect(database.read_timestamps_in_c)
+        # Every connection to PostgreSQL reads timestamps faster than Django's loader does.
+        connection_created.connect(database.read_timestamps_fast)

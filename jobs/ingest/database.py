@@ -386,12 +386,15 @@ def drop_partitions(day: date) -> None:
 # --- reading timestamps (PostgreSQL) ----------------------------------------------------------
 
 
-def read_timestamps_in_c(sender, **kwargs) -> None:
-    """``connection_created``: read timestamptz values with psycopg's C parser. Django's loader
-    subclasses psycopg's pure-Python one (a C class cannot be subclassed), about 7 us a value:
-    a live batch reads some 800 of them, a long job's page tens of thousands. The loader
-    registered here keeps Django's meaning (the value in the session's time zone, given the
-    time zone Django's loader gives) and only parses in C."""
+def read_timestamps_fast(sender, **kwargs) -> None:
+    """``connection_created``: read timestamptz values with ``datetime.fromisoformat``.
+
+    Django's loader subclasses psycopg's pure-Python one (the C one cannot be subclassed) and
+    then calls ``datetime.replace``: about 12 us a value, against 1 us here. A live batch reads
+    some 800 timestamps, a 10,000-step job's page 20,000. The values are Django's: the session's
+    time (Django sets the session to UTC) in the time zone Django's loader gives. What
+    fromisoformat does not read (infinity, years past 9999, BC, a DateStyle other than ISO)
+    goes to psycopg's parser, which reads it or raises as before."""
     wrapper = kwargs["connection"]  # the DatabaseWrapper whose connection was just made
     if wrapper.vendor != POSTGRES:
         return
@@ -402,19 +405,21 @@ def read_timestamps_in_c(sender, **kwargs) -> None:
 
 @functools.cache
 def _timestamp_loader(tz: tzinfo | None) -> type[Loader]:
-    oid = psycopg.adapters.types["timestamptz"].oid
-    # psycopg's own loader: its C implementation when psycopg has one.
-    parser = psycopg.adapters.get_loader(oid, Format.TEXT)
-
     class TimestampLoader(Loader):
         timezone = tz  # Django's cursors compare it with the connection's
 
         def __init__(self, oid: int, context=None):
             super().__init__(oid, context)
-            self.parse = parser(oid, context).load
+            self.parse = psycopg.adapters.get_loader(oid, Format.TEXT)(oid, context).load
 
         def load(self, data):
-            return self.parse(data).replace(tzinfo=self.timezone)
+            try:
+                moment = datetime.fromisoformat(bytes(data).decode())
+            except ValueError:
+                moment = self.parse(data)
+            if moment.tzinfo is self.timezone:
+                return moment  # replace() costs twice the parse
+            return moment.replace(tzinfo=self.timezone)
 
     return TimestampLoader
 

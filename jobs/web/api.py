@@ -64,6 +64,7 @@ def read_body(request, limit: int) -> bytes:
 @csrf_exempt
 @require_POST
 @measure_ingest("events")
+@store.collector_paused()  # parsing too makes thousands of objects
 @database_unavailable_is_503
 @ingest_token_required
 @token_rate_limited

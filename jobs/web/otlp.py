@@ -105,6 +105,7 @@ def otlp_endpoint(view):
 
 @csrf_exempt
 @measure_ingest("traces")
+@store.collector_paused()  # parsing too makes thousands of objects
 @otlp_endpoint
 def export_traces(request):
     """POST /v1/traces: an OTLP ExportTraceServiceRequest, protobuf or JSON, maybe gzipped."""

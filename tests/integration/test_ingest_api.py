@@ -1,5 +1,6 @@
 """The ingest and read API through Django's test client (DESIGN.md sections 3, 6 and 8)."""
 
+import gc
 import gzip
 import json
 from unittest import mock
@@ -11,6 +12,7 @@ from django.db import OperationalError, connection
 from openapi_schema_validator import OAS31Validator
 from openapi_spec_validator import validate as validate_spec
 
+from jobs.contract import bodies
 from jobs.models import Escalation, EscalationEntry, Event, IngestToken, Job, Notification, Step
 from jobs.web.openapi import openapi_document
 from tests.factories import event, finished, started, store, user
@@ -545,3 +547,16 @@ def test_schema_validator_rejects_a_job_missing_a_required_key(client, ingest_to
     assert [e.message for e in schema_validator("Job").iter_errors(job)] == [
         "'steps' is a required property"
     ]
+
+
+def test_a_request_is_parsed_and_stored_without_the_cyclic_collector(send, monkeypatch):
+    parse = bodies.parse_body
+    seen = []
+
+    def watching(*args):
+        seen.append(gc.isenabled())
+        return parse(*args)
+
+    monkeypatch.setattr(bodies, "parse_body", watching)
+    assert send(GOOD).status_code == 200
+    assert seen == [False] and gc.isenabled()

@@ -2,6 +2,7 @@
 live server, and the edges of the OTLP/HTTP specification through the test client."""
 
 import base64
+import gc
 import gzip
 import json
 
@@ -20,6 +21,7 @@ from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor, SpanExportResult
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
+from jobs.contract import otlp
 from jobs.models import Event, IngestToken, Job, Step
 
 TRACE_ID = "5b8efff798038103d269b633813fc60c"
@@ -411,3 +413,17 @@ def test_traces_requests_spans_and_rejections_are_in_the_ingest_metrics(post_tra
         == 1
     )
     assert value(counters.REJECTIONS, field="(request)", reason="401 invalid or revoked token") == 1
+
+
+def test_a_trace_is_decoded_and_stored_without_the_cyclic_collector(post_traces, monkeypatch):
+    to_batch = otlp.to_batch
+    seen = []
+
+    def watching(*args):
+        seen.append(gc.isenabled())
+        return to_batch(*args)
+
+    monkeypatch.setattr(otlp, "to_batch", watching)
+    assert post_traces(otlp_json(json_span("plan", ROOT_ID))).status_code == 200
+    assert seen == [False] and gc.isenabled()
+    assert Job.objects.filter(job_id=TRACE_ID).exists()

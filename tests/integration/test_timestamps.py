@@ -1,8 +1,8 @@
 """Timestamps read back from the database: the instants stored, aware, in UTC.
 
-On PostgreSQL traceviz reads timestamptz values with psycopg's C parser instead of Django's
-pure-Python loader (``database.read_timestamps_in_c``); what the ORM and raw cursors return must
-not change with it.
+On PostgreSQL traceviz reads timestamptz values with ``datetime.fromisoformat`` instead of
+Django's pure-Python loader (``database.read_timestamps_fast``); what the ORM and raw cursors
+return must not change with it.
 """
 
 from datetime import UTC, datetime, timedelta, timezone
@@ -10,7 +10,7 @@ from zoneinfo import ZoneInfo
 
 import psycopg
 import pytest
-from django.db import connection
+from django.db import DataError, connection
 from psycopg.pq import Format
 
 from jobs.models import Job
@@ -45,7 +45,7 @@ def test_timestamps_read_back_as_the_instants_stored_in_utc():
 
 
 @pytest.mark.postgres
-def test_postgres_parses_timestamps_with_psycopgs_own_loader():
+def test_postgres_reads_timestamps_with_traceviz_loader_and_refuses_what_python_cannot_hold():
     connection.ensure_connection()
     oid = psycopg.adapters.types["timestamptz"].oid
     loader = connection.connection.adapters.get_loader(oid, Format.TEXT)
@@ -53,3 +53,7 @@ def test_postgres_parses_timestamps_with_psycopgs_own_loader():
     assert loader.timezone == UTC  # what Django's cursors expect: none registers its own
     with connection.cursor() as cursor:
         assert cursor.cursor.adapters.get_loader(oid, Format.TEXT) is loader
+        for text in ("infinity", "10000-01-01 00:00:00+00", "0044-03-15 00:00:00+00 BC"):
+            cursor.execute("SELECT %s::timestamptz", [text])
+            with pytest.raises(DataError, match=r"timestamp too (large|small)"):
+                cursor.fetchone()
