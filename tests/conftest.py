@@ -6,6 +6,7 @@ CI runs the suite twice (``make test``): on PostgreSQL, and on SQLite, the embed
 pass sets it to ``sqlite`` and deselects the tests marked ``postgres`` (``-m "not postgres"``).
 """
 
+import gc
 import json
 import os
 from types import SimpleNamespace
@@ -161,3 +162,22 @@ def send(client, ingest_token):
         return client.post("/api/v1/events", body, content_type=content_type, **headers)
 
     return send
+
+
+@pytest.fixture
+def collector_states(monkeypatch):
+    """``collector_states(module, name)``: replace ``module.name`` with a wrapper that records,
+    in the list returned, whether the cyclic garbage collector was on at each call."""
+
+    def watch(module, name: str) -> list[bool]:
+        seen: list[bool] = []
+        original = getattr(module, name)
+
+        def watching(*args, **kwargs):
+            seen.append(gc.isenabled())
+            return original(*args, **kwargs)
+
+        monkeypatch.setattr(module, name, watching)
+        return seen
+
+    return watch

@@ -249,16 +249,9 @@ def test_job_page_times_are_the_same_after_a_rebuild():
 
 @pytest.mark.parametrize("enabled", [True, False])
 def test_a_batch_runs_without_the_cyclic_collector_and_leaves_it_as_it_found_it(
-    monkeypatch, enabled
+    monkeypatch, collector_states, enabled
 ):
-    seen = []
-    project = store_module.project_jobs
-
-    def watching(*args, **kwargs):
-        seen.append(gc.isenabled())
-        return project(*args, **kwargs)
-
-    monkeypatch.setattr(store_module, "project_jobs", watching)
+    seen = collector_states(store_module, "project_jobs")
     (gc.enable if enabled else gc.disable)()
     try:
         store([event("job_started", "gc1", 0), started("n1", "gc1", 1)])

@@ -549,14 +549,7 @@ def test_schema_validator_rejects_a_job_missing_a_required_key(client, ingest_to
     ]
 
 
-def test_a_request_is_parsed_and_stored_without_the_cyclic_collector(send, monkeypatch):
-    parse = bodies.parse_body
-    seen = []
-
-    def watching(*args):
-        seen.append(gc.isenabled())
-        return parse(*args)
-
-    monkeypatch.setattr(bodies, "parse_body", watching)
+def test_a_request_is_parsed_and_stored_without_the_cyclic_collector(send, collector_states):
+    seen = collector_states(bodies, "parse_body")
     assert send(GOOD).status_code == 200
     assert seen == [False] and gc.isenabled()

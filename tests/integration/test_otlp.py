@@ -415,15 +415,8 @@ def test_traces_requests_spans_and_rejections_are_in_the_ingest_metrics(post_tra
     assert value(counters.REJECTIONS, field="(request)", reason="401 invalid or revoked token") == 1
 
 
-def test_a_trace_is_decoded_and_stored_without_the_cyclic_collector(post_traces, monkeypatch):
-    to_batch = otlp.to_batch
-    seen = []
-
-    def watching(*args):
-        seen.append(gc.isenabled())
-        return to_batch(*args)
-
-    monkeypatch.setattr(otlp, "to_batch", watching)
+def test_a_trace_is_decoded_and_stored_without_the_cyclic_collector(post_traces, collector_states):
+    seen = collector_states(otlp, "to_batch")
     assert post_traces(otlp_json(json_span("plan", ROOT_ID))).status_code == 200
     assert seen == [False] and gc.isenabled()
     assert Job.objects.filter(job_id=TRACE_ID).exists()
