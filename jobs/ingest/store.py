@@ -67,7 +67,8 @@ def collector_paused():
     batch (bench/README.md, "Live producers"); parsing a request's 400 events took 5 ms more.
     So ``store_batch`` and the ingest views run under it. Reference counting still frees what
     they drop; the cycles they leave are collected after, and they hold at most a request's
-    events."""
+    events. The switch is the process's: under threads, whichever block began with it on turns
+    it back on, so it is on again once none runs."""
     enabled = gc.isenabled()
     gc.disable()
     try:
