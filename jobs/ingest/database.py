@@ -408,15 +408,12 @@ def _timestamp_loader(tz: tzinfo | None) -> type[Loader]:
     class TimestampLoader(Loader):
         timezone = tz  # Django's cursors compare it with the connection's
 
-        def __init__(self, oid: int, context=None):
-            super().__init__(oid, context)
-            self.parse = psycopg.adapters.get_loader(oid, Format.TEXT)(oid, context).load
-
         def load(self, data):
             try:
                 moment = datetime.fromisoformat(bytes(data).decode())
-            except ValueError:
-                moment = self.parse(data)
+            except ValueError:  # rare: psycopg's own loader, made only then
+                parser = psycopg.adapters.get_loader(self.oid, Format.TEXT)
+                moment = parser(self.oid, self.connection).load(data)
             if moment.tzinfo is self.timezone:
                 return moment  # replace() costs twice the parse
             return moment.replace(tzinfo=self.timezone)

@@ -7,8 +7,8 @@ of it), ``findings`` (counted by kind) and ``last_validation_error`` stay jsonb.
 On PostgreSQL the rows convert with ``column::text``, in one ALTER TABLE per table: the table
 and its indexes are rewritten once, under an exclusive lock that ingest waits on. One AlterField
 per column rewrote the job table four times and every step partition seven: 73 s instead of
-18 s for a database of a million events (bench/README.md). Elsewhere each field is altered on its own (SQLite
-rebuilds the table to drop the JSON check)."""
+18 s for a database of a million events (bench/README.md). Elsewhere each field is altered on
+its own (SQLite rebuilds the table to drop the JSON check)."""
 
 from django.db import migrations
 
