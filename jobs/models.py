@@ -246,11 +246,36 @@ class Event(models.Model):
 def stalled_condition(now: datetime) -> Q:
     """The stall rule (DESIGN.md section 4): a job in a status that still expects events that has
     received none for TRACEVIZ_STALL_AFTER. ``Job.is_stalled_at`` is the same rule for a row
-    in hand; nothing else decides it."""
+    in hand; nothing else decides it. The receive hour adds nothing to the rule: it is what the
+    ``job_stall`` index holds."""
+    cutoff = now - settings.TRACEVIZ_STALL_AFTER
     return Q(
         status__in=sorted(STALLABLE_STATUSES),
-        last_received_at__lt=now - settings.TRACEVIZ_STALL_AFTER,
+        received_hour__lte=utc_hour(cutoff),
+        last_received_at__lt=cutoff,
     )
+
+
+def utc_hour(moment: datetime) -> datetime:
+    """The start of the UTC hour ``moment`` falls in (``UTCHour`` in Python)."""
+    return moment.astimezone(UTC).replace(minute=0, second=0, microsecond=0)
+
+
+class UTCHour(Func):
+    """The start of the UTC hour of a timestamp column, as an expression each database accepts
+    for a generated column (PostgreSQL wants it immutable: no session time zone in it)."""
+
+    output_field = models.DateTimeField()
+
+    def as_postgresql(self, compiler, connection, **extra):
+        template = "timezone('UTC', date_trunc('hour', timezone('UTC', %(expressions)s)))"
+        return self.as_sql(compiler, connection, template=template, **extra)
+
+    def as_sqlite(self, compiler, connection, **extra):
+        # Django stores a datetime on SQLite as UTC text, "YYYY-MM-DD HH:MM:SS[.ffffff]". No
+        # ", " in it: Django's SQLite introspection splits the CREATE TABLE text on it.
+        template = "substr(%(expressions)s,1,13)||':00:00'"
+        return self.as_sql(compiler, connection, template=template, **extra)
 
 
 class JobQuerySet(models.QuerySet):
@@ -326,6 +351,14 @@ class Job(models.Model):
     finished_at = models.DateTimeField(null=True, blank=True)
     last_event_at = models.DateTimeField(null=True, blank=True)
     last_received_at = models.DateTimeField(default=timezone.now)
+    # The hour of last_received_at, kept by the database: the stall index holds it rather than
+    # the receive time itself, which changes on every batch and would keep PostgreSQL from
+    # updating a live job's row in place (a HOT update, which writes none of its indexes).
+    received_hour = models.GeneratedField(
+        expression=UTCHour("last_received_at"),
+        output_field=models.DateTimeField(),
+        db_persist=True,
+    )
     finish_code = models.CharField(max_length=200, blank=True)
     finish_reason = models.TextField(blank=True)
     cancel_reason = models.TextField(blank=True)
@@ -367,8 +400,8 @@ class Job(models.Model):
             models.Index(fields=["correlation_id"], name="job_correlation"),
             models.Index(fields=["session_id"], name="job_session"),
             models.Index(fields=["retry_of"], name="job_retry_of"),
-            # Stall check: running-ish jobs by last receive time.
-            models.Index(fields=["status", "last_received_at"], name="job_stall"),
+            # Stall check: running-ish jobs by the hour they last received an event.
+            models.Index(fields=["status", "received_hour"], name="job_stall"),
             # Retention: the jobs of a day's partitions.
             models.Index(fields=["partition_day"], name="job_partition_day"),
             # Jobs list: provider/model filters ignore case (iexact compares UPPER() of both

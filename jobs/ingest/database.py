@@ -35,7 +35,8 @@ JSON_FIELDS = (models.JSONField, JSONTextField)
 
 
 def _fields(model: type[models.Model]) -> list[models.Field]:
-    return [f for f in model._meta.concrete_fields if not f.primary_key]
+    """The columns a row is written with: not the id, nor what the database generates."""
+    return [f for f in model._meta.concrete_fields if not (f.primary_key or f.generated)]
 
 
 def _values(fields: Sequence[models.Field], rows: Iterable[dict]) -> list[list]:

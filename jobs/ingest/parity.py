@@ -19,8 +19,8 @@ from jobs.models import FailureGroupJob, Job
 from jobs.replay import rules, signatures, walk
 from jobs.replay.state import JobState
 
-# Not a function of the events: when the latest batch arrived (the stall clock).
-JOB_FIELDS_NOT_REPLAYED = frozenset({"last_received_at"})
+# Not a function of the events: when the latest batch arrived (the stall clock), and its hour.
+JOB_FIELDS_NOT_REPLAYED = frozenset({"last_received_at", "received_hour"})
 
 
 @dataclass(frozen=True, slots=True)

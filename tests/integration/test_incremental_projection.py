@@ -97,6 +97,25 @@ def test_long_job_streamed_one_step_per_batch_stays_exact():
     assert parity.differences("j1") == []
 
 
+@pytest.mark.postgres
+def test_a_live_batch_updates_the_job_row_in_place():
+    """The Job row a live batch rewrites keeps its indexed columns (the stall index holds the
+    receive hour, not the receive time), so PostgreSQL updates it without writing its indexes
+    (a HOT update), counted in this test's transaction."""
+
+    def hot_updates() -> int:
+        with connection.cursor() as cursor:
+            cursor.execute("SELECT pg_stat_get_xact_tuples_hot_updated('jobs_job'::regclass)")
+            return cursor.fetchone()[0]
+
+    store([event("job_started", at=0, workflow="w"), started("n1", at=1)])
+    before = hot_updates()
+    for index in range(1, 6):
+        store([finished(f"n{index}", at=2 * index), started(f"n{index + 1}", at=2 * index + 1)])
+    assert hot_updates() - before == 5
+    assert Job.objects.get().step_count == 6
+
+
 def test_json_text_columns_keep_integers_past_64_bits():
     """The Job and Step columns kept as JSON text read back what the stdlib's JSON holds and
     orjson does not (an integer past 64 bits), on the full and the incremental path."""

@@ -1,11 +1,12 @@
 """The stall rule (DESIGN.md section 4) is decided in one place: the SQL filter the list and
 the stall check use and the row predicate the pages use agree on every status and silence."""
 
-from datetime import timedelta
+from datetime import UTC, datetime, timedelta
+from zoneinfo import ZoneInfo
 
 import pytest
 
-from jobs.models import Job
+from jobs.models import Job, utc_hour
 from jobs.replay.failures import RunStatus
 from tests.factories import BASE_TS
 
@@ -20,9 +21,19 @@ SILENCES = (
 )
 
 
-def test_sql_filter_and_row_predicate_agree(settings):
+# The SQL filter narrows by the receive hour first (the index holds it): a silence that ends
+# right at the start of an hour must still count, as must the microsecond after it.
+HOUR = datetime(2026, 3, 29, 1, tzinfo=UTC)
+NOWS = (
+    BASE_TS + timedelta(days=1),
+    HOUR + timedelta(minutes=30),
+    HOUR + timedelta(minutes=30, microseconds=1),
+)
+
+
+@pytest.mark.parametrize("now", NOWS)
+def test_sql_filter_and_row_predicate_agree(settings, now):
     settings.TRACEVIZ_STALL_AFTER = timedelta(minutes=30)
-    now = BASE_TS + timedelta(days=1)
     for status in RunStatus:
         for silence in SILENCES:
             Job.objects.create(
@@ -38,3 +49,15 @@ def test_sql_filter_and_row_predicate_agree(settings):
         for status in ("running", "cancelling", "paused:transient")
         for silence in SILENCES[3:]
     }
+
+
+def test_the_receive_hour_follows_the_receive_time_in_utc():
+    paris = ZoneInfo("Europe/Paris")
+    # 03:59:59.999999 in Paris on the night its clocks went forward: 01:59:59.999999 UTC.
+    received = datetime(2026, 3, 29, 3, 59, 59, 999999, tzinfo=paris)
+    job = Job.objects.create(job_id="hourly", last_received_at=received)
+    job.refresh_from_db()
+    assert job.received_hour == datetime(2026, 3, 29, 1, tzinfo=UTC) == utc_hour(received)
+    Job.objects.filter(pk=job.pk).update(last_received_at=received + timedelta(microseconds=1))
+    job.refresh_from_db()
+    assert job.received_hour == datetime(2026, 3, 29, 2, tzinfo=UTC)
