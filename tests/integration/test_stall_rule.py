@@ -21,8 +21,8 @@ SILENCES = (
 )
 
 
-# The SQL filter narrows by the receive hour first (the index holds it): a silence that ends
-# right at the start of an hour must still count, as must the microsecond after it.
+# The SQL filter narrows by the receive hour first (the index holds it): a job last heard from
+# at the very start of the cutoff's hour, a microsecond before the cutoff, is stalled too.
 HOUR = datetime(2026, 3, 29, 1, tzinfo=UTC)
 NOWS = (
     BASE_TS + timedelta(days=1),
