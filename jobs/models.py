@@ -434,7 +434,8 @@ class Job(models.Model):
 
 class ReasonMatches(Func):
     """``to_tsvector(config, reason) @@ websearch_to_tsquery(config, query)``: served by the
-    GIN index migration 0007 creates on the same expression (PostgreSQL only)."""
+    GIN index on the same expression, of the steps that have a reason (migration 0026;
+    PostgreSQL only)."""
 
     output_field = BooleanField()
     template = (
@@ -456,7 +457,8 @@ class StepQuerySet(models.QuerySet):
         """Steps whose reason matches ``text``: full-text search (GIN index) on PostgreSQL, a
         case-insensitive substring elsewhere."""
         if connection.vendor == "postgresql":
-            return self.filter(ReasonMatches("reason", text))
+            # An empty reason matches no query; saying so lets the planner use the index.
+            return self.filter(ReasonMatches("reason", text)).exclude(reason="")
         return self.filter(reason__icontains=text)
 
 
@@ -525,7 +527,7 @@ class Step(models.Model):
         blank=True,
         on_delete=models.DO_NOTHING,
         db_constraint=False,
-        db_index=True,
+        db_index=False,  # the partial index step_failure_group
         related_name="steps",
     )
 
@@ -540,9 +542,23 @@ class Step(models.Model):
         indexes = [
             # Job page: a job's steps in event order.
             models.Index(fields=["job", "position"], name="step_job_position"),
-            # Jobs list filters: jobs that have a step with this failure code / error type.
-            models.Index(fields=["failure_code", "job"], name="step_failure_code"),
-            models.Index(fields=["error_type", "job"], name="step_error_type"),
+            # Jobs list filters: jobs that have a step with this failure code / error type. Only
+            # the steps that have one: most steps are successes, and a step written running and
+            # then finished (a live job's) enters no index it is not found by.
+            models.Index(
+                fields=["failure_code", "job"],
+                condition=~Q(failure_code=""),
+                name="step_failure_code",
+            ),
+            models.Index(
+                fields=["error_type", "job"], condition=~Q(error_type=""), name="step_error_type"
+            ),
+            # Failure groups: a group's steps, and the grouped steps (rebuilding the totals).
+            models.Index(
+                fields=["failure_group"],
+                condition=Q(failure_group__isnull=False),
+                name="step_failure_group",
+            ),
         ]
 
     def __str__(self):

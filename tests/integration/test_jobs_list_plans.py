@@ -8,6 +8,7 @@ import pytest
 from django.db import connection
 from django.test.utils import CaptureQueriesContext
 
+from jobs.models import Step
 from tests import factories
 from tests.factories import event, finished
 
@@ -62,3 +63,23 @@ def test_step_filters_probe_only_the_jobs_day_partition(operator, jobs):
     for url in ("/?reason=upstream", "/?failure_code=adapter_error", "/?error_type=logic"):
         for sql, _plan in plans(operator, url):
             assert '"partition_day" = ("jobs_job"."partition_day")' in sql, sql
+
+
+@pytest.mark.parametrize(
+    ("steps", "index"),
+    [
+        (lambda: Step.objects.reason_matches("upstream"), "to_tsvector_idx"),
+        (lambda: Step.objects.filter(failure_code="adapter_error"), "failure_code_job_id_idx"),
+        (lambda: Step.objects.filter(error_type="logic"), "error_type_job_id_idx"),
+        (lambda: Step.objects.filter(failure_group_id=1), "failure_group_id_idx"),
+    ],
+)
+def test_step_lookups_can_use_the_partial_indexes_of_the_failed_steps(jobs, steps, index):
+    """The step indexes hold only the steps with a reason, failure code, error type or failure
+    group (migration 0026): a lookup's condition must imply that for the planner to use them."""
+    sql, params = steps().query.sql_with_params()
+    with connection.cursor() as cursor:
+        cursor.execute("SET LOCAL enable_seqscan = off")
+        cursor.execute("EXPLAIN " + sql, params)
+        plan = "\n".join(row[0] for row in cursor.fetchall())
+    assert index in plan, plan
