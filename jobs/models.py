@@ -543,8 +543,8 @@ class Step(models.Model):
             # Job page: a job's steps in event order.
             models.Index(fields=["job", "position"], name="step_job_position"),
             # Jobs list filters: jobs that have a step with this failure code / error type. Only
-            # the steps that have one: most steps are successes, and a step written running and
-            # then finished (a live job's) enters no index it is not found by.
+            # the steps that have one: most steps are successes, which no filter looks for, and
+            # each write of a step (a live job's is written twice) pays for every index it is in.
             models.Index(
                 fields=["failure_code", "job"],
                 condition=~Q(failure_code=""),

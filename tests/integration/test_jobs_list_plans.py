@@ -1,6 +1,6 @@
 """The jobs list's queries are served by indexes on PostgreSQL (issue 16): the case-insensitive
 provider/model filters by their functional indexes, the step filters by one day partition per
-job. Plans are read with
+job, the step lookups by the partial indexes of the failed steps. Plans are read with
 sequential and bitmap scans disabled: on a few rows they are cheaper and say nothing about
 whether an index could serve the query in order."""
 
