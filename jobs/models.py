@@ -251,19 +251,15 @@ def stalled_condition(now: datetime) -> Q:
     cutoff = now - settings.TRACEVIZ_STALL_AFTER
     return Q(
         status__in=sorted(STALLABLE_STATUSES),
-        received_hour__lte=utc_hour(cutoff),
+        received_hour__lte=hour_floor(cutoff),
         last_received_at__lt=cutoff,
     )
 
 
-def utc_hour(moment: datetime) -> datetime:
-    """The start of the UTC hour ``moment`` falls in (``UTCHour`` in Python)."""
-    return moment.astimezone(UTC).replace(minute=0, second=0, microsecond=0)
-
-
 class UTCHour(Func):
-    """The start of the UTC hour of a timestamp column, as an expression each database accepts
-    for a generated column (PostgreSQL wants it immutable: no session time zone in it)."""
+    """The start of the UTC hour of a timestamp column (``hour_floor`` in SQL), as an expression
+    each database accepts for a generated column (PostgreSQL wants it immutable: no session
+    time zone in it)."""
 
     output_field = models.DateTimeField()
 

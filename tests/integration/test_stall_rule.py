@@ -6,7 +6,7 @@ from zoneinfo import ZoneInfo
 
 import pytest
 
-from jobs.models import Job, utc_hour
+from jobs.models import Job, hour_floor
 from jobs.replay.failures import RunStatus
 from tests.factories import BASE_TS
 
@@ -57,7 +57,7 @@ def test_the_receive_hour_follows_the_receive_time_in_utc():
     received = datetime(2026, 3, 29, 3, 59, 59, 999999, tzinfo=paris)
     job = Job.objects.create(job_id="hourly", last_received_at=received)
     job.refresh_from_db()
-    assert job.received_hour == datetime(2026, 3, 29, 1, tzinfo=UTC) == utc_hour(received)
+    assert job.received_hour == datetime(2026, 3, 29, 1, tzinfo=UTC) == hour_floor(received)
     Job.objects.filter(pk=job.pk).update(last_received_at=received + timedelta(microseconds=1))
     job.refresh_from_db()
     assert job.received_hour == datetime(2026, 3, 29, 2, tzinfo=UTC)
