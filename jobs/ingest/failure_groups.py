@@ -125,15 +125,20 @@ def subtract_stored(
         into.add(group_id, job_pk, seen_at(started_at, finished_at), -1)
 
 
-def apply(contributions: Contributions, attributes: dict[int, tuple[str, str]]) -> None:
+def apply(
+    contributions: Contributions,
+    attributes: dict[int, tuple[str, str]],
+    relabeled: Iterable[int] = (),
+) -> None:
     """Write the contributions: (group, job) rows, hour rows and group totals. ``attributes``
-    are the touched jobs' (provider, model) (every job of a cell or of ``replaced``); their
-    (group, job) rows follow them. A replaced job's stored rows are subtracted whole first."""
+    are the touched jobs' (provider, model) (every job of a cell, of ``replaced`` and of
+    ``relabeled``); their (group, job) rows follow them. A replaced job's stored rows are
+    subtracted whole first. ``relabeled`` jobs changed provider or model: all their rows are
+    read. Of the other jobs only the rows of the changed cells are: a long job has a row per
+    group it failed in, and a batch must not read them all (DESIGN.md section 2)."""
     cells = Counter(contributions.cells)
-    current = {
-        (row.group_id, row.job_id): row
-        for row in FailureGroupJob.objects.filter(job_id__in=sorted(attributes))
-    }
+    whole = contributions.replaced.union(relabeled)
+    current = _stored(FailureGroupJob.objects.filter(job_id__in=sorted(whole))) if whole else {}
     for (group_id, job_pk), row in current.items():
         if job_pk in contributions.replaced:
             for key, count in row.hours.items():
@@ -142,6 +147,10 @@ def apply(contributions: Contributions, attributes: dict[int, tuple[str, str]]) 
     for (group_id, job_pk, key), delta in cells.items():
         if delta:
             by_pair.setdefault((group_id, job_pk), Counter())[key] += delta
+    pairs = sorted(pair for pair in by_pair if pair[1] not in whole)
+    if pairs:
+        in_pairs = database.pairs_in(FailureGroupJob, ("group", "job"), pairs)
+        current.update(_stored(FailureGroupJob.objects.filter(in_pairs)))
     job_deltas: Counter = Counter()
     step_deltas: Counter = Counter()
     hour_deltas: Counter = Counter()
@@ -193,6 +202,10 @@ def apply(contributions: Contributions, attributes: dict[int, tuple[str, str]]) 
     database.add_to_counts(
         FailureGroupDay, ("group_id", "day", "provider", "model"), "step_count", by_day(hours)
     )
+
+
+def _stored(rows) -> dict[tuple[int, int], FailureGroupJob]:
+    return {(row.group_id, row.job_id): row for row in rows}
 
 
 def by_day(hours: dict[tuple, int]) -> dict[tuple, int]:

@@ -168,13 +168,13 @@ def project_jobs(
     # One upsert writes new and known jobs alike; a known job keeps its id (escalations
     # point at it).
     ids = database.upsert_rows(Job, rows, unique=("job_id",))
-    contributions, attributes = _write_steps(projected, existing, ids, days)
+    contributions, attributes, relabeled = _write_steps(projected, existing, ids, days)
     _write_calls(projected, existing, ids)
     _apply_escalations(projected, rows, ids)
     if attributes:
         # Last: the failure groups' totals are rows every batch may update, and their row locks
         # last until commit, so concurrent batches wait on each other only from here on.
-        failure_groups.apply(contributions, attributes)
+        failure_groups.apply(contributions, attributes, relabeled)
     return Counter(p.path for p in projected.values())
 
 
@@ -339,11 +339,12 @@ def _write_steps(
     existing: dict[str, dict],
     ids: dict[tuple, int],
     days: dict[str, date],
-) -> tuple[failure_groups.Contributions, dict[int, tuple[str, str]]]:
+) -> tuple[failure_groups.Contributions, dict[int, tuple[str, str]], set[int]]:
     """A full replay's steps replace the job's whole; an incremental fold's changed steps are
     upserted by (job, node, attempt). Either way the failure groups lose the replaced rows'
-    failures and gain the written ones': returns those contributions and the (provider, model)
-    of the jobs they concern, for ``failure_groups.apply``."""
+    failures and gain the written ones': returns those contributions, the (provider, model) of
+    the jobs they concern and the jobs whose provider or model changed, for
+    ``failure_groups.apply``."""
     written = {
         ids[(job_id,)]: (p.state.steps if p.path == FULL else p.state.changed_steps)
         for job_id, p in projected.items()
@@ -376,17 +377,18 @@ def _write_steps(
         (inserted if p.path == FULL else upserted).extend(rows)
     database.insert_rows(Step, inserted)
     database.upsert_rows(Step, upserted, unique=STEP_KEY, returning=False)
-    touched = {job_pk for _, job_pk, _ in contributions.cells} | contributions.replaced
+    relabeled = {
+        ids[(job_id,)]
+        for job_id, p in projected.items()
+        if job_id in existing and _provider_model(existing[job_id]) != _provider_model_of(p)
+    }
+    touched = {job_pk for _, job_pk, _ in contributions.cells} | contributions.replaced | relabeled
     attributes = {
-        ids[(job_id,)]: (
-            p.state.attributes.get("provider", ""),
-            p.state.attributes.get("model", ""),
-        )
+        ids[(job_id,)]: _provider_model_of(p)
         for job_id, p in projected.items()
         if ids[(job_id,)] in touched
-        or (job_id in existing and _provider_model(existing[job_id]) != _provider_model_of(p))
     }
-    return contributions, attributes
+    return contributions, attributes, relabeled
 
 
 def _provider_model(row: dict) -> tuple[str, str]:

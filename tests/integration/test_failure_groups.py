@@ -131,6 +131,52 @@ def test_provider_named_after_the_failure_follows_the_job():
     assert failure_groups.differences() == []
 
 
+def failing_nodes(job_id: str, nodes: int, **labels) -> list[dict]:
+    """A job that failed in ``nodes`` nodes, one failure group each."""
+    events = [event("job_started", job_id, 0, workflow="billing", **labels)]
+    for index in range(nodes):
+        events += [
+            started(f"n{index}", job_id, at=1 + 2 * index),
+            timeout(job_id, 2 + 2 * index, 30, node=f"n{index}"),
+        ]
+    return events
+
+
+def test_a_batch_reads_only_the_group_rows_of_the_failures_it_changes(monkeypatch):
+    # A long agent run has a (group, job) row per group it failed in: a batch that adds one
+    # failure must not read them all (its cost would grow with the job).
+    store(failing_nodes("long", 6, provider="openai", model="gpt-x"))
+    read = []
+    stored = failure_groups._stored
+
+    def counting(rows):
+        found = stored(rows)
+        read.append(len(found))
+        return found
+
+    monkeypatch.setattr(failure_groups, "_stored", counting)
+    store([started("n2", "long", at=40, attempt=2), timeout("long", 41, 31, node="n2", attempt=2)])
+    assert sum(read) == 1
+    row = FailureGroupJob.objects.get(group__node_id="n2")
+    assert (row.step_count, row.group.step_count) == (2, 2)
+    assert parity.differences("long") == [] and failure_groups.differences() == []
+
+
+def test_a_job_named_a_provider_later_moves_every_group_row_it_has():
+    store(failing_nodes("j1", 3))
+    assert set(FailureGroupJob.objects.values_list("provider", "model")) == {("", "")}
+    store(
+        [
+            event("graph.next_step.parse_invalid", "j1", 50, provider="acme", model="m1"),
+            started("n9", "j1", at=51),
+            timeout("j1", 52, 30, node="n9"),
+        ]
+    )
+    assert set(FailureGroupJob.objects.values_list("provider", "model")) == {("acme", "m1")}
+    assert FailureGroupJob.objects.count() == 4
+    assert failure_groups.differences() == []
+
+
 def test_day_rows_sum_the_hour_rows_of_each_day_and_follow_a_job_that_leaves():
     day = 86400
     store(failed_job("j1", at=0))
