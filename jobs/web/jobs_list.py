@@ -62,6 +62,15 @@ class JobRow:
     findings: int
 
 
+def _strip_summary(counts: dict[str, int], cells: int, steps: int) -> str:
+    """What the strip's cells hold, in words. The Job row keeps the first STRIP_STEPS steps'
+    cells only (``replay.state``): past that, the counts are said to be of those."""
+    summary = ", ".join(f"{n} {segment}" for segment, n in counts.items()) or "no steps"
+    if steps > cells:
+        return f"first {cells:,} of {steps:,} steps: {summary}"
+    return summary
+
+
 def _job_row(job: Job) -> JobRow:
     counts: dict[str, int] = {}
     for segment, _stale in job.segment_strip:
@@ -74,7 +83,7 @@ def _job_row(job: Job) -> JobRow:
         job=job,
         strip=[(segment, stale) for segment, stale in job.segment_strip[:STRIP_CELLS]],
         strip_more=max(job.step_count - STRIP_CELLS, 0),
-        strip_summary=", ".join(f"{n} {segment}" for segment, n in counts.items()) or "no steps",
+        strip_summary=_strip_summary(counts, len(job.segment_strip), job.step_count),
         reason_preview=reason[:REASON_PREVIEW_CHARS],
         reason_truncated=len(reason) > REASON_PREVIEW_CHARS,
         duration=narrative.format_duration_ms(duration_ms),

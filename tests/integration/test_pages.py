@@ -8,6 +8,7 @@ import pytest
 from django.utils import timezone
 
 from jobs.models import Job
+from jobs.replay.state import STRIP_STEPS
 from tests import factories
 from tests.factories import event, finished, started
 
@@ -267,6 +268,24 @@ def test_show_more_returns_the_next_rows_only(operator):
 def test_default_list_shows_jobs_needing_attention_newest_first(operator):
     make_jobs()
     assert ids(operator.get("/")) == ["logic-1", "paused-1", "failed-net"]
+
+
+def strip_label(response, job_id: str) -> str:
+    html = response.content.decode()
+    row = html[html.index(f'href="/jobs/{job_id}/"') :]
+    return row[row.index('aria-label="Steps: ') + len('aria-label="Steps: ') :].split('"')[0]
+
+
+def test_the_strip_of_a_long_job_says_its_counts_are_of_its_first_steps(operator):
+    events = job_stream("long")
+    for index in range(STRIP_STEPS + 5):
+        result = "retryable_failure" if index % 10 == 9 else "success"
+        events.append(finished(f"n{index}", result, "long", at=1 + index))
+    factories.store(events)
+    factories.store([*job_stream("short"), finished("n1", job_id="short", at=1)])
+    response = operator.get("/?show=all")
+    assert strip_label(response, "long") == "first 200 of 205 steps: 180 ok, 20 retryable"
+    assert strip_label(response, "short") == "1 ok"
 
 
 def test_all_shows_every_job(operator):
