@@ -44,7 +44,7 @@ SPAN_SECONDS = 7 * 24 * 3600
 
 SEED_SQL = """
 INSERT INTO jobs_job (job_id, status, name, workflow, correlation_id, session_id, provider, model,
-    plan_hash, retry_of, metadata, completed_node_ids, cursor_node, payload_results, findings,
+    plan_hash, retry_of, metadata, cursor_node, payload_results, findings,
     started_at, last_event_at, last_received_at, finish_code, finish_reason, cancel_reason,
     failing_node_id, failing_reason, failure_code, error_type, has_retryable, has_failed,
     step_count, max_attempt, event_count, planner_parse_invalid, planner_degraded, segment_strip,
@@ -55,7 +55,7 @@ SELECT 'bench-' || g,
        'bench', (ARRAY['etl','release','mail'])[1 + g %% 3], 'corr-' || g, 'sess-' || g,
        (ARRAY['openai','anthropic','google'])[1 + g %% 3],
        (ARRAY['gpt-4.1','claude-x','gemini-2.5'])[1 + g %% 3],
-       '', '', '{}', '[]', '', '{}', '[]',
+       '', '', '{}', '', '{}', '[]',
        %(now)s - make_interval(secs => (g::float / %(jobs)s) * %(span)s),
        %(now)s - make_interval(secs => (g::float / %(jobs)s) * %(span)s),
        %(now)s, '', '', '', '', '', '', '', g %% 5 = 1, g %% 7 = 2, %(steps)s, 1, 11, 0, 0, '[]',

@@ -338,7 +338,6 @@ class Job(models.Model):
     plan_hash = models.CharField(max_length=200, blank=True)
     retry_of = models.CharField(max_length=200, blank=True)
     metadata = JSONField(default=dict, blank=True)
-    completed_node_ids = JSONTextField(default=list, blank=True)
     cursor_node = models.CharField(max_length=200, blank=True)
     payload_results = JSONTextField(default=dict, blank=True)
     last_validation_error = JSONField(null=True, blank=True)
@@ -415,6 +414,14 @@ class Job(models.Model):
 
     def __str__(self):
         return self.job_id
+
+    @property
+    def completed_node_ids(self) -> list[str]:
+        """The nodes a success completed, in completion order, without repeats (one query).
+        Each completing step holds its node's place: a live batch writes that step, not a
+        list as long as the job."""
+        steps = self.steps.filter(partition_day=self.partition_day, completes__isnull=False)
+        return list(steps.order_by("completes").values_list("node_id", flat=True))
 
     def is_stalled_at(self, now: datetime) -> bool:
         """``stalled_condition`` for this row."""
@@ -513,6 +520,9 @@ class Step(models.Model):
     # first; and replay's bookkeeping (event positions, first success and permanent failure).
     history = JSONTextField(default=list, blank=True)
     marks = JSONTextField(default=dict, blank=True)
+    # On the step whose success completed its node: the node's place, from 0, in the job's
+    # completed nodes (``Job.completed_node_ids``).
+    completes = models.PositiveIntegerField(null=True, blank=True)
     # The job's partition_day, as for events.
     partition_day = models.DateField(default=today_utc)
     # The failure group of a grouped failure (jobs.replay.signatures), set by projection. No

@@ -4,6 +4,7 @@ Plain data: ``walk.Fold`` fills these in, and the projection stores them as Job 
 (every StepState field has a Step column of the same name).
 """
 
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
@@ -119,6 +120,10 @@ class StepState:
     span: dict[str, Any] = field(default_factory=dict)
     history: list[dict[str, Any]] = field(default_factory=list)
     marks: dict[str, Any] = field(default_factory=dict)
+    # Set on the step whose success completed its node (the node's first success): the node's
+    # place, from 0, in the job's completed nodes. The job's list is read off its steps, so a
+    # batch writes only the step it completes, never a list as long as the job.
+    completes: int | None = None
 
     @property
     def segment(self) -> Segment:
@@ -172,7 +177,8 @@ class JobState:
 
     job_id: str
     status: RunStatus = RunStatus.RUNNING
-    completed_node_ids: list[str] = field(default_factory=list)
+    # How many nodes a success completed (each one's step has ``completes``).
+    completed_count: int = 0
     cursor_node: str = ""
     payload_results: dict[str, Any] = field(default_factory=dict)
     steps: list[StepState] = field(default_factory=list)
@@ -205,6 +211,12 @@ class JobState:
     segment_counts: dict[str, int] = field(default_factory=dict)
     strip: list[list] = field(default_factory=list)
 
+    @property
+    def completed_node_ids(self) -> list[str]:
+        """The nodes a success completed, in completion order (of ``steps``: all of them after
+        a full replay)."""
+        return completed_node_ids(self.steps)
+
     def step(self, node_id: str, attempt: int) -> StepState | None:
         return next((s for s in self.steps if s.node_id == node_id and s.attempt == attempt), None)
 
@@ -221,3 +233,9 @@ class JobState:
     def failed_at(self) -> datetime | None:
         """When the latest failure of a failing node happened (event time)."""
         return max((s.finished_at for s in self.failing_steps if s.finished_at), default=None)
+
+
+def completed_node_ids(steps: Iterable[StepState]) -> list[str]:
+    """The nodes whose completing step is among ``steps``, in completion order."""
+    done = sorted((step.completes, step.node_id) for step in steps if step.completes is not None)
+    return [node for _, node in done]

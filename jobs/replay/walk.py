@@ -37,7 +37,7 @@ from jobs.replay.state import (
 
 # Bump when the fold's meaning or the snapshot's shape changes: every job then gets a full
 # replay on its next batch (and rebuild_projections refreshes them all).
-FOLD_VERSION = 4
+FOLD_VERSION = 5
 SPAN = "span"
 # A finish's result, replaced as a whole when the attempt finishes again; the other fields of a
 # finish keep the value an earlier event of the attempt gave when the finish leaves them out.
@@ -281,7 +281,8 @@ class Fold:
         if step.result_type == ResultType.SUCCESS:
             self._recovered(node)
             if facts.first_success is None:
-                self.state.completed_node_ids.append(node)
+                step.completes = self.state.completed_count
+                self.state.completed_count += 1
             self.state.payload_results.update(step.payload_results)
             self.state.cursor_node = node
         elif step.continue_on_error or step.handled:
@@ -473,6 +474,7 @@ class Fold:
                 "step_count": state.step_count,
                 "max_attempt": state.max_attempt,
                 "segment_counts": state.segment_counts,
+                "completed_count": state.completed_count,
             },
             "failing": [[node, step.attempt] for node, step in self.failing.items()],
             "failing_began": self.failing_began,
@@ -501,7 +503,6 @@ class Fold:
         *,
         steps: Iterable[StepState],
         nodes: Iterable[str],
-        completed_node_ids: list[str],
         payload_results: dict[str, Any],
         metadata: dict[str, Any],
         strip: list[list],
@@ -522,7 +523,6 @@ class Fold:
         job = snapshot["job"]
         state = fold.state
         state.status = RunStatus(job["status"])
-        state.completed_node_ids = list(completed_node_ids)
         state.payload_results = dict(payload_results)
         state.metadata = metadata
         state.strip = list(strip)
@@ -541,6 +541,7 @@ class Fold:
             "step_count",
             "max_attempt",
             "segment_counts",
+            "completed_count",
         ):
             setattr(state, name, job[name])
         fold.failing = {node: fold.steps[(node, attempt)] for node, attempt in snapshot["failing"]}

@@ -74,7 +74,6 @@ SINCE_LABELS = [
 # Job columns the queue never shows: left in the database.
 JOB_DEFERRED = (
     "job__metadata",
-    "job__completed_node_ids",
     "job__payload_results",
     "job__last_validation_error",
     "job__findings",

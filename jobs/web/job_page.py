@@ -23,6 +23,7 @@ from jobs.contract.events import Event as ReplayEvent
 from jobs.contract.events import order_key
 from jobs.models import Event, Job, Step
 from jobs.replay import failures
+from jobs.replay.state import completed_node_ids
 from jobs.web import access, job_header, narrative, span_panel, step_list, timeline
 from jobs.web.access import get_job_for_user
 from jobs.web.rendering import (
@@ -49,6 +50,7 @@ STEP_LIST_FIELDS = (
     "duration_ms",
     "trace_span_id",
     "parent_span_id",
+    "completes",
 )
 TIMESTAMP_FIELDS = ("started_at", "finished_at")
 # The page shows none of these JSON columns (the fold snapshot, the list's segment strip: a
@@ -74,6 +76,7 @@ class StepRow:
     duration_ms: float | None
     trace_span_id: str
     parent_span_id: str
+    completes: int | None
 
     @property
     def step_key(self) -> str:
@@ -99,8 +102,8 @@ def _step_rows(steps) -> list[StepRow]:
         **{f"{name}_text": Cast(name, TextField()) for name in TIMESTAMP_FIELDS}
     ).values_list(*fields)
     return [
-        StepRow(n, a, p, rt, seg, stale, comp, _moment(s), _moment(f), d, span, parent)
-        for n, a, p, rt, seg, stale, comp, s, f, d, span, parent in rows
+        StepRow(n, a, p, rt, seg, stale, comp, _moment(s), _moment(f), d, span, parent, done)
+        for n, a, p, rt, seg, stale, comp, s, f, d, span, parent, done in rows
     ]
 
 
@@ -483,7 +486,8 @@ def job_detail(request, job_id: str):
         .order_by("started_at", "id")
     )
     end = job.finished_at or job.last_event_at
-    resume = timeline.resume_preview(job.completed_node_ids, steps)
+    completed = completed_node_ids(steps)
+    resume = timeline.resume_preview(completed, steps)
     context = {
         **panel,
         **listing,
@@ -498,7 +502,7 @@ def job_detail(request, job_id: str):
         "previous_run": next((j for j in related if j.job_id == job.retry_of), None),
         "next_runs": [j for j in related if j.retry_of == job.job_id],
         "escalations": list(job.escalations.order_by("created_at", "pk")),
-        "completed_nodes": job_header.collapsible(list(job.completed_node_ids)),
+        "completed_nodes": job_header.collapsible(completed),
         "resume": resume,
         "resume_skip": job_header.collapsible(resume.skip),
         "findings": job.findings,

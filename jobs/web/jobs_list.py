@@ -39,7 +39,6 @@ OPEN_ESCALATION_STATUSES = (Escalation.Status.OPEN, Escalation.Status.ACKNOWLEDG
 # Job columns the list never shows: left in the database so a page of 200 rows stays light.
 LIST_DEFERRED = (
     "metadata",
-    "completed_node_ids",
     "payload_results",
     "cancel_reason",
     "fold",

@@ -131,28 +131,50 @@ def test_json_text_columns_keep_integers_past_64_bits():
 
 
 @pytest.mark.django_db(transaction=True)
-def test_a_job_projected_before_migration_0024_folds_on_after_it():
-    """Migration 0024 turns the Job and Step JSON columns read whole from jsonb into JSON text: a
-    job projected before it reads back the same, and its next events fold onto its snapshot."""
+def test_a_job_survives_migrating_back_before_0024_and_forward_and_folds_on():
+    """Migration 0024 turned the Job and Step JSON columns read whole from jsonb into JSON text;
+    0027 moved a job's completed nodes from a list on the job onto the steps that completed
+    them. A job's rows go back through both and forward again unchanged, and its next events
+    fold onto its snapshot."""
     before = [("jobs", "0023_rollup_histogram_as_text")]
+    results = {"rows": 3, "nested": {"ok": [1, "two", None]}}
+    store([event("job_started", at=0), started("n1", at=1)])
+    # n0 completes with its first attempt (the second succeeds again); n3 with its second.
+    store(
+        [
+            finished("n1", at=2, payload_results=results),
+            finished("n3", "retryable_failure", at=2.5),
+            finished("n0", at=3),
+            finished("n0", at=3.2, attempt=2),
+            finished("n3", at=3.5, attempt=2),
+            started("n2", at=4),
+        ]
+    )
+    snapshot = Job.objects.get().fold
     executor = MigrationExecutor(connection)
     latest = executor.loader.graph.leaf_nodes("jobs")
     executor.migrate(before)
     try:
-        results = {"rows": 3, "nested": {"ok": [1, "two", None]}}
-        store([event("job_started", at=0), started("n1", at=1)])
-        store([finished("n1", at=2, payload_results=results), started("n2", at=3)])
         old = executor.loader.project_state(before).apps.get_model("jobs", "Job")
-        snapshot = old.objects.get().fold
+        assert old.objects.values_list("completed_node_ids", "fold").get() == (
+            ["n1", "n0", "n3"],
+            snapshot,
+        )
     finally:
         MigrationExecutor(connection).migrate(latest)
     job = Job.objects.get()
-    assert (job.fold, job.payload_results, job.completed_node_ids) == (snapshot, results, ["n1"])
+    assert (job.fold, job.payload_results, job.completed_node_ids) == (
+        snapshot,
+        results,
+        ["n1", "n0", "n3"],
+    )
+    completing = Step.objects.exclude(completes=None).order_by("completes")
+    assert list(completing.values_list("node_id", "attempt")) == [("n1", 1), ("n0", 1), ("n3", 2)]
     assert Step.objects.get(node_id="n1").payload_results == results
     incremental = projections("incremental")
-    store([finished("n2", at=4)])
+    store([finished("n2", at=5)])
     assert projections("incremental") == incremental + 1
-    assert Job.objects.get().completed_node_ids == ["n1", "n2"]
+    assert Job.objects.get().completed_node_ids == ["n1", "n0", "n3", "n2"]
     assert parity.differences("j1") == []
 
 

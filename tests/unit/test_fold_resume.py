@@ -10,6 +10,7 @@ from hypothesis import event as hypothesis_event
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from jobs.replay.state import completed_node_ids
 from jobs.replay.walk import Fold, NeedsFullReplay, build, sort_events
 from tests.factories import event, finished, parsed, started
 from tests.strategies import job_events
@@ -45,7 +46,6 @@ def resumed(events, cut: int):
         snapshot,
         steps=[stored(s) for s in first_state.steps if s.node_id in nodes],
         nodes=nodes,
-        completed_node_ids=through_json(first_state.completed_node_ids),
         payload_results=through_json(first_state.payload_results),
         metadata=through_json(first_state.metadata),
         strip=through_json(first_state.strip),
@@ -58,7 +58,7 @@ def resumed(events, cut: int):
 def comparable(state) -> dict:
     return {
         "status": state.status,
-        "completed_node_ids": state.completed_node_ids,
+        "completed_count": state.completed_count,
         "cursor_node": state.cursor_node,
         "payload_results": state.payload_results,
         "attributes": state.attributes,
@@ -94,6 +94,7 @@ def test_resumed_fold_ends_where_a_full_replay_ends(items, data):
     steps = {(s.node_id, s.attempt): s for s in first_state.steps}
     steps.update({(s.node_id, s.attempt): s for s in state.changed_steps})
     assert sorted(steps.values(), key=lambda s: s.position) == [stored(s) for s in expected.steps]
+    assert completed_node_ids(steps.values()) == expected.completed_node_ids
     assert first_state.escalation_triggers + state.escalation_triggers == (
         expected.escalation_triggers
     )
@@ -109,7 +110,6 @@ def test_resume_reads_only_the_nodes_it_was_given():
         first.snapshot(),
         steps=[],
         nodes={"n2"},
-        completed_node_ids=["n1"],
         payload_results={},
         metadata={},
         strip=[],
@@ -127,7 +127,6 @@ def test_first_node_started_after_unloaded_finishes_needs_a_full_replay():
         first.snapshot(),
         steps=[],
         nodes={"n2"},
-        completed_node_ids=["n1"],
         payload_results={},
         metadata={},
         strip=[],
