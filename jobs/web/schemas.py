@@ -15,6 +15,7 @@ from pydantic import BaseModel, ConfigDict, PlainSerializer, WithJsonSchema
 
 from jobs import models
 from jobs.replay.failures import RunStatus, Segment
+from jobs.replay.state import completed_node_ids
 
 DEFAULT_PAGE_SIZE = 50
 
@@ -186,15 +187,17 @@ class Job(JobSummary):
 
     @classmethod
     def from_job(cls, job: models.Job) -> "Job":
-        """Reads the job's steps and escalations (two queries)."""
+        """Reads the job's steps (its completed nodes come off them) and escalations (two
+        queries)."""
+        steps = list(job.steps.filter(partition_day=job.partition_day).order_by("position"))
         return cls(
             **_summary_fields(job),
-            completed_node_ids=job.completed_node_ids,
+            completed_node_ids=completed_node_ids(steps),
             cursor_node=job.cursor_node or None,
             payload_results=job.payload_results,
             last_validation_error=job.last_validation_error,
             findings=job.findings,
-            steps=[Step.from_step(step) for step in job.steps.order_by("position")],
+            steps=[Step.from_step(step) for step in steps],
             escalations=[
                 EscalationRef(
                     id=esc.pk,

@@ -9,6 +9,7 @@ import pytest
 from django.apps import apps
 from django.core.management import call_command
 from django.db import OperationalError, connection
+from django.test.utils import CaptureQueriesContext
 from openapi_schema_validator import OAS31Validator
 from openapi_spec_validator import validate as validate_spec
 
@@ -414,6 +415,39 @@ def detail_stream() -> list[dict]:
             "n2", "retryable_failure", "j1", at=2, reason="network timeout", error_type="auth"
         ),
     ]
+
+
+def test_job_detail_lists_completed_nodes_in_completion_order(client, ingest_token):
+    # n2 completes after n3 (its first attempt failed); n1's second success completes nothing.
+    store(
+        [
+            event("job_started", "j1", at=0),
+            finished("n1", job_id="j1", at=1),
+            finished("n2", "retryable_failure", "j1", at=2),
+            finished("n3", job_id="j1", at=3),
+            finished("n2", job_id="j1", at=4, attempt=2),
+            finished("n1", job_id="j1", at=5, attempt=2),
+        ]
+    )
+    job = body(client.get("/api/v1/jobs/j1", **auth(ingest_token)))
+    assert job["completed_node_ids"] == ["n1", "n3", "n2"]
+
+
+def test_job_detail_queries_do_not_grow_with_its_steps(client, ingest_token):
+    for job_id, steps in (("small", 2), ("big", 40)):
+        store(
+            [
+                event("job_started", job_id, at=0),
+                *(finished(f"n{i}", job_id=job_id, at=1 + i) for i in range(steps)),
+            ]
+        )
+    counts = []
+    for job_id in ("small", "big"):
+        with CaptureQueriesContext(connection) as queries:
+            job = body(client.get(f"/api/v1/jobs/{job_id}", **auth(ingest_token)))
+        counts.append(len(queries.captured_queries))
+        assert len(job["completed_node_ids"]) == len(job["steps"])
+    assert counts[0] == counts[1]
 
 
 def test_job_detail_has_the_documented_keys_and_values(client, ingest_token):
