@@ -170,6 +170,9 @@ def test_job_id_over_200_characters_is_a_field_error():
         "2026-03-02",
         1772442000,
         "2026-03-02T09:00:60Z",
+        # RFC 3339 digits are ASCII: no other script's, in the fraction either.
+        "2026-03-02T09:00:00.\u0665Z",
+        "\u0662026-03-02T09:00:00Z",
     ],
 )
 def test_ts_that_is_not_rfc3339_is_a_field_error(ts):
@@ -181,6 +184,19 @@ def test_ts_that_is_not_rfc3339_is_a_field_error(ts):
 def test_rfc3339_ts_with_offset_is_converted_to_utc():
     event, _ = events.validate({"type": "t", "job_id": "j1", "ts": "2026-03-02T10:00:00.5+01:00"})
     assert event.ts.isoformat() == "2026-03-02T09:00:00.500000+00:00"
+
+
+@pytest.mark.parametrize(
+    ("ts", "utc"),
+    [
+        ("2026-03-02t09:00:00z", "2026-03-02T09:00:00+00:00"),
+        ("2026-03-02 09:00:00.123456789Z", "2026-03-02T09:00:00.123456+00:00"),
+        ("9999-12-31T23:59:59-23:59", None),  # past the calendar in UTC: refused, not a 500
+    ],
+)
+def test_rfc3339_ts_forms_read_as_utc(ts, utc):
+    parsed = events.parse_timestamp(ts)
+    assert (parsed.isoformat() if parsed else None) == utc
 
 
 def test_negative_seq_is_a_field_error():
