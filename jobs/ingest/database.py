@@ -11,11 +11,12 @@ bench/README.md). Both paths write the same rows.
 """
 
 import functools
-from collections.abc import Iterable, Mapping, Sequence
+import weakref
+from collections.abc import Iterable, Mapping, Sequence, Set
 from datetime import date, datetime, timedelta, tzinfo
 
 import psycopg
-from django.db import connection, models, transaction
+from django.db import IntegrityError, connection, models, transaction
 from django.db.models.expressions import RawSQL
 from psycopg.adapt import Loader
 from psycopg.pq import Format
@@ -62,16 +63,25 @@ def _values(fields: Sequence[models.Field], rows: Iterable[dict]) -> list[list]:
     ]
 
 
+# The staging tables each database session has, once the transaction creating them committed
+# (a rollback drops them again), by the driver's connection.
+_STAGES: "weakref.WeakKeyDictionary[object, set[str]]" = weakref.WeakKeyDictionary()
+
+
 def _stage(cursor, table: str, columns: str, rows: Iterable[Sequence]) -> str:
-    """COPY rows into a temporary table shaped like ``columns`` of ``table``; returns its name."""
+    """COPY rows into a temporary table shaped like ``columns`` of ``table`` (created once per
+    database session); returns its name. Whatever reads it must empty it (``_insert_returning``
+    deletes what it reads): ON COMMIT empties it only when the outermost transaction commits,
+    and a second batch inside one transaction (an import, a test) must not see the first one's
+    rows."""
     stage = connection.ops.quote_name(f"tv_stage_{table.strip(chr(34))}")
-    cursor.execute(
-        f"CREATE TEMP TABLE IF NOT EXISTS {stage} ON COMMIT DELETE ROWS "
-        f"AS SELECT {columns} FROM {table} WITH NO DATA"
-    )
-    # ON COMMIT empties the stage only when the outermost transaction commits: a second batch
-    # inside one transaction (an import, a test) must not see the first one's rows.
-    cursor.execute(f"DELETE FROM {stage}")
+    created = _STAGES.setdefault(connection.connection, set())
+    if stage not in created:
+        cursor.execute(
+            f"CREATE TEMP TABLE IF NOT EXISTS {stage} ON COMMIT DELETE ROWS "
+            f"AS SELECT {columns} FROM {table} WITH NO DATA"
+        )
+        connection.on_commit(lambda: created.add(stage))
     with (
         connection.wrap_database_errors,
         cursor.cursor.copy(f"COPY {stage} ({columns}) FROM STDIN") as copy,
@@ -95,7 +105,10 @@ def _insert_returning(
     with connection.cursor() as cursor:
         if connection.vendor == POSTGRES and len(rows) > STAGED_ROWS:
             stage = _stage(cursor, table, columns, rows)
-            cursor.execute(f"INSERT INTO {table} ({columns}) SELECT {columns} FROM {stage} {tail}")
+            cursor.execute(
+                f"WITH staged AS (DELETE FROM {stage} RETURNING {columns}) "
+                f"INSERT INTO {table} ({columns}) SELECT {columns} FROM staged {tail}"
+            )
             return list(map(tuple, cursor.fetchall())) if returning else []
         json_cast = "::jsonb" if connection.vendor == POSTGRES else ""
         placeholder = (
@@ -171,7 +184,11 @@ def upsert_rows(
 
 
 def insert_new_events(
-    model: type[models.Model], columns: Sequence[str], rows: Iterable[tuple]
+    model: type[models.Model],
+    columns: Sequence[str],
+    rows: Iterable[tuple],
+    *,
+    new_jobs: Set[str] = frozenset(),
 ) -> set[tuple[str, str]]:
     """Insert event rows unless (job_id, event_id) is stored already; returns the new rows'
     (job_id, event_id).
@@ -180,7 +197,10 @@ def insert_new_events(
     first (the unique key), the payload as JSON text. The caller must hold the batch's per-job
     locks (``locks.lock_jobs``): on PostgreSQL the stored keys are read first, one query per
     day (so each reads one partition), and the new rows COPYed straight in, which is only safe
-    while nobody else can insert events of these jobs.
+    while nobody else can insert events of these jobs. ``new_jobs`` have no Job row, so no
+    stored event in the partition their rows go to (events and Job rows commit together):
+    their rows are not looked up. Should one be stored after all, the COPY's unique violation
+    is undone (a savepoint) and every row is looked up.
     """
     table = connection.ops.quote_name(model._meta.db_table)
     rows = list(rows)
@@ -189,9 +209,28 @@ def insert_new_events(
         tail = f"ON CONFLICT ({keys}) DO NOTHING RETURNING {', '.join(columns[:2])}"
         by_attname = {f.attname: f for f in model._meta.concrete_fields}
         return set(_insert_returning(table, [by_attname[c] for c in columns], rows, tail))
+    if new_jobs:
+        try:
+            with transaction.atomic():
+                return _copy_new_events(model, table, columns, rows, new_jobs)
+        except IntegrityError:
+            pass
+    return _copy_new_events(model, table, columns, rows, frozenset())
+
+
+def _copy_new_events(
+    model: type[models.Model],
+    table: str,
+    columns: Sequence[str],
+    rows: list[tuple],
+    unlooked: Set[str],
+) -> set[tuple[str, str]]:
+    """``insert_new_events`` on PostgreSQL: the stored keys of the rows of jobs not in
+    ``unlooked`` read, then the other rows COPYed in."""
     by_day: dict = {}
     for row in rows:
-        by_day.setdefault(row[2], []).append(row[:2])
+        if row[0] not in unlooked:
+            by_day.setdefault(row[2], []).append(row[:2])
     stored: set[tuple] = set()
     with connection.cursor() as cursor:
         for day, pairs in by_day.items():

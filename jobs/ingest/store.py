@@ -6,7 +6,7 @@ job + event_id), then ``projection.project_jobs`` over the jobs that got new eve
 """
 
 import gc
-from collections.abc import Iterable
+from collections.abc import Iterable, Set
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import UTC, date, datetime, timedelta
@@ -110,7 +110,9 @@ def store_batch(
         existing = read_jobs(job_ids)
         days = dict.fromkeys(job_ids, today)
         days.update((job_id, row["partition_day"]) for job_id, row in existing.items())
-        new_keys = _insert_events(events.values(), days, token, received_at)
+        new_keys = _insert_events(
+            events.values(), days, token, received_at, new_jobs=days.keys() - existing.keys()
+        )
         touched = sorted({job_id for job_id, _ in new_keys})
         new_events: dict[str, list[Event]] = {}
         for key in new_keys:
@@ -138,9 +140,11 @@ def _insert_events(
     days: dict[str, date],
     token: IngestToken | None,
     received_at: datetime,
+    *,
+    new_jobs: Set[str],
 ) -> set[tuple[str, str]]:
     """Insert event rows (in their job's partition day), skipping stored ones; returns the new
-    rows' (job_id, event_id)."""
+    rows' (job_id, event_id). ``new_jobs`` have no Job row (``database.insert_new_events``)."""
     adapt = database.adapt_datetime
     received, token_id = adapt(received_at), token.pk if token else None
     rows = (
@@ -158,4 +162,4 @@ def _insert_events(
         )
         for event in events
     )
-    return database.insert_new_events(EventRow, EVENT_COLUMNS, rows)
+    return database.insert_new_events(EventRow, EVENT_COLUMNS, rows, new_jobs=new_jobs)

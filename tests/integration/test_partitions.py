@@ -60,6 +60,28 @@ def test_an_event_sent_again_on_a_later_day_is_a_duplicate():
     assert Event.objects.filter(job_id="j1").count() == 1
 
 
+def test_stored_events_of_a_job_without_a_row_are_still_duplicates():
+    """A batch does not look up the stored events of a job that has no Job row (events and Job
+    rows commit together, so it has none); should such a job have some, its resend is still a
+    duplicate (never an error), and the batch's other events are stored."""
+    store_at([event("job_started", "j1", 0, event_id="e1")], DAY1)
+    Job.objects.filter(job_id="j1").delete()
+    again = store_at(
+        [
+            event("job_started", "j1", 0, event_id="e1"),
+            event("node_started", "j1", 1, event_id="e2", node_id="n1"),
+            event("job_started", "j2", 0, event_id="e1"),
+        ],
+        DAY1,
+    )
+    assert (again.stored, again.duplicates, again.errors) == (2, 1, [])
+    assert sorted(Event.objects.values_list("job_id", "event_id")) == [
+        ("j1", "e1"),
+        ("j1", "e2"),
+        ("j2", "e1"),
+    ]
+
+
 @pytest.fixture
 def support():
     return user("support", "support")
