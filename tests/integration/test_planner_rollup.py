@@ -406,3 +406,23 @@ def test_the_migration_fills_the_tables_for_stored_events():
         Event.objects.all().delete()
         planner_rollup.delete_all()
         DashboardRollup.objects.all().delete()
+
+
+@pytest.mark.postgres
+@pytest.mark.parametrize(
+    "events",
+    [
+        lambda: Event.objects.filter(ts__gte=BASE_TS).planner(),
+        lambda: Event.objects.filter(ts__gte=BASE_TS).planner("openai", "gpt-4.1"),
+        lambda: Event.objects.filter(ts__gte=BASE_TS, type=alerts.DEGRADED),
+    ],
+)
+def test_planner_event_lookups_can_use_the_partial_type_index(events):
+    """The (type, ts) event index holds job_started and planner events only (migration 0028):
+    the planner panels' and alerts' conditions must imply that for the planner to use it."""
+    sql, params = events().query.sql_with_params()
+    with connection.cursor() as cursor:
+        cursor.execute("SET LOCAL enable_seqscan = off")
+        cursor.execute("EXPLAIN " + sql, params)
+        plan = "\n".join(row[0] for row in cursor.fetchall())
+    assert "type_ts_idx" in plan, plan
