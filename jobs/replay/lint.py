@@ -106,11 +106,23 @@ class Linter:
     findings: list[Finding] = field(default_factory=list)
     # Findings judged over all of the job's events, by node.
     judged: dict[str, list[Finding]] = field(default_factory=dict)
+    # node -> the message of its first contract violation (``CONTRACT_VIOLATION_KINDS``): the
+    # escalation rules read it after every event, where walking every finding made a job that
+    # keeps reporting after its finish quadratic in its events.
+    violations: dict[str, str] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        for finding in self.findings:
+            self._note_violation(finding)
 
     def _add(self, kind: str, node: str, attempts, event_ids, message: str) -> None:
-        self.findings.append(
-            Finding(kind, node, tuple(attempts), tuple(event_ids), message, self.position)
-        )
+        finding = Finding(kind, node, tuple(attempts), tuple(event_ids), message, self.position)
+        self.findings.append(finding)
+        self._note_violation(finding)
+
+    def _note_violation(self, finding: Finding) -> None:
+        if finding.kind in CONTRACT_VIOLATION_KINDS and finding.severity == "error":
+            self.violations.setdefault(finding.node_id, finding.message)
 
     def job_finished(self, event_id: str) -> None:
         self.finished_event = self.finished_event or event_id

@@ -7,7 +7,7 @@ cancel and finish seen, the planner's degradation, the boundary violations and t
 
 from typing import TYPE_CHECKING
 
-from jobs.replay import failures, lint
+from jobs.replay import failures
 from jobs.replay.failures import ResultType, RunStatus
 from jobs.replay.state import StepState
 
@@ -83,9 +83,8 @@ def holding(
             held[("max_retries_exceeded", step.node_id)] = ("medium", step_message(step, what))
     for node, why in fold.boundary.items():
         held[("boundary_violation", node)] = ("high", f"Node {node} {why}")
-    for finding in fold.linter.findings:
-        if finding.severity == "error" and finding.kind in lint.CONTRACT_VIOLATION_KINDS:
-            held.setdefault(("contract_violation", finding.node_id), ("high", finding.message))
+    for node, message in fold.linter.violations.items():
+        held.setdefault(("contract_violation", node), ("high", message))
     return held
 
 

@@ -1,10 +1,12 @@
 """Escalation triggers at the replay level (DESIGN.md section 5): kind, attached node, severity
 and the event after which the rule started to hold."""
 
+import json
+
 import pytest
 
 from jobs.replay.state import ReplayConfig
-from jobs.replay.walk import build
+from jobs.replay.walk import Fold, build
 from tests.factories import event, finished, parsed, started
 
 DEFAULT_CONFIG = ReplayConfig()
@@ -106,6 +108,32 @@ def test_duplicate_success_triggers_contract_violation():
 def test_rerun_after_permanent_triggers_contract_violation():
     assert triggers(finished("n1", "permanent_failure", at=1), started("n1", at=2, attempt=2)) == [
         ("contract_violation", "n1", "high", "e1")
+    ]
+
+
+def test_contract_violation_says_the_nodes_first_violation_also_after_a_resume():
+    """The rule reads each node's first violation; a fold resumed from its snapshot knows it
+    (and a second violation of the node is no new trigger)."""
+    items = parsed(
+        [
+            finished("n1", at=1, event_id="e0"),
+            finished("n1", at=2, attempt=2, event_id="e1"),
+            finished("n1", at=3, attempt=3, event_id="e2"),
+        ]
+    )
+    head = Fold.of(items[:2])
+    snapshot = json.loads(json.dumps(head.snapshot()))
+    steps = head.finish().steps
+    resumed = Fold.resume(
+        "j1", snapshot, steps=steps, nodes={"n1"}, payload_results={}, metadata={}, strip=[]
+    )
+    resumed.apply(items[2])
+    first = "Node n1 succeeded twice (attempts 1 and 2): its side effect may have happened twice"
+    for fold in (resumed, Fold.of(items)):
+        assert fold.holding[("contract_violation", "n1")] == ("high", first)
+    assert [t.event_id for t in resumed.finish().escalation_triggers] == []
+    assert [(t.kind, t.event_id) for t in build(items).escalation_triggers] == [
+        ("contract_violation", "e1")
     ]
 
 
