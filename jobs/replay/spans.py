@@ -156,7 +156,10 @@ def expand(job_id: str, span_events: Iterable[Event]) -> Expansion:
     _classify(ordered, spans, root)
     steps = [span for span in ordered if span.is_step]
     _number_attempts(steps)
-    results = {span.span_id: _result(span, steps, root) for span in steps}
+    last_attempts: dict[str, int] = {}
+    for span in steps:
+        last_attempts[span.node_id] = max(span.attempt, last_attempts.get(span.node_id, 0))
+    results = {span.span_id: _result(span, last_attempts, root) for span in steps}
     expansion = Expansion()
     for span in steps:
         expansion.events.extend(_step_events(job_id, span, results[span.span_id], spans, root))
@@ -306,7 +309,8 @@ class Result:
     stack: str
 
 
-def _result(span: SpanView, steps: list[SpanView], root: SpanView) -> Result:
+def _result(span: SpanView, last_attempts: dict[str, int], root: SpanView) -> Result:
+    """The step's result; ``last_attempts``: each node's highest attempt."""
     reason, exception_type, stack = failure_text(span)
     explicit = span.text(PREFIX + "result_type")
     if explicit in RESULT_TYPES:
@@ -316,7 +320,7 @@ def _result(span: SpanView, steps: list[SpanView], root: SpanView) -> Result:
         return Result(CELERY_RESULTS[state], True, False, reason, exception_type, stack)
     if not span.error:
         return Result(ResultType.SUCCESS, False, False, reason, exception_type, stack)
-    later = any(other.node_id == span.node_id and other.attempt > span.attempt for other in steps)
+    later = last_attempts[span.node_id] > span.attempt
     result_type = ResultType.RETRYABLE_FAILURE if later else ResultType.PERMANENT_FAILURE
     return Result(result_type, False, _handled(span, root), reason, exception_type, stack)
 
