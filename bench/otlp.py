@@ -10,6 +10,12 @@ B/2 = 200: ``--spans-per-request 200``). Prints events/s, spans/s and their rati
 spans/s >= 0.5 x events/s) for each of ``--rounds`` rounds (the two phases alternate, so a
 change in the shared machine's load hits both alike), and their median.
 
+Then one long trace streamed as an instrumented app exports it while it runs: L steps' spans
+sent in the order they end (a step's LLM call before the step, the root last), E spans per
+request, one request at a time. Prints the request latency near the start and at the end: a
+job told by spans is replayed whole on each request (DESIGN.md section 3b), so the second
+grows with the trace (bench/README.md says how much).
+
     DATABASE_URL=postgres://postgres@127.0.0.1:5432/traceviz_otlp .venv/bin/python bench/otlp.py
 """
 
@@ -109,6 +115,20 @@ def export_bodies(traces: list[list[Span]], spans_per_request: int) -> list[byte
     return bodies
 
 
+def end_order_bodies(spans: list[Span], spans_per_request: int) -> list[bytes]:
+    """A trace's spans in the order they end (the root last), ``spans_per_request`` a body:
+    what a ``BatchSpanProcessor`` exports of a run still going."""
+    ordered = sorted(spans, key=lambda span: (span.end_time_unix_nano, not span.parent_span_id))
+    bodies = []
+    for start in range(0, len(ordered), spans_per_request):
+        request = ExportTraceServiceRequest()
+        resource_spans = request.resource_spans.add()
+        resource_spans.resource.attributes.append(attribute("service.name", "otlp-bench"))
+        resource_spans.scope_spans.add().spans.extend(ordered[start : start + spans_per_request])
+        bodies.append(request.SerializeToString())
+    return bodies
+
+
 def post_traces(url: str, token: str, body: bytes) -> None:
     request = urllib.request.Request(
         url + "/v1/traces",
@@ -132,6 +152,10 @@ def main() -> None:
     parser.add_argument("--workers", type=int, default=3, help="gunicorn workers")
     parser.add_argument(
         "--rounds", type=int, default=3, help="event API then OTLP, this many times (new jobs)"
+    )
+    parser.add_argument("--long-steps", type=int, default=2_000, help="the long trace's steps")
+    parser.add_argument(
+        "--long-export", type=int, default=100, help="spans per request of the long trace"
     )
     args = parser.parse_args()
     base = os.environ.get("DATABASE_URL", "postgres://postgres@127.0.0.1:5432/traceviz_otlp")
@@ -170,7 +194,20 @@ def main() -> None:
             )
         print(
             f"median of {len(ratios)} rounds: spans/s / events/s = "
-            f"{statistics.median(ratios):.2f} (target >= 0.5)\n"
+            f"{statistics.median(ratios):.2f} (target >= 0.5)"
+        )
+        long_trace = trace_spans(args.jobs, args.long_steps, start, rng)
+        bodies = end_order_bodies(long_trace, args.long_export)
+        latencies = []
+        for body in bodies:
+            latencies.append(send_all(server.url, server.token, [[body]], post_traces))
+        early, late = latencies[1:6], latencies[-6:-1]  # not the first body, nor the root's
+        print(
+            f"one trace of {args.long_steps:,} steps ({len(long_trace):,} spans) streamed in "
+            f"end order, {args.long_export} spans per request ({len(bodies)} requests): "
+            f"{len(long_trace) / sum(latencies):,.0f} spans/s\n"
+            f"   median latency of requests 2-6: {statistics.median(early) * 1000:,.0f} ms; "
+            f"of the last 5 before the root's: {statistics.median(late) * 1000:,.0f} ms\n"
             f"server peak RSS: {server.peak_worker_kib / 1024:,.0f} MiB per worker"
         )
     finally:
