@@ -188,7 +188,7 @@ def insert_new_events(
     columns: Sequence[str],
     rows: Iterable[tuple],
     *,
-    new_jobs: Set[str] = frozenset(),
+    unseen: Set[str] = frozenset(),
 ) -> set[tuple[str, str]]:
     """Insert event rows unless (job_id, event_id) is stored already; returns the new rows'
     (job_id, event_id).
@@ -197,8 +197,8 @@ def insert_new_events(
     first (the unique key), the payload as JSON text. The caller must hold the batch's per-job
     locks (``locks.lock_jobs``): on PostgreSQL the stored keys are read first, one query per
     day (so each reads one partition), and the new rows COPYed straight in, which is only safe
-    while nobody else can insert events of these jobs. ``new_jobs`` have no Job row, so no
-    stored event in the partition their rows go to (events and Job rows commit together):
+    while nobody else can insert events of these jobs. ``unseen`` are jobs none of whose
+    stored events can be among the rows (the caller knows why: ``projection.unseen_jobs``):
     their rows are not looked up. Should one be stored after all, the COPY's unique violation
     is undone (a savepoint) and every row is looked up.
     """
@@ -209,10 +209,10 @@ def insert_new_events(
         tail = f"ON CONFLICT ({keys}) DO NOTHING RETURNING {', '.join(columns[:2])}"
         by_attname = {f.attname: f for f in model._meta.concrete_fields}
         return set(_insert_returning(table, [by_attname[c] for c in columns], rows, tail))
-    if new_jobs:
+    if unseen:
         try:
             with transaction.atomic():
-                return _copy_new_events(model, table, columns, rows, new_jobs)
+                return _copy_new_events(model, table, columns, rows, unseen)
         except IntegrityError:
             pass
     return _copy_new_events(model, table, columns, rows, frozenset())

@@ -184,12 +184,7 @@ def _fold_onto_snapshots(
     plans = {}
     for job_id, events in new_events.items():
         job = existing.get(job_id)
-        snapshot = job["fold"] if job is not None else None
-        if not snapshot or snapshot.get("version") != walk.FOLD_VERSION or not events:
-            continue
-        if snapshot["has_spans"] or any(event.type == walk.SPAN for event in events):
-            continue  # spans are expanded with their whole trace: a full replay
-        if all(walk.key_after(snapshot, event) for event in events):
+        if (snapshot := _foldable(job, events)) is not None:
             plans[job_id] = (job, snapshot, walk.sort_events(events))
     if not plans:
         return {}
@@ -222,6 +217,30 @@ def _fold_onto_snapshots(
             continue  # the job's failure signatures change: replayed whole
         projected[job_id] = Projected(state, INCREMENTAL, fold, stored_groups.get(job["id"], {}))
     return projected
+
+
+def _foldable(job: dict | None, events: list[Event]) -> dict | None:
+    """The Job row's snapshot when ``events`` can be folded onto it: one of this fold version,
+    of a job without spans (they are expanded with their whole trace: a full replay), and
+    every event sorting after its last one."""
+    snapshot = job["fold"] if job is not None else None
+    if not snapshot or snapshot.get("version") != walk.FOLD_VERSION or not events:
+        return None
+    if snapshot["has_spans"] or any(event.type == walk.SPAN for event in events):
+        return None
+    return snapshot if walk.all_after(snapshot, events) else None
+
+
+def unseen_jobs(existing: dict[str, dict], events: dict[str, list[Event]]) -> set[str]:
+    """The jobs none of whose stored events can be among their ``events``: those without a Job
+    row (events and Job rows commit together), and those whose events all fold onto their
+    snapshot (every stored event was folded, so it sorts at or before the snapshot's last one,
+    and a resend sorts where it did). ``existing`` is ``read_jobs`` of at least these jobs."""
+    return {
+        job_id
+        for job_id, job_events in events.items()
+        if job_id not in existing or _foldable(existing[job_id], job_events) is not None
+    }
 
 
 def _load_steps(

@@ -20,7 +20,7 @@ from jobs.contract.events import Event
 from jobs.contract.redaction import redact_payload
 from jobs.ingest import counters, database
 from jobs.ingest.locks import lock_jobs
-from jobs.ingest.projection import project_jobs, read_jobs
+from jobs.ingest.projection import project_jobs, read_jobs, unseen_jobs
 from jobs.models import Event as EventRow
 from jobs.models import IngestToken, json_text
 
@@ -110,8 +110,11 @@ def store_batch(
         existing = read_jobs(job_ids)
         days = dict.fromkeys(job_ids, today)
         days.update((job_id, row["partition_day"]) for job_id, row in existing.items())
+        by_job: dict[str, list[Event]] = {}
+        for (job_id, _), event in events.items():
+            by_job.setdefault(job_id, []).append(event)
         new_keys = _insert_events(
-            events.values(), days, token, received_at, new_jobs=days.keys() - existing.keys()
+            events.values(), days, token, received_at, unseen=unseen_jobs(existing, by_job)
         )
         touched = sorted({job_id for job_id, _ in new_keys})
         new_events: dict[str, list[Event]] = {}
@@ -141,10 +144,10 @@ def _insert_events(
     token: IngestToken | None,
     received_at: datetime,
     *,
-    new_jobs: Set[str],
+    unseen: Set[str],
 ) -> set[tuple[str, str]]:
     """Insert event rows (in their job's partition day), skipping stored ones; returns the new
-    rows' (job_id, event_id). ``new_jobs`` have no Job row (``database.insert_new_events``)."""
+    rows' (job_id, event_id). ``unseen``: ``projection.unseen_jobs``."""
     adapt = database.adapt_datetime
     received, token_id = adapt(received_at), token.pk if token else None
     rows = (
@@ -162,4 +165,4 @@ def _insert_events(
         )
         for event in events
     )
-    return database.insert_new_events(EventRow, EVENT_COLUMNS, rows, new_jobs=new_jobs)
+    return database.insert_new_events(EventRow, EVENT_COLUMNS, rows, unseen=unseen)

@@ -557,10 +557,11 @@ class Fold:
         return fold
 
 
-def key_after(snapshot: dict[str, Any], event: Event) -> bool:
-    """Whether ``event`` sorts after the last event folded into ``snapshot``."""
+def all_after(snapshot: dict[str, Any], events: Iterable[Event]) -> bool:
+    """Whether every one of ``events`` sorts after the last event folded into ``snapshot``."""
     ts, seq, rank, attempt, event_id = snapshot["last_key"]
-    return event_key(event) > (datetime.fromisoformat(ts), seq, rank, attempt, event_id)
+    last = (datetime.fromisoformat(ts), seq, rank, attempt, event_id)
+    return all(event_key(event) > last for event in events)
 
 
 def _iso(value: datetime | None) -> str | None:

@@ -82,6 +82,21 @@ def test_stored_events_of_a_job_without_a_row_are_still_duplicates():
     ]
 
 
+def test_an_event_id_sent_again_with_a_later_time_is_a_duplicate():
+    """Events that all sort after a job's snapshot are not looked up (a stored one was folded,
+    so it sorts before); an event id reused with other content can sort after, and is still a
+    duplicate of the stored event, which stays as it was."""
+    store_at([event("job_started", "j1", 0, event_id="e1"), started("n1", "j1", 1)], DAY1)
+    again = store_at(
+        [started("n2", "j1", 5), event("node_started", "j1", 6, event_id="e1", node_id="n3")],
+        DAY1,
+    )
+    assert (again.stored, again.duplicates, again.errors) == (1, 1, [])
+    assert Event.objects.get(job_id="j1", event_id="e1").type == "job_started"
+    assert Job.objects.get(job_id="j1").step_count == 2
+    assert parity.differences("j1") == []
+
+
 @pytest.fixture
 def support():
     return user("support", "support")
