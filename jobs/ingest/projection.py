@@ -6,7 +6,9 @@ steps of the nodes it touches: only the Step rows that changed are written, the 
 updated in place, and the cost grows with the batch, not with the job. An event that sorts
 earlier (out-of-order delivery), a missing snapshot or one of another fold version falls back to
 a full replay of that job from all its events. Both paths run the same fold, so the rows are
-exactly ``walk.build``'s output whatever order the events arrived in (replay parity).
+exactly ``walk.build``'s output whatever order the events arrived in (replay parity). A job's
+new OpenTelemetry spans are first expanded onto its stored trace (``trace_growth``) into the
+events and calls they stand for, or the job is replayed whole when that would not be exact.
 
 Callers hold the jobs' locks (``locks.lock_jobs``) inside their transaction.
 """
@@ -23,7 +25,7 @@ from django.utils import timezone
 
 from jobs.contract.events import Event
 from jobs.escalations import actions, repair_budget
-from jobs.ingest import counters, database, failure_groups
+from jobs.ingest import counters, database, failure_groups, trace_growth
 from jobs.models import PLANNER_EVENT_TYPES, Call, DashboardDirtyHour, Escalation, Job, Step
 from jobs.models import Event as EventRow
 from jobs.replay import walk
@@ -180,10 +182,20 @@ def project_jobs(
 def _fold_onto_snapshots(
     existing: dict[str, dict], new_events: dict[str, list[Event]], config: ReplayConfig
 ) -> dict[str, Projected]:
-    """Fold each job's new events onto its snapshot where they all sort after it."""
+    """Fold each job's new events onto its snapshot where they all sort after it; new spans
+    first become the events they stand for, expanded onto the job's trace where they can be
+    (``trace_growth``), with the calls they add."""
+    spans_of = {
+        job_id: events
+        for job_id, events in new_events.items()
+        if job_id in existing and any(event.type == walk.SPAN for event in events)
+    }
+    grown = trace_growth.grow(existing, spans_of) if spans_of else {}
     plans = {}
     for job_id, events in new_events.items():
         job = existing.get(job_id)
+        if job_id in grown:
+            events = grown[job_id][0]
         if (snapshot := _foldable(job, events)) is not None:
             plans[job_id] = (job, snapshot, walk.sort_events(events))
     if not plans:
@@ -207,6 +219,8 @@ def _fold_onto_snapshots(
             strip=job["segment_strip"],
             config=config,
         )
+        if job_id in grown:
+            fold.trace, fold.state.calls = grown[job_id][1].summary, grown[job_id][1].calls
         try:
             for event in events:
                 fold.apply(event)
@@ -221,12 +235,12 @@ def _fold_onto_snapshots(
 
 def _foldable(job: dict | None, events: list[Event]) -> dict | None:
     """The Job row's snapshot when ``events`` can be folded onto it: one of this fold version,
-    of a job without spans (they are expanded with their whole trace: a full replay), and
-    every event sorting after its last one."""
+    no span among the events (``trace_growth`` expands them first), and every event sorting
+    after its last one."""
     snapshot = job["fold"] if job is not None else None
     if not snapshot or snapshot.get("version") != walk.FOLD_VERSION or not events:
         return None
-    if snapshot["has_spans"] or any(event.type == walk.SPAN for event in events):
+    if any(event.type == walk.SPAN for event in events):
         return None
     return snapshot if walk.all_after(snapshot, events) else None
 
@@ -283,6 +297,7 @@ def job_row(state: JobState, received_at: datetime, snapshot: dict, partition_da
     """The Job row's values (by attname) for a replayed state."""
     root = state.root_failure
     attrs = state.attributes
+    trace = snapshot["spans"] or {}
     return dict(
         job_id=state.job_id,
         status=state.status,
@@ -312,11 +327,9 @@ def job_row(state: JobState, received_at: datetime, snapshot: dict, partition_da
         planner_parse_invalid=state.planner_parse_invalid,
         planner_degraded=state.planner_degraded,
         segment_strip=state.strip,
-        input_tokens=sum(call.input_tokens or 0 for call in state.calls),
-        output_tokens=sum(call.output_tokens or 0 for call in state.calls),
-        cost=usd(sum(c.cost for c in state.calls if c.cost is not None))
-        if any(c.cost is not None for c in state.calls)
-        else None,
+        input_tokens=trace.get("input_tokens", 0),
+        output_tokens=trace.get("output_tokens", 0),
+        cost=usd(trace["cost"]) if trace.get("cost") is not None else None,
         fold=snapshot,
         partition_day=partition_day,
     )
@@ -437,15 +450,13 @@ def _write_calls(
     projected: dict[str, Projected], existing: dict[str, dict], ids: dict[tuple, int]
 ) -> None:
     """A full replay rewrites the job's calls (they come from its spans, expanded whole); an
-    incremental fold has no spans, so its job's calls stay as they are."""
+    incremental fold adds the calls of its new spans, if any."""
     replayed = [job_id for job_id, p in projected.items() if p.path == FULL]
     known = [existing[job_id]["id"] for job_id in replayed if job_id in existing]
     if known:
         Call.objects.filter(job_id__in=known).delete()
     rows = [
-        call_row(call, ids[(job_id,)])
-        for job_id in replayed
-        for call in projected[job_id].state.calls
+        call_row(call, ids[(job_id,)]) for job_id, p in projected.items() for call in p.state.calls
     ]
     database.insert_rows(Call, rows)
 

@@ -18,6 +18,9 @@ First match wins, and an explicit ``traceviz.*`` attribute always beats an infer
 - result types: ``traceviz.result_type``, Celery's ``celery.state``, else status: ERROR is a
   permanent failure when no later attempt of the node exists and retryable when one does;
   an ERROR step whose parent step (or the root) ended without error was handled.
+
+``growth`` sums up what the trace decided that later spans' meaning can depend on, and expands
+a live trace's new spans onto that summary when it can show the whole trace would give the same.
 """
 
 import json
@@ -97,6 +100,13 @@ class SpanView:
 class Expansion:
     events: list[Event] = field(default_factory=list)
     calls: list[call_data.CallRecord] = field(default_factory=list)
+    # The trace as expand decided it: its spans in start order, their steps, the root, and
+    # whether each span came once, as the OTLP endpoint stores it (``is_canonical``).
+    spans: list[SpanView] = field(default_factory=list)
+    steps: list[SpanView] = field(default_factory=list)
+    root: SpanView | None = None
+    call_count: int = 0
+    regular: bool = True
 
 
 def read_span(event: Event) -> SpanView | None:
@@ -144,25 +154,27 @@ def _list(value: Any) -> list:
 
 def expand(job_id: str, span_events: Iterable[Event]) -> Expansion:
     """The contract events and calls a job's spans stand for."""
-    spans = {}
+    spans: dict[str, SpanView] = {}
+    regular = True
     for event in span_events:
         span = read_span(event)
         if span is not None:
+            regular = regular and span.span_id not in spans and is_canonical(event, span)
             spans.setdefault(span.span_id, span)
     if not spans:
         return Expansion()
     ordered = sorted(spans.values(), key=lambda s: (s.start, s.span_id))
     root = _job_root(ordered, spans)
-    _classify(ordered, spans, root)
+    classify(ordered, spans, root)
     steps = [span for span in ordered if span.is_step]
-    _number_attempts(steps)
+    number_attempts(steps)
     last_attempts: dict[str, int] = {}
     for span in steps:
         last_attempts[span.node_id] = max(span.attempt, last_attempts.get(span.node_id, 0))
-    results = {span.span_id: _result(span, last_attempts, root) for span in steps}
+    results = {span.span_id: step_result(span, last_attempts, root) for span in steps}
     expansion = Expansion()
     for span in steps:
-        expansion.events.extend(_step_events(job_id, span, results[span.span_id], spans, root))
+        expansion.events.extend(step_events(job_id, span, results[span.span_id], spans, root))
     # Calls: every span that is not a step, and the marked spans that are steps (an LLM span
     # with no step above it is both: its own step, and the call it made).
     call_spans = [s for s in ordered if s is not root and (not s.is_step or call_data.is_marked(s))]
@@ -175,7 +187,15 @@ def expand(job_id: str, span_events: Iterable[Event]) -> Expansion:
     if call_data.is_marked(root):
         expansion.calls.insert(0, call_data.call_record(root, None, -1, failure_text(root)))
     expansion.events.extend(_job_events(job_id, root, steps, results, expansion.calls))
+    expansion.spans, expansion.steps, expansion.root = ordered, steps, root
+    expansion.call_count, expansion.regular = len(call_spans), regular
     return expansion
+
+
+def is_canonical(event: Event, span: SpanView) -> bool:
+    """Whether the span came as the OTLP endpoint stores it: one event per span, its id made of
+    the trace and span ids (a resend of the span is then the same event)."""
+    return event.event_id == f"otlp:{span.trace_id}:{span.span_id}"
 
 
 # --- the tree -----------------------------------------------------------------------------
@@ -201,7 +221,7 @@ def _ancestors(span: SpanView, spans: dict[str, SpanView]) -> Iterable[SpanView]
         parent = spans.get(parent.parent_id)
 
 
-def _classify(ordered: list[SpanView], spans: dict[str, SpanView], root: SpanView) -> None:
+def classify(ordered: list[SpanView], spans: dict[str, SpanView], root: SpanView) -> None:
     """Mark the steps, from the top of the trace down (a call needs its ancestors decided)."""
     depth = {span.span_id: sum(1 for _ in _ancestors(span, spans)) for span in ordered}
     for span in sorted(ordered, key=lambda s: (depth[s.span_id], s.start, s.span_id)):
@@ -238,7 +258,7 @@ def _is_celery_run(span: SpanView) -> bool:
 # --- attempts -----------------------------------------------------------------------------
 
 
-def _base_node(span: SpanView) -> str:
+def base_node(span: SpanView) -> str:
     node = span.text(PREFIX + "node_id") or (
         span.text("celery.task_name") if _is_celery_run(span) else None
     )
@@ -263,13 +283,18 @@ def _explicit_attempt(span: SpanView) -> int | None:
     return None
 
 
-def _number_attempts(steps: list[SpanView]) -> None:
-    """Give every step a node id and an attempt, in start order; no two share both."""
-    used: set[tuple[str, int]] = set()
-    # (parent span, base node) -> (latest sibling step, its iteration)
-    latest: dict[tuple[str, str], tuple[SpanView, int]] = {}
+def number_attempts(
+    steps: list[SpanView],
+    used: set[tuple[str, int]] | None = None,
+    latest: dict[tuple[str, str], tuple[SpanView, int]] | None = None,
+) -> None:
+    """Give every step a node id and an attempt, in start order; no two share both. ``used``
+    and ``latest`` are what earlier steps took: their (node, attempt), and by (parent span,
+    base node) the latest sibling step and its iteration."""
+    used = set() if used is None else used
+    latest = {} if latest is None else latest
     for span in steps:
-        base = _base_node(span)
+        base = base_node(span)
         explicit = _explicit_attempt(span)
         previous = latest.get((span.parent_id, base))
         iteration, attempt = 1, explicit or 1
@@ -309,7 +334,7 @@ class Result:
     stack: str
 
 
-def _result(span: SpanView, last_attempts: dict[str, int], root: SpanView) -> Result:
+def step_result(span: SpanView, last_attempts: dict[str, int], root: SpanView) -> Result:
     """The step's result; ``last_attempts``: each node's highest attempt."""
     reason, exception_type, stack = failure_text(span)
     explicit = span.text(PREFIX + "result_type")
@@ -363,7 +388,7 @@ def _event(event_type: str, job_id: str, event_id: str, ts: datetime, payload: d
     return Event(event_type, job_id, event_id, ts, None, payload)
 
 
-def _step_events(
+def step_events(
     job_id: str, span: SpanView, result: Result, spans: dict[str, SpanView], root: SpanView
 ) -> list[Event]:
     parent = span.step_parent
@@ -475,9 +500,13 @@ CORRELATION_KEYS = (PREFIX + "correlation_id", "messaging.message.id")
 def _first_text(spans: list[SpanView], keys: tuple[str, ...]) -> str | None:
     for key in keys:
         for span in spans:
-            if value := span.text(key) or _text(span.resource.get(key)):
+            if value := span_text(span, key):
                 return value
     return None
+
+
+def span_text(span: SpanView, key: str) -> str | None:
+    return span.text(key) or _text(span.resource.get(key)) or None
 
 
 def _job_fields(root: SpanView) -> dict[str, Any]:

@@ -19,7 +19,7 @@ from datetime import datetime
 from typing import Any
 
 from jobs.contract.events import Event, order_key
-from jobs.replay import lint, rules, spans
+from jobs.replay import growth, lint, rules, spans
 from jobs.replay.failures import ResultType, RunStatus
 from jobs.replay.state import (
     DEFAULT_CONFIG,
@@ -37,7 +37,7 @@ from jobs.replay.state import (
 
 # Bump when the fold's meaning or the snapshot's shape changes: every job then gets a full
 # replay on its next batch (and rebuild_projections refreshes them all).
-FOLD_VERSION = 5
+FOLD_VERSION = 6
 SPAN = "span"
 # A finish's result, replaced as a whole when the attempt finishes again; the other fields of a
 # finish keep the value an earlier event of the attempt gave when the finish leaves them out.
@@ -66,6 +66,13 @@ KEPT_FIELDS = (
     "span",
 )
 ID_FIELDS = ("step_index", "trace_span_id", "parent_span_id", "epoch", "step_epoch")
+# The JobState fields a snapshot keeps: its times (as text), and these as they are.
+SNAPSHOT_TIMES = ("started_at", "finished_at", "last_event_at")
+SNAPSHOT_FIELDS = (
+    *("cursor_node", "attributes", "finish_code", "finish_reason", "cancel_reason"),
+    *("last_validation_error", "planner_parse_invalid", "planner_degraded", "event_count"),
+    *("step_count", "max_attempt", "segment_counts", "completed_count"),
+)
 
 
 class NeedsFullReplay(Exception):
@@ -136,8 +143,9 @@ class Fold:
         self.triggered: set[tuple[str, str]] = set()
         self.linter = lint.Linter()
         self.last_key: tuple | None = None
-        # The job has OpenTelemetry spans: every batch of it is replayed whole.
-        self.has_spans = False
+        # What the job's OpenTelemetry spans decided (None: it has none): a batch of new spans
+        # is expanded onto it (``growth``) or the job replayed whole.
+        self.trace: growth.TraceSummary | None = None
 
     @classmethod
     def of(cls, events: Iterable[Event], config: ReplayConfig = DEFAULT_CONFIG) -> "Fold":
@@ -153,7 +161,7 @@ class Fold:
             expansion = spans.expand(fold.state.job_id, span_events)
             events = [event for event in events if event.type != SPAN] + expansion.events
             fold.state.calls = expansion.calls
-            fold.has_spans = True
+            fold.trace = growth.summarize(expansion)
         for event in sort_events(events):
             fold.apply(event)
         return fold
@@ -164,8 +172,8 @@ class Fold:
         """Fold in the next event in event order. The same event again (same order key, so the
         same event_id) is a resend and changes nothing, as in the event log."""
         if event.type == SPAN:
-            # Only a full replay (Fold.of) knows the whole trace a span belongs to.
-            raise NeedsFullReplay("a span is folded with its whole trace")
+            # Spans are expanded first: with their whole trace (Fold.of), or onto it (growth).
+            raise NeedsFullReplay("a span is folded as the events it stands for")
         key = event_key(event)
         if self.last_key is not None and key <= self.last_key:
             if key == self.last_key:
@@ -459,22 +467,8 @@ class Fold:
             "last_key": [ts.isoformat(), seq, rank, attempt, event_id],
             "job": {
                 "status": state.status.value,
-                "cursor_node": state.cursor_node,
-                "attributes": state.attributes,
-                "started_at": _iso(state.started_at),
-                "finished_at": _iso(state.finished_at),
-                "last_event_at": _iso(state.last_event_at),
-                "finish_code": state.finish_code,
-                "finish_reason": state.finish_reason,
-                "cancel_reason": state.cancel_reason,
-                "last_validation_error": state.last_validation_error,
-                "planner_parse_invalid": state.planner_parse_invalid,
-                "planner_degraded": state.planner_degraded,
-                "event_count": state.event_count,
-                "step_count": state.step_count,
-                "max_attempt": state.max_attempt,
-                "segment_counts": state.segment_counts,
-                "completed_count": state.completed_count,
+                **{name: _iso(getattr(state, name)) for name in SNAPSHOT_TIMES},
+                **{name: getattr(state, name) for name in SNAPSHOT_FIELDS},
             },
             "failing": [[node, step.attempt] for node, step in self.failing.items()],
             "failing_began": self.failing_began,
@@ -485,7 +479,7 @@ class Fold:
             "holding": sorted([k, n, s, m] for (k, n), (s, m) in self.holding.items()),
             "triggered": sorted([k, n] for k, n in self.triggered),
             "lint": self.linter.snapshot(),
-            "has_spans": self.has_spans,
+            "spans": self.trace.as_json() if self.trace is not None else None,
         }
 
     @staticmethod
@@ -526,23 +520,9 @@ class Fold:
         state.payload_results = dict(payload_results)
         state.metadata = metadata
         state.strip = list(strip)
-        for name in ("started_at", "finished_at", "last_event_at"):
+        for name in SNAPSHOT_TIMES:
             setattr(state, name, _datetime(job[name]))
-        for name in (
-            "cursor_node",
-            "attributes",
-            "finish_code",
-            "finish_reason",
-            "cancel_reason",
-            "last_validation_error",
-            "planner_parse_invalid",
-            "planner_degraded",
-            "event_count",
-            "step_count",
-            "max_attempt",
-            "segment_counts",
-            "completed_count",
-        ):
+        for name in SNAPSHOT_FIELDS:
             setattr(state, name, job[name])
         fold.failing = {node: fold.steps[(node, attempt)] for node, attempt in snapshot["failing"]}
         fold.failing_began = list(snapshot["failing_began"])
@@ -553,7 +533,8 @@ class Fold:
         fold.holding = {(k, n): (s, m) for k, n, s, m in snapshot["holding"]}
         fold.triggered = {(k, n) for k, n in snapshot["triggered"]}
         fold.linter = lint.Linter.restore(snapshot["lint"])
-        fold.has_spans = snapshot["has_spans"]
+        if snapshot["spans"] is not None:
+            fold.trace = growth.TraceSummary(**snapshot["spans"])
         return fold
 
 

@@ -1,0 +1,117 @@
+"""Read what ``replay.growth`` needs to expand a batch's new spans onto the jobs' stored traces:
+a few spans by id and the stored steps of the new steps' base nodes, never a whole trace, in a
+few queries for all the batch's jobs (a collector's export holds spans of many live runs).
+
+Callers hold the jobs' locks (``locks.lock_jobs``) inside their transaction.
+"""
+
+from collections.abc import Iterable
+from datetime import date
+from functools import reduce
+from operator import or_
+
+from django.db.models import Q
+
+from jobs.contract.events import Event
+from jobs.ingest import database
+from jobs.models import Event as EventRow
+from jobs.models import Step
+from jobs.replay import growth, spans, walk
+from jobs.replay.spans import SpanView
+
+STEP_COLUMNS = ("attempt", "trace_span_id", "started_at")
+
+
+def grow(
+    jobs: dict[str, dict], new_events: dict[str, list[Event]]
+) -> dict[str, tuple[list[Event], growth.Grown]]:
+    """By job: its new ``events`` with its spans replaced by the events they stand for, and
+    what they add to its trace, for the jobs whose new spans can be expanded alone. ``jobs``:
+    their stored Job rows (``projection.read_jobs``); a job left out is replayed whole."""
+    growing: dict[str, growth.Growth] = {}
+    for job_id, events in new_events.items():
+        snapshot = jobs[job_id]["fold"] or {}
+        if snapshot.get("version") == walk.FOLD_VERSION:
+            span_events = [event for event in events if event.type == walk.SPAN]
+            started = growth.Growth.start(job_id, snapshot["spans"], span_events)
+            if started is not None:
+                growing[job_id] = started
+    stored = _read_spans(jobs, {job_id: g.wanted() for job_id, g in growing.items()})
+    bases = {}
+    for job_id, g in growing.items():
+        if g.place(stored.get(job_id, {})) and (found := g.bases()) is not None:
+            bases[job_id] = found
+    steps = _stored_steps(jobs, bases)
+    read = {job_id: growing[job_id].siblings_to_read(steps[job_id]) for job_id in steps}
+    siblings = _read_spans(jobs, read)
+    out = {}
+    for job_id, job_steps in steps.items():
+        grown = growing[job_id].extend(job_steps, siblings.get(job_id, {}))
+        if grown is not None:
+            events = [e for e in new_events[job_id] if e.type != walk.SPAN] + grown.events
+            out[job_id] = (events, grown)
+    return out
+
+
+def _by_day(jobs: dict[str, dict], job_ids: Iterable[str]) -> dict[date, list[str]]:
+    days: dict[date, list[str]] = {}
+    for job_id in job_ids:
+        days.setdefault(jobs[job_id]["partition_day"], []).append(job_id)
+    return days
+
+
+def _read_spans(
+    jobs: dict[str, dict], wanted: dict[str, list[str]]
+) -> dict[str, dict[str, SpanView]]:
+    """The stored, readable spans of these ids, by job and span id (a job's spans all belong
+    to its one trace: ``growth``)."""
+    found: dict[str, dict[str, SpanView]] = {}
+    for day, job_ids in _by_day(jobs, [j for j, ids in wanted.items() if ids]).items():
+        pairs = [
+            (job_id, f"otlp:{jobs[job_id]['fold']['spans']['trace_id']}:{span_id}")
+            for job_id in job_ids
+            for span_id in wanted[job_id]
+        ]
+        rows = database.rows_by_pairs(
+            EventRow, ("job_id", "event_id"), pairs, day, ("type", "ts", "seq", "payload")
+        )
+        for job_id, event_id, event_type, ts, seq, payload in rows:
+            if event_type == walk.SPAN:
+                span = spans.read_span(Event(event_type, job_id, event_id, ts, seq, payload))
+                if span is not None:
+                    found.setdefault(job_id, {})[span.span_id] = span
+    return found
+
+
+def _stored_steps(
+    jobs: dict[str, dict], bases: dict[str, set[str]]
+) -> dict[str, list[growth.StoredStep]]:
+    """By job: every stored step whose node is one of its ``bases`` or an iteration of one. A
+    job one of whose steps is not a span's (contract events on the same node) is left out."""
+    rows: dict[str, list[tuple]] = {job_id: [] for job_id in bases}
+    by_pk = {jobs[job_id]["id"]: job_id for job_id in bases}
+    for day, job_ids in _by_day(jobs, bases).items():
+        # By the unique index first: no step is numbered "base #2" from a base until one named
+        # "base" exists (``spans.number_attempts``), so only the bases found have iterations.
+        pairs = [(jobs[job_id]["id"], base) for job_id in job_ids for base in sorted(bases[job_id])]
+        named = database.rows_by_pairs(Step, ("job", "node_id"), pairs, day, STEP_COLUMNS)
+        if found := sorted({(pk, node_id) for pk, node_id, *_ in named}):
+            iterated = reduce(
+                or_, (Q(job_id=pk, node_id__startswith=f"{node_id} #") for pk, node_id in found)
+            )
+            named += Step.objects.filter(iterated, partition_day=day).values_list(
+                "job_id", "node_id", *STEP_COLUMNS
+            )
+        for pk, *row in named:
+            rows[by_pk[pk]].append(tuple(row))
+    out = {}
+    for job_id, job_rows in rows.items():
+        # SQLite's LIKE ignores case: keep the exact names.
+        stored = [
+            growth.StoredStep(*row)
+            for row in job_rows
+            if any(row[0] == b or row[0].startswith(f"{b} #") for b in bases[job_id])
+        ]
+        if all(step.started_at is not None and step.span_id for step in stored):
+            out[job_id] = stored
+    return out

@@ -1,0 +1,197 @@
+"""A live trace's spans, exported as they end, are expanded onto the stored trace (replay.growth)
+where that is exact, and the rows are the same as a replay of the whole trace whatever way the
+spans arrive."""
+
+import pytest
+from django.core.management import call_command
+from hypothesis import given
+from hypothesis import strategies as st
+
+from jobs.ingest import failure_groups, parity
+from jobs.models import Call, Job
+from tests.integration.test_incremental_projection import (
+    HYPOTHESIS,
+    clear,
+    projection_rows,
+    projections,
+)
+from tests.otlp_spans import ERROR, attrs, llm_span, root, sid, span, store_spans
+
+pytestmark = pytest.mark.django_db
+
+
+def end_order(spans: list) -> list:
+    """Spans in the order an SDK exports them: as they end, the root last."""
+    return sorted(spans, key=lambda s: (s.end_time_unix_nano, not s.parent_span_id))
+
+
+def deliver(spans: list, sizes: list[int]) -> None:
+    start, index = 0, 0
+    while start < len(spans):
+        size = sizes[index % len(sizes)]
+        store_spans(*spans[start : start + size])
+        start, index = start + size, index + 1
+
+
+def call_rows() -> list[tuple]:
+    fields = [f.attname for f in Call._meta.concrete_fields if f.attname not in ("id", "job_id")]
+    return sorted(Call.objects.values_list("job__job_id", *fields))
+
+
+def rows() -> tuple:
+    return (*projection_rows(), call_rows())
+
+
+def agent_run(steps: int, *, calls_every: int = 1) -> list:
+    """A run's spans: a root and ``steps`` steps one after another (agent / tools, as a
+    LangGraph loop names them), each agent step with an LLM call inside."""
+    spans, at = [], 0
+    for index in range(steps):
+        name = "agent" if index % 2 == 0 else "tools"
+        spans.append(span(name=name, span_id=sid(100 + index), start_ms=at, end_ms=at + 40))
+        if name == "agent" and index % calls_every == 0:
+            spans.append(llm_span(sid(500 + index), sid(100 + index), "gpt-4o-mini", at + 5))
+        at += 50
+    return [root(end_ms=at + 10), *spans]
+
+
+def test_a_trace_exported_as_it_runs_grows_without_replaying_the_whole_job():
+    spans = end_order(agent_run(12))
+    # Each export holds whole steps (an LLM call ends inside its step, so comes first).
+    deliver(spans[:3], [3])
+    first_calls = dict(Call.objects.values_list("span_id", "id"))
+    for start in range(3, len(spans) - 1, 3):
+        store_spans(*spans[start : start + 3])
+    assert (projections("full"), projections("incremental")) == (1, 5)
+    # The calls stored earlier are the same rows: growing a trace appends its new calls.
+    assert {k: v for k, v in Call.objects.values_list("span_id", "id") if k in first_calls} == (
+        first_calls
+    )
+    job = Job.objects.get()
+    assert parity.differences(job.job_id) == []
+    assert (job.input_tokens, job.output_tokens) == (6_000, 3_000)
+    store_spans(spans[-1])  # the root: the job is now the run, replayed whole once
+    assert (projections("full"), projections("incremental")) == (2, 5)
+    job = Job.objects.get()
+    assert [s.node_id for s in job.steps.order_by("position")][:4] == [
+        "agent",
+        "tools",
+        "agent #2",
+        "tools #2",
+    ]
+    assert (job.status, job.step_count, job.input_tokens) == ("completed", 12, 6_000)
+    assert parity.differences(job.job_id) == []
+    grown = rows()
+    clear()
+    store_spans(*spans)
+    assert rows() == grown
+
+
+def test_a_step_arriving_after_its_call_replays_the_job():
+    spans = end_order(agent_run(4))
+    # The first export ends between an LLM call and its step: the call was a step of its own
+    # until its parent came.
+    store_spans(*spans[:2])
+    store_spans(*spans[2:])
+    assert (projections("full"), projections("incremental")) == (2, 0)
+    assert parity.differences(Job.objects.get().job_id) == []
+
+
+def test_a_retry_of_a_stored_failure_replays_the_job_and_turns_it_retryable():
+    spans = [
+        span(name="prepare", span_id=sid(1), start_ms=0, end_ms=40),
+        span(name="fetch", span_id=sid(2), start_ms=50, end_ms=90, status=ERROR),
+        span(name="fetch", span_id=sid(3), start_ms=100, end_ms=150),
+    ]
+    store_spans(*spans[:2])  # the run's root has not come: "prepare" stands in for it
+    assert Job.objects.get().steps.get().result_type == "permanent_failure"
+    store_spans(spans[2])
+    assert (projections("full"), projections("incremental")) == (2, 0)
+    job = Job.objects.get()
+    assert [(s.attempt, s.result_type) for s in job.steps.order_by("attempt")] == [
+        (1, "retryable_failure"),
+        (2, "success"),
+    ]
+    assert parity.differences(job.job_id) == []
+
+
+def test_the_first_llm_call_names_the_jobs_model_by_a_full_replay():
+    store_spans(
+        span(name="prepare", span_id=sid(1), start_ms=0, end_ms=40),
+        span(name="tools", span_id=sid(2), start_ms=50, end_ms=90),
+    )
+    assert Job.objects.get().model == ""
+    store_spans(
+        llm_span(sid(4), sid(3), "gpt-4.1", 105),
+        span(name="agent", span_id=sid(3), start_ms=100, end_ms=140),
+    )
+    assert (projections("full"), projections("incremental")) == (2, 0)
+    assert Job.objects.get().model == "gpt-4.1"
+    assert parity.differences(Job.objects.get().job_id) == []
+
+
+# --- any trace, any delivery ------------------------------------------------------------------
+
+
+@st.composite
+def traces(draw) -> list:
+    """A run's spans: steps one after another under the root (names repeat: iterations and
+    retries), some failing, some with LLM calls or a nested step inside, some naming a
+    session, planner or explicit attempt."""
+    spans, at, ids = [], 0, iter(range(1, 10_000))
+    for _ in range(draw(st.integers(1, 9))):
+        step_id = sid(next(ids))
+        length = draw(st.integers(20, 60))
+        fields = {}
+        if draw(st.booleans()):
+            fields["status"] = ERROR
+        extra = draw(
+            st.sampled_from(
+                [{}, {}, {"session__id": "s-1"}, {"traceviz__attempt": 2}, {"tool": "x"}]
+            )
+        )
+        spans.append(
+            span(
+                name=draw(st.sampled_from(["agent", "tools", "plan", "fetch"])),
+                span_id=step_id,
+                start_ms=at,
+                end_ms=at + length,
+                attributes=attrs(**extra) if extra else None,
+                **fields,
+            )
+        )
+        inside = draw(st.sampled_from(["none", "llm", "llm", "step", "llm and step"]))
+        if "llm" in inside:
+            model = draw(st.sampled_from(["gpt-4o-mini", "gpt-4.1"]))
+            spans.append(llm_span(sid(next(ids)), step_id, model, at + 2))
+        if "step" in inside:
+            spans.append(
+                span(
+                    name="inner",
+                    span_id=sid(next(ids)),
+                    parent=step_id,
+                    start_ms=at + 10,
+                    end_ms=at + 15,
+                )
+            )
+        at += length + draw(st.integers(0, 10))
+    spans.append(root(end_ms=at + 5))
+    return spans
+
+
+@HYPOTHESIS
+@given(data=st.data(), spans=traces())
+def test_grown_shuffled_and_rebuilt_traces_give_identical_rows(db, data, spans):
+    sizes = data.draw(st.lists(st.integers(1, 4), min_size=1, max_size=4))
+    clear()
+    deliver(end_order(spans), sizes)
+    grown = rows()
+    assert parity.differences(Job.objects.get().job_id) == []
+    assert failure_groups.differences() == []
+
+    clear()
+    deliver(data.draw(st.permutations(spans)), sizes)
+    assert rows() == grown
+
+    call_command("rebuild_projections", stdout=None, stderr=None)
+    assert rows() == grown

@@ -1,0 +1,91 @@
+"""replay.growth: when new spans can be expanded without the stored trace, and when not."""
+
+import pytest
+
+from jobs.contract import otlp
+from jobs.replay import growth, spans
+from tests.otlp_spans import ERROR, TRACE_ID, attrs, request, root, sid, span
+
+
+def span_events(*built):
+    batch = otlp.to_batch(request(*built), max_events=1000).batch
+    return [event for _index, event in batch.events if event.type == "span"]
+
+
+def summary_of(*built) -> growth.TraceSummary:
+    return growth.summarize(spans.expand("j1", span_events(*built)))
+
+
+def in_another_trace(built):
+    built.trace_id = b"\x01" * 16
+    return built
+
+
+STORED = (
+    span(name="prepare", span_id=sid(1), start_ms=0, end_ms=40),
+    span(name="fetch", span_id=sid(2), start_ms=50, end_ms=90),
+)
+
+
+def test_a_streamed_trace_is_regular_and_waits_for_its_root():
+    summary = summary_of(*STORED)
+    assert summary.regular
+    assert summary.pending == [root().span_id.hex()]
+    assert summary.last[1] == sid(2).hex()
+    assert (summary.calls, summary.provider_from) == (0, "")
+
+
+def test_a_later_step_under_the_same_parent_can_grow_the_trace():
+    later = span(name="store", span_id=sid(3), start_ms=100, end_ms=140)
+    growing = growth.Growth.start("j1", summary_of(*STORED).as_json(), span_events(later))
+    assert growing is not None
+    assert growing.wanted() == sorted({root().span_id.hex(), sid(1).hex()})
+
+
+@pytest.mark.parametrize(
+    "new",
+    [
+        pytest.param(root(end_ms=200), id="the root arrives"),
+        pytest.param(span(name="early", span_id=sid(3), start_ms=20, end_ms=95), id="starts early"),
+        pytest.param(
+            in_another_trace(span(name="late", span_id=sid(3), start_ms=100)),
+            id="another trace of the job",
+        ),
+    ],
+)
+def test_new_spans_that_change_the_stored_story_replay_the_trace(new):
+    assert growth.Growth.start("j1", summary_of(*STORED).as_json(), span_events(new)) is None
+
+
+def test_a_parent_the_stored_spans_wait_for_replays_the_trace():
+    child = span(name="inner", span_id=sid(3), parent=sid(4), start_ms=60, end_ms=70)
+    stored = summary_of(*STORED, child)
+    assert sid(4).hex() in stored.pending
+    parent = span(name="outer", span_id=sid(4), start_ms=100, end_ms=150)
+    assert growth.Growth.start("j1", stored.as_json(), span_events(parent)) is None
+
+
+def test_spans_sent_to_the_event_api_are_never_grown():
+    [event] = span_events(STORED[0])
+    renamed = type(event)(event.type, event.job_id, "my-own-id", event.ts, None, event.payload)
+    expansion = spans.expand("j1", [renamed])
+    assert not growth.summarize(expansion).regular
+
+
+def test_a_celery_publish_root_is_never_grown():
+    publish = root(kind=4, attributes=attrs(celery__action="apply_async"))  # PRODUCER
+    run = span(name="run", span_id=sid(1), start_ms=10, kind=5, status=ERROR)
+    assert not summary_of(publish, run).regular
+
+
+def test_iterations_are_read_back_from_node_names():
+    assert growth.iteration_of("agent", "agent") == 1
+    assert growth.iteration_of("agent #12", "agent") == 12
+    assert growth.iteration_of("agent #1", "agent") is None
+    assert growth.iteration_of("agent #x", "agent") is None
+    assert growth.iteration_of("agent #²", "agent") is None
+    assert growth.iteration_of("agents", "agent") is None
+
+
+def test_trace_ids_of_the_fixtures_are_one_trace():
+    assert summary_of(*STORED).trace_id == TRACE_ID.hex()
