@@ -277,6 +277,7 @@ PAYLOAD_FIELDS: dict[str, dict[str, Check]] = {
         "span_id": hex_id(16),
         "parent_span_id": hex_id(16),
         "remote_parent": boolean,
+        "local_parent": boolean,
         "name": NAME,
         "kind": one_of(*SPAN_KINDS),
         "end": timestamp,

@@ -39,10 +39,10 @@ JSON = "application/json"
 CONTENT_TYPES = (PROTOBUF, JSON)
 MAX_ERRORS_IN_MESSAGE = 10
 EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
-# Span.flags bits 8 and 9: the parent's is_remote is known, and true (a service's entry span).
-REMOTE_PARENT = SpanFlags.SPAN_FLAGS_CONTEXT_HAS_IS_REMOTE_MASK | (
-    SpanFlags.SPAN_FLAGS_CONTEXT_IS_REMOTE_MASK
-)
+# Span.flags bits 8 and 9: the parent's is_remote is known, and true (a service's entry span);
+# known and false: the parent is a span of the same process, which its SDK exports too.
+KNOWN_PARENT = SpanFlags.SPAN_FLAGS_CONTEXT_HAS_IS_REMOTE_MASK
+REMOTE_PARENT = KNOWN_PARENT | SpanFlags.SPAN_FLAGS_CONTEXT_IS_REMOTE_MASK
 PREFIX = "traceviz."
 JOB_ID_KEY = PREFIX + "job_id"
 KIND_NAMES = {
@@ -348,6 +348,7 @@ def span_items(
     if span.parent_span_id:
         payload["parent_span_id"] = _id(span.parent_span_id, 8, "parent_span_id")
         payload["remote_parent"] = span.flags & REMOTE_PARENT == REMOTE_PARENT
+        payload["local_parent"] = span.flags & REMOTE_PARENT == KNOWN_PARENT
     payload |= {
         "name": cut(span.name, events.MAX_ID_CHARS),
         "kind": KIND_NAMES.get(span.kind, "unspecified"),

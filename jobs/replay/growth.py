@@ -42,8 +42,9 @@ class TraceSummary:
 
     regular: bool
     trace_id: str
-    # The job's root span: [span id, start, whether it has no parent].
-    root: list
+    # The job's root span: [span id, start, whether it has no parent]; None while it has not
+    # come (every span's parent is missing and in the same process: ``spans._job_root``).
+    root: list | None
     # [start, span id] of the span that starts last (spans are ordered by both).
     last: list
     # Parent ids of spans here whose parent has not arrived.
@@ -75,20 +76,19 @@ class TraceSummary:
 def summarize(expansion: Expansion) -> TraceSummary | None:
     """The summary of a whole trace's expansion (None: no span could be read)."""
     root, ordered = expansion.root, expansion.spans
-    if root is None:
+    if not ordered:
         return None
     known = {span.span_id for span in ordered}
     pending = sorted({s.parent_id for s in ordered if s.parent_id and s.parent_id not in known})
-    trace = [root, *expansion.steps]
+    trace = [root, *expansion.steps] if root is not None else expansion.steps
     summary = TraceSummary(
         regular=expansion.regular
         and len({span.trace_id for span in ordered}) == 1
         # A root whose parent is here: parent ids that go round in a circle.
-        and root.parent_id not in known
-        and root.kind != "producer"
+        and (root is None or (root.parent_id not in known and root.kind != "producer"))
         and len(pending) <= MAX_PENDING,
-        trace_id=root.trace_id,
-        root=[root.span_id, root.start.isoformat(), not root.parent_id],
+        trace_id=ordered[0].trace_id,
+        root=[root.span_id, root.start.isoformat(), not root.parent_id] if root else None,
         last=[ordered[-1].start.isoformat(), ordered[-1].span_id],
         pending=pending,
         calls=expansion.call_count,
@@ -173,6 +173,8 @@ class Growth:
                 or span.trace_id != trace.trace_id
                 or not span.parent_id
                 or span.span_id in trace.pending
+                # With no root yet, a span that may be a local root would become the job's.
+                or (trace.root is None and not span.local_parent)
             ):
                 return None
             new[span.span_id] = span
@@ -184,23 +186,25 @@ class Growth:
     def wanted(self) -> list[str]:
         """The span ids to read from storage: the root, and the new spans' parents."""
         parents = {span.parent_id for span in self.new.values()} - set(self.new)
-        return sorted(parents | {self.summary.root[0]})
+        root = {self.summary.root[0]} if self.summary.root else set()
+        return sorted(parents | root)
 
     def place(self, stored: dict[str, SpanView]) -> bool:
         """Decide the new spans' place in the tree, given the ``wanted`` spans that were
         stored; False when a new span hangs under a stored span other than the root."""
-        root_id = self.summary.root[0]
-        self.root = stored.get(root_id)
-        if self.root is None:
-            return False
+        root_id = self.summary.root[0] if self.summary.root else None
+        tree = dict(self.new)
+        if root_id is not None:
+            if (root := stored.get(root_id)) is None:
+                return False
+            self.root = tree[root_id] = root
         for span in self.new.values():
             if span.parent_id in stored and span.parent_id != root_id:
                 return False
             if span.parent_id not in self.new and span.parent_id not in stored:
                 self.missing.add(span.parent_id)
-        tree = {**self.new, root_id: self.root}
         spans.classify(sorted(tree.values(), key=_order), tree, self.root)
-        return not any(span.step_parent is self.root for span in self.new.values())
+        return self.root is None or all(s.step_parent is not self.root for s in self.new.values())
 
     def steps(self) -> list[SpanView]:
         return [span for span in sorted(self.new.values(), key=_order) if span.is_step]
@@ -241,7 +245,7 @@ class Growth:
         events = []
         for span in steps:
             result = spans.step_result(span, last_attempts, root)
-            events.extend(spans.step_events(self.job_id, span, result, self.new, root))
+            events.extend(spans.step_events(self.job_id, span, result))
         ordered = sorted(self.new.values(), key=_order)
         call_spans = [s for s in ordered if not s.is_step or call_data.is_marked(s)]
         calls = [

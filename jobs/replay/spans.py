@@ -62,6 +62,8 @@ class SpanView:
     span_id: str
     parent_id: str
     remote_parent: bool
+    # Its SDK says the parent is a span of the same process: it will be exported too.
+    local_parent: bool
     name: str
     kind: str
     start: datetime
@@ -125,6 +127,7 @@ def read_span(event: Event) -> SpanView | None:
         # A span that names itself as its parent has none.
         parent_id=parent if isinstance(parent, str) and parent != span_id else "",
         remote_parent=payload.get("remote_parent") is True,
+        local_parent=payload.get("local_parent") is True,
         name=_text(payload.get("name")) or "(unnamed span)",
         kind=_text(payload.get("kind")) or "unspecified",
         start=event.ts,
@@ -174,7 +177,7 @@ def expand(job_id: str, span_events: Iterable[Event]) -> Expansion:
     results = {span.span_id: step_result(span, last_attempts, root) for span in steps}
     expansion = Expansion()
     for span in steps:
-        expansion.events.extend(step_events(job_id, span, results[span.span_id], spans, root))
+        expansion.events.extend(step_events(job_id, span, results[span.span_id]))
     # Calls: every span that is not a step, and the marked spans that are steps (an LLM span
     # with no step above it is both: its own step, and the call it made).
     call_spans = [s for s in ordered if s is not root and (not s.is_step or call_data.is_marked(s))]
@@ -184,9 +187,10 @@ def expand(job_id: str, span_events: Iterable[Event]) -> Expansion:
         )
         for position, span in enumerate(call_spans)
     ]
-    if call_data.is_marked(root):
-        expansion.calls.insert(0, call_data.call_record(root, None, -1, failure_text(root)))
-    expansion.events.extend(_job_events(job_id, root, steps, results, expansion.calls))
+    if root is not None:
+        if call_data.is_marked(root):
+            expansion.calls.insert(0, call_data.call_record(root, None, -1, failure_text(root)))
+        expansion.events.extend(_job_events(job_id, root, steps, results, expansion.calls))
     expansion.spans, expansion.steps, expansion.root = ordered, steps, root
     expansion.call_count, expansion.regular = len(call_spans), regular
     return expansion
@@ -201,15 +205,20 @@ def is_canonical(event: Event, span: SpanView) -> bool:
 # --- the tree -----------------------------------------------------------------------------
 
 
-def _job_root(ordered: list[SpanView], spans: dict[str, SpanView]) -> SpanView:
+def _job_root(ordered: list[SpanView], spans: dict[str, SpanView]) -> SpanView | None:
     """The trace's root span (no parent), else its earliest local root (a span whose parent
-    did not reach traceviz), until a true root arrives."""
+    did not reach traceviz: it lives in a service that does not export here), until a true
+    root arrives. A span whose SDK says its parent is in the same process is no local root:
+    that parent is exported too, later (a run still going exports its root last), so while
+    every span is such a one the job's root has not come (None)."""
     true_roots = [span for span in ordered if not span.parent_id]
     if true_roots:
         return true_roots[0]
     local_roots = [span for span in ordered if span.parent_id not in spans]
-    # Parent ids that go round in a circle (a producer's bug) leave no root: the earliest span.
-    return local_roots[0] if local_roots else ordered[0]
+    if not local_roots:
+        # Parent ids that go round in a circle (a producer's bug): the earliest span.
+        return ordered[0]
+    return next((span for span in local_roots if not span.local_parent), None)
 
 
 def _ancestors(span: SpanView, spans: dict[str, SpanView]) -> Iterable[SpanView]:
@@ -221,7 +230,7 @@ def _ancestors(span: SpanView, spans: dict[str, SpanView]) -> Iterable[SpanView]
         parent = spans.get(parent.parent_id)
 
 
-def classify(ordered: list[SpanView], spans: dict[str, SpanView], root: SpanView) -> None:
+def classify(ordered: list[SpanView], spans: dict[str, SpanView], root: SpanView | None) -> None:
     """Mark the steps, from the top of the trace down (a call needs its ancestors decided)."""
     depth = {span.span_id: sum(1 for _ in _ancestors(span, spans)) for span in ordered}
     for span in sorted(ordered, key=lambda s: (depth[s.span_id], s.start, s.span_id)):
@@ -334,7 +343,7 @@ class Result:
     stack: str
 
 
-def step_result(span: SpanView, last_attempts: dict[str, int], root: SpanView) -> Result:
+def step_result(span: SpanView, last_attempts: dict[str, int], root: SpanView | None) -> Result:
     """The step's result; ``last_attempts``: each node's highest attempt."""
     reason, exception_type, stack = failure_text(span)
     explicit = span.text(PREFIX + "result_type")
@@ -350,7 +359,7 @@ def step_result(span: SpanView, last_attempts: dict[str, int], root: SpanView) -
     return Result(result_type, False, _handled(span, root), reason, exception_type, stack)
 
 
-def _handled(span: SpanView, root: SpanView) -> bool:
+def _handled(span: SpanView, root: SpanView | None) -> bool:
     """An ERROR step whose parent step (or the root) ended without error: whatever called it
     dealt with the failure. Not across a message (a Celery run's parent published it), and not
     while the parent has not reached traceviz (it may still fail)."""
@@ -388,9 +397,7 @@ def _event(event_type: str, job_id: str, event_id: str, ts: datetime, payload: d
     return Event(event_type, job_id, event_id, ts, None, payload)
 
 
-def step_events(
-    job_id: str, span: SpanView, result: Result, spans: dict[str, SpanView], root: SpanView
-) -> list[Event]:
+def step_events(job_id: str, span: SpanView, result: Result) -> list[Event]:
     parent = span.step_parent
     node = {
         "node_id": span.node_id,

@@ -330,6 +330,59 @@ def test_plain_sdk_trace_with_nesting_loops_a_handled_retry_events_and_a_link(ex
     assert escalation_kinds(job) == []
 
 
+def test_a_run_still_going_is_running_and_grows_span_by_span(exporting):
+    """The SDK exports each span as it ends, the root last: while the run goes on, traceviz
+    shows it running with the steps so far (their parent is in the same process, so it is
+    coming), folds each new span onto the job instead of replaying the trace, and says nothing
+    of steps "after the finish"."""
+    tracer = exporting("agent").get_tracer("agent")
+    projected = {}
+
+    def paths() -> dict[str, int]:
+        return {
+            path: int(value)
+            for path in ("full", "incremental")
+            for value in Counter.objects.filter(
+                name=counters.PROJECTIONS, labels=counters.labels_key(path=path)
+            ).values_list("value", flat=True)
+        }
+
+    with tracer.start_as_current_span("research", context=Context()) as root:
+        trace_id = format(root.get_span_context().trace_id, "032x")
+        for turn in range(4):
+            with (
+                tracer.start_as_current_span("agent"),
+                tracer.start_as_current_span("ChatOpenAI") as llm,
+            ):
+                llm.set_attribute("openinference.span.kind", "LLM")
+                llm.set_attribute("llm.model_name", "gpt-4o-mini")
+                llm.set_attribute("llm.token_count.prompt", 100 + turn)
+            with tracer.start_as_current_span("tools"):
+                pass
+        job = Job.objects.get(job_id=trace_id)
+        projected.update(paths())
+        assert (job.status, job.name, job.findings) == ("running", "", [])
+        assert [node for node, _attempt, _result in steps_of(job)] == [
+            "agent",
+            "tools",
+            "agent #2",
+            "tools #2",
+            "agent #3",
+            "tools #3",
+            "agent #4",
+            "tools #4",
+        ]
+        assert job.input_tokens == 406
+    job = Job.objects.get(job_id=trace_id)
+    assert (job.status, job.name, job.model) == ("completed", "research", "gpt-4o-mini")
+    # 12 spans before the root, one request each: the first replayed (a new job), each agent
+    # step replayed (its LLM call, exported before it, stood alone until it came), the rest
+    # (the other LLM calls and the tools steps) grown onto the job.
+    assert projected == {"full": 5, "incremental": 7}
+    assert Call.objects.filter(job=job).count() == 4
+    assert escalation_kinds(job) == []
+
+
 def _link(context):
     from opentelemetry.trace import Link
 

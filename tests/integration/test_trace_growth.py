@@ -6,6 +6,7 @@ import pytest
 from django.core.management import call_command
 from hypothesis import given
 from hypothesis import strategies as st
+from opentelemetry.proto.trace.v1.trace_pb2 import SpanFlags
 
 from jobs.ingest import failure_groups, parity
 from jobs.models import Call, Job
@@ -139,6 +140,8 @@ def traces(draw) -> list:
     retries), some failing, some with LLM calls or a nested step inside, some naming a
     session, planner or explicit attempt."""
     spans, at, ids = [], 0, iter(range(1, 10_000))
+    # The SDK says the parents are in the same process (the root is coming), or says nothing.
+    flags = draw(st.sampled_from([0, SpanFlags.SPAN_FLAGS_CONTEXT_HAS_IS_REMOTE_MASK]))
     for _ in range(draw(st.integers(1, 9))):
         step_id = sid(next(ids))
         length = draw(st.integers(20, 60))
@@ -157,13 +160,16 @@ def traces(draw) -> list:
                 start_ms=at,
                 end_ms=at + length,
                 attributes=attrs(**extra) if extra else None,
+                flags=flags,
                 **fields,
             )
         )
         inside = draw(st.sampled_from(["none", "llm", "llm", "step", "llm and step"]))
         if "llm" in inside:
             model = draw(st.sampled_from(["gpt-4o-mini", "gpt-4.1"]))
-            spans.append(llm_span(sid(next(ids)), step_id, model, at + 2))
+            call = llm_span(sid(next(ids)), step_id, model, at + 2)
+            call.flags = flags
+            spans.append(call)
         if "step" in inside:
             spans.append(
                 span(
@@ -172,6 +178,7 @@ def traces(draw) -> list:
                     parent=step_id,
                     start_ms=at + 10,
                     end_ms=at + 15,
+                    flags=flags,
                 )
             )
         at += length + draw(st.integers(0, 10))

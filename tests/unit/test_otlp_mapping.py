@@ -229,6 +229,24 @@ def test_trace_without_its_root_uses_the_earliest_local_root():
     assert steps_of(state) == [("work", 1, "success")]
 
 
+def test_spans_whose_parent_is_in_their_own_process_wait_for_the_root():
+    """A run still going: its SDK exported the steps that ended, and says their parent is a
+    span of the same process (it ends, and is exported, last). No local root stands in."""
+    local = SpanFlags.SPAN_FLAGS_CONTEXT_HAS_IS_REMOTE_MASK
+    [item] = items_of(span(name="plan", span_id=sid(1), end_ms=10, flags=local))
+    assert (item["payload"]["local_parent"], item["payload"]["remote_parent"]) == (True, False)
+    state = replayed(
+        span(name="plan", span_id=sid(1), start_ms=0, end_ms=10, flags=local),
+        span(name="act", span_id=sid(2), start_ms=20, end_ms=30, flags=local),
+    )
+    assert state.status == "running"
+    assert "name" not in state.attributes
+    assert steps_of(state) == [("plan", 1, "success"), ("act", 1, "success")]
+    assert state.findings == []
+    # Without the flag (an SDK that does not say), the earliest span stands in for the root.
+    assert replayed(span(name="plan", span_id=sid(1), end_ms=10)).attributes["name"] == "plan"
+
+
 def test_retried_siblings_are_attempts_and_the_last_failure_is_permanent():
     state = replayed(
         root(status=ERROR, end_ms=5000),

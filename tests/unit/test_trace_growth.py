@@ -1,6 +1,7 @@
 """replay.growth: when new spans can be expanded without the stored trace, and when not."""
 
 import pytest
+from opentelemetry.proto.trace.v1.trace_pb2 import SpanFlags
 
 from jobs.contract import otlp
 from jobs.replay import growth, spans
@@ -55,6 +56,17 @@ def test_a_later_step_under_the_same_parent_can_grow_the_trace():
 )
 def test_new_spans_that_change_the_stored_story_replay_the_trace(new):
     assert growth.Growth.start("j1", summary_of(*STORED).as_json(), span_events(new)) is None
+
+
+def test_a_trace_waiting_for_its_root_grows_by_spans_under_the_same_process():
+    local = {"flags": SpanFlags.SPAN_FLAGS_CONTEXT_HAS_IS_REMOTE_MASK}
+    stored = summary_of(span(name="plan", span_id=sid(1), end_ms=40, **local))
+    assert stored.root is None and stored.regular
+    under = span(name="act", span_id=sid(2), start_ms=50, end_ms=60, **local)
+    assert growth.Growth.start("j1", stored.as_json(), span_events(under)) is not None
+    # A span that does not say where its parent is may be the trace's local root.
+    unknown = span(name="act", span_id=sid(2), start_ms=50, end_ms=60)
+    assert growth.Growth.start("j1", stored.as_json(), span_events(unknown)) is None
 
 
 def test_a_parent_the_stored_spans_wait_for_replays_the_trace():
