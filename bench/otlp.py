@@ -8,13 +8,17 @@ retried), in requests of B events or of whole traces up to 512 spans (the OpenTe
 ``BatchSpanProcessor`` export size, ``OTEL_BSP_MAX_EXPORT_BATCH_SIZE``; earlier runs sent
 B/2 = 200: ``--spans-per-request 200``). Prints events/s, spans/s and their ratio (target:
 spans/s >= 0.5 x events/s) for each of ``--rounds`` rounds (the two phases alternate, so a
-change in the shared machine's load hits both alike), and their median.
+change in the shared machine's load hits both alike), and their median. Each round also sends
+the same shape of traces *live*: all J runs going at once, their spans in the order they end,
+interleaved across traces (a collector's exports of many running agents), so each request
+holds a few spans of every trace and each trace grows over many requests.
 
 Then one long trace streamed as an instrumented app exports it while it runs: L steps' spans
 sent in the order they end (a step's LLM call before the step, the root last), E spans per
 request, one request at a time. Prints the request latency near the start and at the end: a
-job told by spans is replayed whole on each request (DESIGN.md section 3b), so the second
-grows with the trace (bench/README.md says how much).
+trace's new spans are expanded onto the stored trace where that is exact (``replay.growth``),
+else it is replayed whole, so what the end costs says how often that happened
+(bench/README.md says what bounds it).
 
     DATABASE_URL=postgres://postgres@127.0.0.1:5432/traceviz_otlp .venv/bin/python bench/otlp.py
 """
@@ -30,7 +34,7 @@ from live import Server, batches, deal, job_stream, send_all
 from load import recreate_database
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
 from opentelemetry.proto.common.v1.common_pb2 import AnyValue, KeyValue
-from opentelemetry.proto.trace.v1.trace_pb2 import Span, Status
+from opentelemetry.proto.trace.v1.trace_pb2 import Span, SpanFlags, Status
 
 
 def attribute(key: str, value) -> KeyValue:
@@ -39,8 +43,14 @@ def attribute(key: str, value) -> KeyValue:
     return KeyValue(key=key, value=AnyValue(string_value=value))
 
 
+# What the OpenTelemetry Python SDK sets on every span: whether its parent is remote is known
+# (the spans here are all of one process, so their parents are not).
+SDK_FLAGS = SpanFlags.SPAN_FLAGS_CONTEXT_HAS_IS_REMOTE_MASK
+
+
 def trace_spans(n: int, steps: int, start: datetime, rng: random.Random) -> list[Span]:
-    """One job's trace: its root and its steps' spans (LLM call spans inside some)."""
+    """One job's trace: its root and its steps' spans (LLM call spans inside some), flagged as
+    the Python SDK flags them."""
     trace_id = rng.randbytes(16)
     start_ns = int(start.timestamp() * 1e9)
     root_id = rng.randbytes(8)
@@ -53,6 +63,7 @@ def trace_spans(n: int, steps: int, start: datetime, rng: random.Random) -> list
                 trace_id=trace_id,
                 span_id=step_id,
                 parent_span_id=root_id,
+                flags=SDK_FLAGS,
                 name=f"step-{index}",
                 kind=Span.SpanKind.SPAN_KIND_INTERNAL,
                 start_time_unix_nano=at,
@@ -70,6 +81,7 @@ def trace_spans(n: int, steps: int, start: datetime, rng: random.Random) -> list
                         trace_id=trace_id,
                         span_id=rng.randbytes(8),
                         parent_span_id=step_id,
+                        flags=SDK_FLAGS,
                         name="ChatOpenAI",
                         start_time_unix_nano=at + 1_000_000,
                         end_time_unix_nano=at + 20_000_000,
@@ -90,6 +102,7 @@ def trace_spans(n: int, steps: int, start: datetime, rng: random.Random) -> list
         Span(
             trace_id=trace_id,
             span_id=root_id,
+            flags=SDK_FLAGS,
             name=f"otlp-bench-{n}",
             kind=Span.SpanKind.SPAN_KIND_SERVER,
             start_time_unix_nano=start_ns,
@@ -181,6 +194,12 @@ def main() -> None:
             span_count = sum(len(spans) for spans in traces)
             bodies = export_bodies(traces, args.spans_per_request)
             spans_s = send_all(server.url, server.token, deal(bodies, args.producers), post_traces)
+            live = [trace_spans(n, args.steps, start, rng) for n in range(args.jobs)]
+            live_bodies = end_order_bodies(
+                [span for spans in live for span in spans], args.spans_per_request
+            )
+            # Not dealt round-robin: a trace's spans must arrive in their export order.
+            live_s = send_all(server.url, server.token, [live_bodies], post_traces)
             event_rate, span_rate = len(events) / events_s, span_count / spans_s
             ratios.append(span_rate / event_rate)
             print(
@@ -190,7 +209,9 @@ def main() -> None:
                 f"{event_rate:,.0f} events/s\n"
                 f"   /v1/traces: {span_count:,} spans in {len(bodies)} requests, "
                 f"{spans_s:.1f} s = {span_rate:,.0f} spans/s\n"
-                f"   spans/s / events/s = {span_rate / event_rate:.2f}"
+                f"   spans/s / events/s = {span_rate / event_rate:.2f}\n"
+                f"   the same traces live (interleaved, in end order, 1 producer): "
+                f"{sum(map(len, live)) / live_s:,.0f} spans/s in {len(live_bodies)} requests"
             )
         print(
             f"median of {len(ratios)} rounds: spans/s / events/s = "
