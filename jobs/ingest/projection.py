@@ -196,7 +196,9 @@ def _fold_onto_snapshots(
         job = existing.get(job_id)
         if job_id in grown:
             events = grown[job_id][0]
-        if (snapshot := _foldable(job, events)) is not None:
+        # New spans that stand for no event (calls whose step has not come) still grow it.
+        snapshot = job["fold"] if job_id in grown and not events else _foldable(job, events)
+        if snapshot is not None:
             plans[job_id] = (job, snapshot, walk.sort_events(events))
     if not plans:
         return {}
@@ -240,6 +242,8 @@ def _foldable(job: dict | None, events: list[Event]) -> dict | None:
     snapshot = job["fold"] if job is not None else None
     if not snapshot or snapshot.get("version") != walk.FOLD_VERSION or not events:
         return None
+    if snapshot["last_key"] is None:
+        return None  # nothing folded yet (spans that stood for no event)
     if any(event.type == walk.SPAN for event in events):
         return None
     return snapshot if walk.all_after(snapshot, events) else None
@@ -450,15 +454,17 @@ def _write_calls(
     projected: dict[str, Projected], existing: dict[str, dict], ids: dict[tuple, int]
 ) -> None:
     """A full replay rewrites the job's calls (they come from its spans, expanded whole); an
-    incremental fold adds the calls of its new spans, if any."""
+    incremental fold adds the calls of its new spans, and rewrites the stored calls whose
+    parent came (``growth``: they are its step's now)."""
     replayed = [job_id for job_id, p in projected.items() if p.path == FULL]
     known = [existing[job_id]["id"] for job_id in replayed if job_id in existing]
     if known:
         Call.objects.filter(job_id__in=known).delete()
-    rows = [
-        call_row(call, ids[(job_id,)]) for job_id, p in projected.items() for call in p.state.calls
-    ]
-    database.insert_rows(Call, rows)
+    rows = {FULL: [], INCREMENTAL: []}
+    for job_id, p in projected.items():
+        rows[p.path].extend(call_row(call, ids[(job_id,)]) for call in p.state.calls)
+    database.insert_rows(Call, rows[FULL])
+    database.upsert_rows(Call, rows[INCREMENTAL], unique=("job_id", "span_id"), returning=False)
 
 
 def _apply_escalations(

@@ -31,7 +31,7 @@ def grow(
     growing: dict[str, growth.Growth] = {}
     for job_id, events in new_events.items():
         snapshot = jobs[job_id]["fold"] or {}
-        if snapshot.get("version") == walk.FOLD_VERSION:
+        if snapshot.get("version") == walk.FOLD_VERSION and snapshot["last_key"] is not None:
             span_events = [event for event in events if event.type == walk.SPAN]
             started = growth.Growth.start(job_id, snapshot["spans"], span_events)
             if started is not None:

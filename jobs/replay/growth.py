@@ -9,11 +9,13 @@ change (``TraceSummary``); ``Growth`` expands a batch's new spans alone when the
 expansion is then the stored one's plus theirs:
 - the trace is one trace whose spans were each stored once, under the OTLP endpoint's event id,
   and its root is not a Celery publish (whose job ends with its last run);
-- every new span starts after every stored one, so stored steps keep their attempts, calls
-  their positions, and the job its provider, model, session and correlation ids (unless a new
-  span brings the first of them, or a better key);
-- no new span is a parent some stored span is waiting for, a root, or the child of a stored span
-  other than the job's root;
+- every new step starts after every stored step, and every new call after every stored call,
+  so stored steps keep their attempts, calls their positions, and the job its provider, model,
+  session and correlation ids (unless a new span brings the first of them, or a better key);
+- no new span is a root, a span that would stand in for one, a parent that a stored step (or
+  a stored call with spans under it) waits for, or the child of a stored span other than the
+  root; a stored call that waited alone for a new span is adopted (its step changes, nothing
+  else about it);
 - no new step is another attempt of a stored node (it could turn a stored failure retryable).
 Anything else, and the caller replays the job whole, which is always exact; the parity tests
 feed the same spans through both.
@@ -45,10 +47,13 @@ class TraceSummary:
     # The job's root span: [span id, start, whether it has no parent]; None while it has not
     # come (every span's parent is missing and in the same process: ``spans._job_root``).
     root: list | None
-    # [start, span id] of the span that starts last (spans are ordered by both).
-    last: list
-    # Parent ids of spans here whose parent has not arrived.
+    # [start, span id] of the step, and of the call, that starts last (None: none yet).
+    last_step: list | None
+    last_call: list | None
+    # Parents that spans here wait for (they are not here): those some step or some call with
+    # spans under it waits for, and by parent the calls (with their positions) that wait alone.
     pending: list[str]
+    waiting: dict[str, list[list]]
     # How many call spans the trace has (the root's aside): the next call's position.
     calls: int
     # Where the job's provider and model come from: "planner", "llm" (no planner's call), "".
@@ -79,18 +84,23 @@ def summarize(expansion: Expansion) -> TraceSummary | None:
     if not ordered:
         return None
     known = {span.span_id for span in ordered}
-    pending = sorted({s.parent_id for s in ordered if s.parent_id and s.parent_id not in known})
+    positions = {call.span_id: call.position for call in expansion.calls if call.position >= 0}
+    pending, waiting = _waits(
+        [s for s in ordered if s.parent_id and s.parent_id not in known], positions, ordered
+    )
     trace = [root, *expansion.steps] if root is not None else expansion.steps
     summary = TraceSummary(
         regular=expansion.regular
         and len({span.trace_id for span in ordered}) == 1
         # A root whose parent is here: parent ids that go round in a circle.
         and (root is None or (root.parent_id not in known and root.kind != "producer"))
-        and len(pending) <= MAX_PENDING,
+        and len(pending) + len(waiting) <= MAX_PENDING,
         trace_id=ordered[0].trace_id,
         root=[root.span_id, root.start.isoformat(), not root.parent_id] if root else None,
-        last=[ordered[-1].start.isoformat(), ordered[-1].span_id],
-        pending=pending,
+        last_step=_key(expansion.steps),
+        last_call=_key([span for span in ordered if span.span_id in positions]),
+        pending=sorted(pending),
+        waiting=waiting,
         calls=expansion.call_count,
         provider_from=_provider_from(
             expansion.calls, {s.node_id for s in expansion.steps if spans.planner_step(s)}
@@ -100,6 +110,28 @@ def summarize(expansion: Expansion) -> TraceSummary | None:
     )
     summary.add_calls(expansion.calls)
     return summary
+
+
+def _waits(
+    orphans: list[SpanView], positions: dict[str, int], trace: list[SpanView]
+) -> tuple[set[str], dict[str, list[list]]]:
+    """The parents ``orphans`` (spans whose parent is not here, in start order) wait for: those
+    a step or a call with spans under it waits for, and by parent the calls that wait alone,
+    with their positions. ``trace``: the spans to look for children among."""
+    parents = {span.parent_id for span in trace}
+    pending: set[str] = set()
+    waiting: dict[str, list[list]] = {}
+    for span in orphans:
+        if span.span_id in positions and not span.is_step and span.span_id not in parents:
+            waiting.setdefault(span.parent_id, []).append([span.span_id, positions[span.span_id]])
+        else:
+            pending.add(span.parent_id)
+    return pending, {parent: calls for parent, calls in waiting.items() if parent not in pending}
+
+
+def _key(trace: list[SpanView]) -> list | None:
+    last = max(trace, key=_order, default=None)
+    return [last.start.isoformat(), last.span_id] if last is not None else None
 
 
 def _provider_from(calls: list[call_data.CallRecord], planners: set[str]) -> str:
@@ -151,7 +183,10 @@ class Growth:
     def __init__(self, job_id: str, summary: TraceSummary, new: dict[str, SpanView]):
         self.job_id, self.summary, self.new = job_id, summary, new
         self.root: SpanView | None = None
-        self.missing: set[str] = set()
+        # New spans whose parent is not stored either, and the stored calls whose parent came
+        # (with their positions): the calls are now its, or its step's.
+        self.orphans: list[SpanView] = []
+        self.adopted: list[tuple[SpanView, int]] = []
 
     @classmethod
     def start(
@@ -173,38 +208,59 @@ class Growth:
                 or span.trace_id != trace.trace_id
                 or not span.parent_id
                 or span.span_id in trace.pending
-                # With no root yet, a span that may be a local root would become the job's.
-                or (trace.root is None and not span.local_parent)
             ):
                 return None
             new[span.span_id] = span
-        last = (datetime.fromisoformat(trace.last[0]), trace.last[1])
-        if any((span.start, span.span_id) <= last for span in new.values()):
-            return None
         return cls(job_id, trace, new)
 
     def wanted(self) -> list[str]:
-        """The span ids to read from storage: the root, and the new spans' parents."""
+        """The span ids to read from storage: the root, the new spans' parents, and the calls
+        that waited for one of the new spans."""
         parents = {span.parent_id for span in self.new.values()} - set(self.new)
         root = {self.summary.root[0]} if self.summary.root else set()
-        return sorted(parents | root)
+        waited = {
+            span_id
+            for parent in set(self.new) & set(self.summary.waiting)
+            for span_id, _position in self.summary.waiting[parent]
+        }
+        return sorted(parents | root | waited)
 
     def place(self, stored: dict[str, SpanView]) -> bool:
         """Decide the new spans' place in the tree, given the ``wanted`` spans that were
-        stored; False when a new span hangs under a stored span other than the root."""
+        stored; False when that changes what a stored span is, or when a new span hangs under
+        a stored span other than the root."""
         root_id = self.summary.root[0] if self.summary.root else None
         tree = dict(self.new)
         if root_id is not None:
             if (root := stored.get(root_id)) is None:
                 return False
             self.root = tree[root_id] = root
-        for span in self.new.values():
+        for parent in set(self.new) & set(self.summary.waiting):
+            for span_id, position in self.summary.waiting[parent]:
+                if (call := stored.get(span_id)) is None:
+                    return False
+                tree[span_id] = call
+                self.adopted.append((call, position))
+        for span in sorted(self.new.values(), key=_order):
             if span.parent_id in stored and span.parent_id != root_id:
                 return False
             if span.parent_id not in self.new and span.parent_id not in stored:
-                self.missing.add(span.parent_id)
+                self.orphans.append(span)
+                if not span.local_parent and not self._after_root(span):
+                    return False  # a local root before the job's: it would be the job's
         spans.classify(sorted(tree.values(), key=_order), tree, self.root)
-        return self.root is None or all(s.step_parent is not self.root for s in self.new.values())
+        placed = [*self.new.values(), *(call for call, _position in self.adopted)]
+        return not any(call.is_step for call, _position in self.adopted) and (
+            self.root is None or all(span.step_parent is not self.root for span in placed)
+        )
+
+    def _after_root(self, span: SpanView) -> bool:
+        """Whether the job's root stays its root beside ``span``, a local root: a true root,
+        or a stand-in that starts before it."""
+        if self.summary.root is None:
+            return False
+        span_id, start, true_root = self.summary.root
+        return true_root or _order(span) > (datetime.fromisoformat(start), span_id)
 
     def steps(self) -> list[SpanView]:
         return [span for span in sorted(self.new.values(), key=_order) if span.is_step]
@@ -231,6 +287,11 @@ class Growth:
         one of ``bases`` or an iteration of one ("base #2"); ``siblings``: the spans of the
         latest ``SIBLINGS_READ`` of each base's. None: expand the whole trace."""
         steps = self.steps()
+        ordered = sorted(self.new.values(), key=_order)
+        call_spans = [s for s in ordered if not s.is_step or call_data.is_marked(s)]
+        summary = self.summary
+        if not (_after(steps, summary.last_step) and _after(call_spans, summary.last_call)):
+            return None  # it would renumber stored steps or calls
         used = {(step.node_id, step.attempt) for step in stored_steps}
         latest = self._latest_siblings(steps, stored_steps, siblings)
         if latest is None:
@@ -241,29 +302,31 @@ class Growth:
         last_attempts: dict[str, int] = {}
         for span in steps:
             last_attempts[span.node_id] = max(span.attempt, last_attempts.get(span.node_id, 0))
-        root, summary = self.root, self.summary
         events = []
         for span in steps:
-            result = spans.step_result(span, last_attempts, root)
+            result = spans.step_result(span, last_attempts, self.root)
             events.extend(spans.step_events(self.job_id, span, result))
-        ordered = sorted(self.new.values(), key=_order)
-        call_spans = [s for s in ordered if not s.is_step or call_data.is_marked(s)]
-        calls = [
-            call_data.call_record(
-                span, span if span.is_step else span.step_parent, position, spans.failure_text(span)
-            )
-            for position, span in enumerate(call_spans, start=summary.calls)
-        ]
-        if not self._keeps_job_fields(steps, calls):
+        positions = {s.span_id: i for i, s in enumerate(call_spans, start=summary.calls)}
+        calls = [_call(span, positions[span.span_id]) for span in call_spans]
+        adopted = [_call(call, position) for call, position in self.adopted]
+        if not self._keeps_job_fields(steps, calls, adopted):
             return None
-        pending = sorted(set(summary.pending) | self.missing)
-        if len(pending) > MAX_PENDING:
+        adopters = [*ordered, *(call for call, _position in self.adopted)]
+        new_pending, new_waiting = _waits(self.orphans, positions, adopters)
+        pending = set(summary.pending) | new_pending
+        waiting = {p: list(c) for p, c in summary.waiting.items() if p not in self.new}
+        for parent, more in new_waiting.items():
+            waiting[parent] = [*waiting.get(parent, []), *more]
+        waiting = {parent: calls for parent, calls in waiting.items() if parent not in pending}
+        if len(pending) + len(waiting) > MAX_PENDING:
             return None
         grown = TraceSummary(**summary.as_json())
-        grown.last = [ordered[-1].start.isoformat(), ordered[-1].span_id] if ordered else grown.last
-        grown.pending, grown.calls = pending, summary.calls + len(call_spans)
+        grown.last_step = _key(steps) or summary.last_step
+        grown.last_call = _key(call_spans) or summary.last_call
+        grown.pending, grown.waiting = sorted(pending), waiting
+        grown.calls = summary.calls + len(call_spans)
         grown.add_calls(calls)
-        return Grown(events, calls, grown)
+        return Grown(events, calls + adopted, grown)
 
     def _latest_siblings(
         self,
@@ -293,15 +356,23 @@ class Growth:
                     break
         return latest
 
-    def _keeps_job_fields(self, steps: list[SpanView], calls: list[call_data.CallRecord]) -> bool:
+    def _keeps_job_fields(
+        self,
+        steps: list[SpanView],
+        calls: list[call_data.CallRecord],
+        adopted: list[call_data.CallRecord],
+    ) -> bool:
         """Whether the job's provider, model, session and correlation ids stay as the stored
-        spans gave them (new spans start after the stored ones: they can only fill a gap)."""
+        spans gave them: new spans start after the stored ones, so they can only fill a gap,
+        and a stored call a planner step adopts may be the planner's first."""
         summary = self.summary
         planners = {span.node_id for span in steps if spans.planner_step(span)}
         llm = [call for call in calls if _names_a_model(call)]
         if summary.provider_from == "" and llm:
             return False
         if summary.provider_from == "llm" and any(call.node_id in planners for call in llm):
+            return False
+        if any(call.node_id in planners for call in adopted):
             return False
         return not any(
             spans.span_text(span, key)
@@ -316,6 +387,19 @@ class Growth:
 
 def _order(span: SpanView) -> tuple:
     return (span.start, span.span_id)
+
+
+def _after(trace: list[SpanView], last: list | None) -> bool:
+    """Whether every span of ``trace`` starts after ``last`` ([start, span id])."""
+    if last is None:
+        return True
+    key = (datetime.fromisoformat(last[0]), last[1])
+    return all(_order(span) > key for span in trace)
+
+
+def _call(span: SpanView, position: int) -> call_data.CallRecord:
+    step = span if span.is_step else span.step_parent
+    return call_data.call_record(span, step, position, spans.failure_text(span))
 
 
 def _newest_first(stored_steps: list[StoredStep]) -> list[StoredStep]:

@@ -243,7 +243,19 @@ def classify(ordered: list[SpanView], spans: dict[str, SpanView], root: SpanView
         elif _is_explicit_step(span):
             span.is_step = True
         else:
-            span.is_step = not call_data.is_marked(span) or step_ancestor is None
+            span.is_step = not call_data.is_marked(span) or (
+                step_ancestor is None and not _awaits_parent(span, ancestors, spans, root)
+            )
+
+
+def _awaits_parent(
+    span: SpanView, ancestors: list[SpanView], spans: dict[str, SpanView], root: SpanView | None
+) -> bool:
+    """Whether the top of ``span``'s branch waits for a parent its SDK says is in the same
+    process (a step still running, or the run's root): a call there is the job's until that
+    parent comes, as a step above it may (a marked span with no step above it is a step)."""
+    top = ancestors[-1] if ancestors else span
+    return top is not root and top.local_parent and top.parent_id not in spans
 
 
 def _is_explicit_step(span: SpanView) -> bool:

@@ -164,6 +164,10 @@ class Fold:
             fold.trace = growth.summarize(expansion)
         for event in sort_events(events):
             fold.apply(event)
+        if fold.last_key is None and span_events:
+            # Only calls waiting for their step so far: the job began with its first span (a
+            # snapshot with no event folded is never resumed).
+            fold.state.started_at = fold.state.last_event_at = expansion.spans[0].start
         return fold
 
     # -- events ---------------------------------------------------------------------------
@@ -461,10 +465,9 @@ class Fold:
     def snapshot(self) -> dict[str, Any]:
         """The job-level state as JSON-ready data (see ``resume``)."""
         state = self.state
-        ts, seq, rank, attempt, event_id = self.last_key
         return {
             "version": FOLD_VERSION,
-            "last_key": [ts.isoformat(), seq, rank, attempt, event_id],
+            "last_key": _key_json(self.last_key),
             "job": {
                 "status": state.status.value,
                 **{name: _iso(getattr(state, name)) for name in SNAPSHOT_TIMES},
@@ -543,6 +546,13 @@ def all_after(snapshot: dict[str, Any], events: Iterable[Event]) -> bool:
     ts, seq, rank, attempt, event_id = snapshot["last_key"]
     last = (datetime.fromisoformat(ts), seq, rank, attempt, event_id)
     return all(event_key(event) > last for event in events)
+
+
+def _key_json(key: tuple | None) -> list | None:
+    if key is None:
+        return None
+    ts, seq, rank, attempt, event_id = key
+    return [ts.isoformat(), seq, rank, attempt, event_id]
 
 
 def _iso(value: datetime | None) -> str | None:

@@ -334,7 +334,8 @@ def test_a_run_still_going_is_running_and_grows_span_by_span(exporting):
     """The SDK exports each span as it ends, the root last: while the run goes on, traceviz
     shows it running with the steps so far (their parent is in the same process, so it is
     coming), folds each new span onto the job instead of replaying the trace, and says nothing
-    of steps "after the finish"."""
+    of steps "after the finish". An LLM call exported before its step is the job's call until
+    the step comes and takes it: no step of its own comes and goes."""
     tracer = exporting("agent").get_tracer("agent")
     projected = {}
 
@@ -375,10 +376,10 @@ def test_a_run_still_going_is_running_and_grows_span_by_span(exporting):
         assert job.input_tokens == 406
     job = Job.objects.get(job_id=trace_id)
     assert (job.status, job.name, job.model) == ("completed", "research", "gpt-4o-mini")
-    # 12 spans before the root, one request each: the first replayed (a new job), each agent
-    # step replayed (its LLM call, exported before it, stood alone until it came), the rest
-    # (the other LLM calls and the tools steps) grown onto the job.
-    assert projected == {"full": 5, "incremental": 7}
+    # 12 spans before the root, one request each: the first LLM call makes a new job (it is
+    # the job's call while its step runs), its step replays it (nothing was folded yet), the
+    # other 10 grow it: each later LLM call waits for its step, which then adopts it.
+    assert projected == {"full": 2, "incremental": 10}
     assert Call.objects.filter(job=job).count() == 4
     assert escalation_kinds(job) == []
 

@@ -98,6 +98,22 @@ def test_a_step_arriving_after_its_call_replays_the_job():
     assert parity.differences(Job.objects.get().job_id) == []
 
 
+def test_a_step_after_its_call_adopts_it_when_the_sdk_says_it_is_coming():
+    local = SpanFlags.SPAN_FLAGS_CONTEXT_HAS_IS_REMOTE_MASK
+    spans = end_order(agent_run(4))
+    for built in spans:
+        built.flags = local
+    store_spans(*spans[:2])  # the first LLM call and its agent step: a new job
+    store_spans(spans[2])  # the tools step
+    store_spans(spans[3])  # the next LLM call: the job's while its step runs
+    assert Call.objects.get(span_id=spans[3].span_id.hex()).node_id == ""
+    store_spans(spans[4])  # its step takes it
+    assert Call.objects.get(span_id=spans[3].span_id.hex()).node_id == "agent #2"
+    assert (projections("full"), projections("incremental")) == (1, 3)
+    assert "ChatOpenAI" not in Job.objects.get().steps.values_list("node_id", flat=True)
+    assert parity.differences(Job.objects.get().job_id) == []
+
+
 def test_a_retry_of_a_stored_failure_replays_the_job_and_turns_it_retryable():
     spans = [
         span(name="prepare", span_id=sid(1), start_ms=0, end_ms=40),

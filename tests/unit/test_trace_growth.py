@@ -5,7 +5,7 @@ from opentelemetry.proto.trace.v1.trace_pb2 import SpanFlags
 
 from jobs.contract import otlp
 from jobs.replay import growth, spans
-from tests.otlp_spans import ERROR, TRACE_ID, attrs, request, root, sid, span
+from tests.otlp_spans import ERROR, TRACE_ID, attrs, llm_span, request, root, sid, span
 
 
 def span_events(*built):
@@ -15,6 +15,20 @@ def span_events(*built):
 
 def summary_of(*built) -> growth.TraceSummary:
     return growth.summarize(spans.expand("j1", span_events(*built)))
+
+
+def grows(stored: tuple, *new) -> bool:
+    """Whether ``new`` spans grow a trace of the ``stored`` ones (given every stored span and
+    no stored step of their names, as when each step has a name of its own)."""
+    growing = growth.Growth.start("j1", summary_of(*stored).as_json(), span_events(*new))
+    if growing is None:
+        return False
+    read = {v.span_id: v for v in map(spans.read_span, span_events(*stored))}
+    if not growing.place(
+        {span_id: read[span_id] for span_id in growing.wanted() if span_id in read}
+    ):
+        return False
+    return growing.bases() is not None and growing.extend([], {}) is not None
 
 
 def in_another_trace(built):
@@ -30,16 +44,16 @@ STORED = (
 
 def test_a_streamed_trace_is_regular_and_waits_for_its_root():
     summary = summary_of(*STORED)
-    assert summary.regular
+    assert summary.regular and summary.waiting == {}
     assert summary.pending == [root().span_id.hex()]
-    assert summary.last[1] == sid(2).hex()
+    assert (summary.last_step[1], summary.last_call) == (sid(2).hex(), None)
     assert (summary.calls, summary.provider_from) == (0, "")
 
 
 def test_a_later_step_under_the_same_parent_can_grow_the_trace():
     later = span(name="store", span_id=sid(3), start_ms=100, end_ms=140)
+    assert grows(STORED, later)
     growing = growth.Growth.start("j1", summary_of(*STORED).as_json(), span_events(later))
-    assert growing is not None
     assert growing.wanted() == sorted({root().span_id.hex(), sid(1).hex()})
 
 
@@ -55,18 +69,30 @@ def test_a_later_step_under_the_same_parent_can_grow_the_trace():
     ],
 )
 def test_new_spans_that_change_the_stored_story_replay_the_trace(new):
-    assert growth.Growth.start("j1", summary_of(*STORED).as_json(), span_events(new)) is None
+    assert not grows(STORED, new)
 
 
 def test_a_trace_waiting_for_its_root_grows_by_spans_under_the_same_process():
     local = {"flags": SpanFlags.SPAN_FLAGS_CONTEXT_HAS_IS_REMOTE_MASK}
     stored = summary_of(span(name="plan", span_id=sid(1), end_ms=40, **local))
     assert stored.root is None and stored.regular
-    under = span(name="act", span_id=sid(2), start_ms=50, end_ms=60, **local)
-    assert growth.Growth.start("j1", stored.as_json(), span_events(under)) is not None
+    plan = span(name="plan", span_id=sid(1), end_ms=40, **local)
+    assert grows((plan,), span(name="act", span_id=sid(2), start_ms=50, end_ms=60, **local))
     # A span that does not say where its parent is may be the trace's local root.
-    unknown = span(name="act", span_id=sid(2), start_ms=50, end_ms=60)
-    assert growth.Growth.start("j1", stored.as_json(), span_events(unknown)) is None
+    assert not grows((plan,), span(name="act", span_id=sid(2), start_ms=50, end_ms=60))
+
+
+def test_a_step_after_its_waiting_call_adopts_it():
+    local = {"flags": SpanFlags.SPAN_FLAGS_CONTEXT_HAS_IS_REMOTE_MASK}
+    first = span(name="plan", span_id=sid(1), end_ms=40, **local)
+    call = llm_span(sid(3), sid(2), "gpt-4.1", 55)
+    call.flags = local["flags"]
+    summary = summary_of(first, call)
+    # The call's step is still running: the call is the job's until it comes.
+    assert summary.waiting == {sid(2).hex(): [[sid(3).hex(), 0]]}
+    assert [s.node_id for s in spans.expand("j1", span_events(first, call)).steps] == ["plan"]
+    step = span(name="act", span_id=sid(2), start_ms=50, end_ms=70, **local)
+    assert grows((first, call), step)
 
 
 def test_a_parent_the_stored_spans_wait_for_replays_the_trace():
