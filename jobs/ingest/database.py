@@ -598,7 +598,11 @@ def _select_pairs(
     """``rows_by_pairs`` on PostgreSQL, without decoding. Each pair is looked up on its own (a
     LATERAL subquery that OFFSET 0 keeps the planner from flattening): a semi-join of the pairs
     may be planned as a hash join over a scan of the whole partition, whose cost grows with
-    the table, where these lookups grow with the pairs."""
+    the table, where these lookups grow with the pairs. The ORDER BY the unique index's next
+    column, which that index gives for free, keeps a partition with no statistics yet (a new
+    day's) from being read by another index that leads with the first column (the steps' (job,
+    position)): that reads all of a job's rows for each pair, 33 ms for 50 steps of a
+    2,000-step job."""
     quote = connection.ops.quote_name
     fields = [model._meta.get_field(name) for name in columns]
     first, second = (quote(f.column) for f in fields)
@@ -609,10 +613,23 @@ def _select_pairs(
     cursor.execute(
         f"SELECT r.* FROM unnest(%s::{types[0]}[], %s::{types[1]}[]) AS k(a, b) "
         f"CROSS JOIN LATERAL (SELECT {wanted} FROM {quote(model._meta.db_table)} "
-        f"WHERE partition_day = %s AND {first} = k.a AND {second} = k.b OFFSET 0) r",
+        f"WHERE partition_day = %s AND {first} = k.a AND {second} = k.b"
+        f"{_unique_order(model, columns)} OFFSET 0) r",
         [[pair[0] for pair in pairs], [pair[1] for pair in pairs], day],
     )
     return list(map(tuple, cursor.fetchall()))
+
+
+def _unique_order(model: type[models.Model], columns: tuple[str, str]) -> str:
+    """ " ORDER BY" the columns that follow ``columns`` in the unique constraint leading with
+    them (partition_day aside), or "" when none do."""
+    for constraint in model._meta.constraints:
+        if isinstance(constraint, models.UniqueConstraint) and constraint.fields[:2] == columns:
+            rest = [name for name in constraint.fields[2:] if name != "partition_day"]
+            quote = connection.ops.quote_name
+            fields = [quote(model._meta.get_field(name).column) for name in rest]
+            return f" ORDER BY {', '.join(fields)}" if fields else ""
+    return ""
 
 
 def pairs_in(model: type[models.Model], columns: tuple[str, str], pairs: Sequence[tuple]) -> RawSQL:

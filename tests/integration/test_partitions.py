@@ -215,6 +215,33 @@ def test_the_migration_gives_stored_jobs_their_first_day_and_keeps_every_row():
         MigrationExecutor(connection).migrate(latest)
 
 
+@pytest.mark.skipif(not POSTGRES, reason="PostgreSQL's plans")
+def test_rows_by_pairs_uses_the_unique_index_in_a_partition_without_statistics():
+    """A new day's partition has no statistics until autovacuum gets to it: the pair lookups
+    must still go by the (job, node, attempt) index, not read all of a long job's steps by its
+    (job, position) index for each pair."""
+    day = DAY1 + timedelta(days=400)
+    steps = [
+        item for n in range(300) for item in (started(f"n{n}", "long", n), finished(f"n{n}", at=n))
+    ]
+    store_at(steps, day)
+    job = Job.objects.get(job_id="long")
+    statements = []
+
+    def capture(execute, sql, params, many, context):
+        statements.append((sql, params))
+        return execute(sql, params, many, context)
+
+    with connection.execute_wrapper(capture):
+        database.rows_by_pairs(Step, ("job", "node_id"), [(job.pk, "n7")], day.date(), ["attempt"])
+    [(sql, params)] = statements
+    with connection.cursor() as cursor:
+        cursor.execute("EXPLAIN " + sql, params)
+        plan = "\n".join(row[0] for row in cursor.fetchall())
+    assert "node_id_attempt_partition_day_key" in plan, plan
+    assert "position" not in plan, plan
+
+
 def test_rows_by_pairs_reads_exactly_the_pairs_of_that_day():
     """Projection reads a live batch's steps pair by pair (``database.rows_by_pairs``): the
     rows of the asked (job, node) pairs in that day's partition, JSON columns decoded, and
