@@ -215,7 +215,7 @@ def test_the_migration_gives_stored_jobs_their_first_day_and_keeps_every_row():
         MigrationExecutor(connection).migrate(latest)
 
 
-@pytest.mark.skipif(not POSTGRES, reason="PostgreSQL's plans")
+@pytest.mark.postgres
 def test_rows_by_pairs_uses_the_unique_index_in_a_partition_without_statistics():
     """A new day's partition has no statistics until autovacuum gets to it: the pair lookups
     must still go by the (job, node, attempt) index, not read all of a long job's steps by its
