@@ -195,7 +195,7 @@ def _fold_onto_snapshots(
     for job_id, events in new_events.items():
         job = existing.get(job_id)
         if job_id in grown:
-            events = grown[job_id][0]
+            events = grown[job_id].events
         # New spans that stand for no event (calls whose step has not come) still grow it.
         snapshot = job["fold"] if job_id in grown and not events else _foldable(job, events)
         if snapshot is not None:
@@ -222,7 +222,7 @@ def _fold_onto_snapshots(
             config=config,
         )
         if job_id in grown:
-            fold.trace, fold.state.calls = grown[job_id][1].summary, grown[job_id][1].calls
+            fold.trace, fold.state.calls = grown[job_id].summary, grown[job_id].calls
         try:
             for event in events:
                 fold.apply(event)

@@ -6,6 +6,7 @@ Callers hold the jobs' locks (``locks.lock_jobs``) inside their transaction.
 """
 
 from collections.abc import Iterable
+from dataclasses import replace
 from datetime import date
 from functools import reduce
 from operator import or_
@@ -22,12 +23,11 @@ from jobs.replay.spans import SpanView
 STEP_COLUMNS = ("attempt", "trace_span_id", "started_at")
 
 
-def grow(
-    jobs: dict[str, dict], new_events: dict[str, list[Event]]
-) -> dict[str, tuple[list[Event], growth.Grown]]:
-    """By job: its new ``events`` with its spans replaced by the events they stand for, and
-    what they add to its trace, for the jobs whose new spans can be expanded alone. ``jobs``:
-    their stored Job rows (``projection.read_jobs``); a job left out is replayed whole."""
+def grow(jobs: dict[str, dict], new_events: dict[str, list[Event]]) -> dict[str, growth.Grown]:
+    """By job, for the jobs whose new spans can be expanded alone: what they add to its trace,
+    with its new events (their spans replaced by the events they stand for) as the events to
+    fold. ``jobs``: their stored Job rows (``projection.read_jobs``); a job left out is
+    replayed whole."""
     growing: dict[str, growth.Growth] = {}
     for job_id, events in new_events.items():
         snapshot = jobs[job_id]["fold"] or {}
@@ -48,8 +48,8 @@ def grow(
     for job_id, job_steps in steps.items():
         grown = growing[job_id].extend(job_steps, siblings.get(job_id, {}))
         if grown is not None:
-            events = [e for e in new_events[job_id] if e.type != walk.SPAN] + grown.events
-            out[job_id] = (events, grown)
+            others = [event for event in new_events[job_id] if event.type != walk.SPAN]
+            out[job_id] = replace(grown, events=others + grown.events)
     return out
 
 

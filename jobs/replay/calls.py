@@ -325,7 +325,12 @@ def _parts(value: Any) -> str:
 def job_provider_model(calls: list[CallRecord], planner_nodes: set[str]) -> tuple[str, str]:
     """The job's provider and model: its planner's first LLM call's, else its first LLM call's
     (never the last one's)."""
-    llm = [call for call in calls if call.kind == "llm" and (call.provider or call.model)]
+    llm = [call for call in calls if names_a_model(call)]
     planner = [call for call in llm if call.node_id in planner_nodes]
     first = min(planner or llm, key=lambda c: (c.started_at, c.position), default=None)
     return (first.provider, first.model) if first else ("", "")
+
+
+def names_a_model(call: CallRecord) -> bool:
+    """An LLM call that says which provider or model it used (the job's may come from it)."""
+    return call.kind == "llm" and bool(call.provider or call.model)

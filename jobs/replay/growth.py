@@ -84,11 +84,13 @@ def summarize(expansion: Expansion) -> TraceSummary | None:
     if not ordered:
         return None
     known = {span.span_id for span in ordered}
+    steps = [span for span in ordered if span.is_step]
+    # The calls' positions (the root's call, when it is one, comes first at -1).
     positions = {call.span_id: call.position for call in expansion.calls if call.position >= 0}
     pending, waiting = _waits(
         [s for s in ordered if s.parent_id and s.parent_id not in known], positions, ordered
     )
-    trace = [root, *expansion.steps] if root is not None else expansion.steps
+    trace = [root, *steps] if root is not None else steps
     summary = TraceSummary(
         regular=expansion.regular
         and len({span.trace_id for span in ordered}) == 1
@@ -97,13 +99,13 @@ def summarize(expansion: Expansion) -> TraceSummary | None:
         and len(pending) + len(waiting) <= MAX_PENDING,
         trace_id=ordered[0].trace_id,
         root=[root.span_id, root.start.isoformat(), not root.parent_id] if root else None,
-        last_step=_key(expansion.steps),
+        last_step=_key(steps),
         last_call=_key([span for span in ordered if span.span_id in positions]),
         pending=sorted(pending),
         waiting=waiting,
-        calls=expansion.call_count,
+        calls=len(positions),
         provider_from=_provider_from(
-            expansion.calls, {s.node_id for s in expansion.steps if spans.planner_step(s)}
+            expansion.calls, {span.node_id for span in steps if spans.planner_step(span)}
         ),
         session_key=_first_key(trace, SESSION_KEYS),
         correlation_key=_first_key(trace, CORRELATION_KEYS),
@@ -136,14 +138,10 @@ def _key(trace: list[SpanView]) -> list | None:
 
 def _provider_from(calls: list[call_data.CallRecord], planners: set[str]) -> str:
     """Where ``call_data.job_provider_model`` takes the job's provider and model from."""
-    llm = [call for call in calls if _names_a_model(call)]
+    llm = [call for call in calls if call_data.names_a_model(call)]
     if any(call.node_id in planners for call in llm):
         return "planner"
     return "llm" if llm else ""
-
-
-def _names_a_model(call: call_data.CallRecord) -> bool:
-    return call.kind == "llm" and bool(call.provider or call.model)
 
 
 def _first_key(trace: list[SpanView], keys: tuple[str, ...]) -> int:
@@ -178,10 +176,13 @@ class Growth:
     """New spans onto a stored trace, in the steps the caller reads storage in between:
     ``start`` (None: expand the whole trace), read the spans ``wanted`` names and ``place`` the
     new spans under them, read the stored steps of their ``bases`` and the spans of the
-    latest of them, then ``extend``."""
+    latest of them (``siblings_to_read``), then ``extend``."""
 
     def __init__(self, job_id: str, summary: TraceSummary, new: dict[str, SpanView]):
         self.job_id, self.summary, self.new = job_id, summary, new
+        # The new spans in start order, and (once placed) those that are steps.
+        self.ordered = sorted(new.values(), key=_order)
+        self.steps: list[SpanView] = []
         self.root: SpanView | None = None
         # New spans whose parent is not stored either, and the stored calls whose parent came
         # (with their positions): the calls are now its, or its step's.
@@ -241,7 +242,7 @@ class Growth:
                     return False
                 tree[span_id] = call
                 self.adopted.append((call, position))
-        for span in sorted(self.new.values(), key=_order):
+        for span in self.ordered:
             if span.parent_id in stored and span.parent_id != root_id:
                 return False
             if span.parent_id not in self.new and span.parent_id not in stored:
@@ -249,6 +250,7 @@ class Growth:
                 if not span.local_parent and not self._after_root(span):
                     return False  # a local root before the job's: it would be the job's
         spans.classify(sorted(tree.values(), key=_order), tree, self.root)
+        self.steps = [span for span in self.ordered if span.is_step]
         placed = [*self.new.values(), *(call for call, _position in self.adopted)]
         return not any(call.is_step for call, _position in self.adopted) and (
             self.root is None or all(span.step_parent is not self.root for span in placed)
@@ -262,13 +264,10 @@ class Growth:
         span_id, start, true_root = self.summary.root
         return true_root or _order(span) > (datetime.fromisoformat(start), span_id)
 
-    def steps(self) -> list[SpanView]:
-        return [span for span in sorted(self.new.values(), key=_order) if span.is_step]
-
     def bases(self) -> set[str] | None:
         """The new steps' base nodes, whose stored steps ``extend`` needs (None: a base too
         long to number without cutting it)."""
-        bases = {spans.base_node(span) for span in self.steps()}
+        bases = {spans.base_node(span) for span in self.steps}
         return None if any(len(base) > MAX_ID_CHARS - 12 for base in bases) else bases
 
     def siblings_to_read(self, stored_steps: list[StoredStep]) -> list[str]:
@@ -286,9 +285,8 @@ class Growth:
         """The new spans' events and calls. ``stored_steps``: every stored step whose node is
         one of ``bases`` or an iteration of one ("base #2"); ``siblings``: the spans of the
         latest ``SIBLINGS_READ`` of each base's. None: expand the whole trace."""
-        steps = self.steps()
-        ordered = sorted(self.new.values(), key=_order)
-        call_spans = [s for s in ordered if not s.is_step or call_data.is_marked(s)]
+        steps, ordered = self.steps, self.ordered
+        call_spans = [span for span in ordered if spans.is_call(span)]
         summary = self.summary
         if not (_after(steps, summary.last_step) and _after(call_spans, summary.last_call)):
             return None  # it would renumber stored steps or calls
@@ -299,16 +297,14 @@ class Growth:
         spans.number_attempts(steps, used, latest)
         if {step.node_id for step in steps} & {step.node_id for step in stored_steps}:
             return None  # another attempt of a stored node
-        last_attempts: dict[str, int] = {}
-        for span in steps:
-            last_attempts[span.node_id] = max(span.attempt, last_attempts.get(span.node_id, 0))
+        last_attempts = spans.latest_attempts(steps)
         events = []
         for span in steps:
             result = spans.step_result(span, last_attempts, self.root)
             events.extend(spans.step_events(self.job_id, span, result))
         positions = {s.span_id: i for i, s in enumerate(call_spans, start=summary.calls)}
-        calls = [_call(span, positions[span.span_id]) for span in call_spans]
-        adopted = [_call(call, position) for call, position in self.adopted]
+        calls = [spans.call_of(span, positions[span.span_id]) for span in call_spans]
+        adopted = [spans.call_of(call, position) for call, position in self.adopted]
         if not self._keeps_job_fields(steps, calls, adopted):
             return None
         adopters = [*ordered, *(call for call, _position in self.adopted)]
@@ -367,7 +363,7 @@ class Growth:
         and a stored call a planner step adopts may be the planner's first."""
         summary = self.summary
         planners = {span.node_id for span in steps if spans.planner_step(span)}
-        llm = [call for call in calls if _names_a_model(call)]
+        llm = [call for call in calls if call_data.names_a_model(call)]
         if summary.provider_from == "" and llm:
             return False
         if summary.provider_from == "llm" and any(call.node_id in planners for call in llm):
@@ -395,11 +391,6 @@ def _after(trace: list[SpanView], last: list | None) -> bool:
         return True
     key = (datetime.fromisoformat(last[0]), last[1])
     return all(_order(span) > key for span in trace)
-
-
-def _call(span: SpanView, position: int) -> call_data.CallRecord:
-    step = span if span.is_step else span.step_parent
-    return call_data.call_record(span, step, position, spans.failure_text(span))
 
 
 def _newest_first(stored_steps: list[StoredStep]) -> list[StoredStep]:

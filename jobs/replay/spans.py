@@ -102,12 +102,10 @@ class SpanView:
 class Expansion:
     events: list[Event] = field(default_factory=list)
     calls: list[call_data.CallRecord] = field(default_factory=list)
-    # The trace as expand decided it: its spans in start order, their steps, the root, and
-    # whether each span came once, as the OTLP endpoint stores it (``is_canonical``).
+    # The trace as expand decided it: its spans in start order (classified and numbered), its
+    # root, and whether each span came once, as the OTLP endpoint stores it (``is_canonical``).
     spans: list[SpanView] = field(default_factory=list)
-    steps: list[SpanView] = field(default_factory=list)
     root: SpanView | None = None
-    call_count: int = 0
     regular: bool = True
 
 
@@ -171,29 +169,40 @@ def expand(job_id: str, span_events: Iterable[Event]) -> Expansion:
     classify(ordered, spans, root)
     steps = [span for span in ordered if span.is_step]
     number_attempts(steps)
-    last_attempts: dict[str, int] = {}
-    for span in steps:
-        last_attempts[span.node_id] = max(span.attempt, last_attempts.get(span.node_id, 0))
+    last_attempts = latest_attempts(steps)
     results = {span.span_id: step_result(span, last_attempts, root) for span in steps}
     expansion = Expansion()
     for span in steps:
         expansion.events.extend(step_events(job_id, span, results[span.span_id]))
-    # Calls: every span that is not a step, and the marked spans that are steps (an LLM span
-    # with no step above it is both: its own step, and the call it made).
-    call_spans = [s for s in ordered if s is not root and (not s.is_step or call_data.is_marked(s))]
-    expansion.calls = [
-        call_data.call_record(
-            span, span if span.is_step else span.step_parent, position, failure_text(span)
-        )
-        for position, span in enumerate(call_spans)
-    ]
+    call_spans = [span for span in ordered if span is not root and is_call(span)]
+    expansion.calls = [call_of(span, position) for position, span in enumerate(call_spans)]
     if root is not None:
         if call_data.is_marked(root):
             expansion.calls.insert(0, call_data.call_record(root, None, -1, failure_text(root)))
         expansion.events.extend(_job_events(job_id, root, steps, results, expansion.calls))
-    expansion.spans, expansion.steps, expansion.root = ordered, steps, root
-    expansion.call_count, expansion.regular = len(call_spans), regular
+    expansion.spans, expansion.root, expansion.regular = ordered, root, regular
     return expansion
+
+
+def latest_attempts(steps: Iterable[SpanView]) -> dict[str, int]:
+    """Each node's highest attempt among ``steps`` (numbered)."""
+    latest: dict[str, int] = {}
+    for span in steps:
+        latest[span.node_id] = max(span.attempt, latest.get(span.node_id, 0))
+    return latest
+
+
+def is_call(span: SpanView) -> bool:
+    """Whether a classified span (not the root) is a call: every span that is not a step, and
+    the marked spans that are steps (an LLM span with no step above it is both: its own step,
+    and the call it made)."""
+    return not span.is_step or call_data.is_marked(span)
+
+
+def call_of(span: SpanView, position: int) -> call_data.CallRecord:
+    """A call span's record: a call of itself when it is a step, else of its step ancestor."""
+    step = span if span.is_step else span.step_parent
+    return call_data.call_record(span, step, position, failure_text(span))
 
 
 def is_canonical(event: Event, span: SpanView) -> bool:
