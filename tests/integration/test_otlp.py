@@ -10,6 +10,7 @@ import pytest
 from django.db import OperationalError
 from google.protobuf import json_format
 from google.rpc import code_pb2, status_pb2
+from opentelemetry.context import Context
 from opentelemetry.exporter.otlp.proto.http import Compression
 from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (
@@ -39,7 +40,9 @@ def record_failing_trace() -> list:
     provider.add_span_processor(SimpleSpanProcessor(memory))
     tracer = provider.get_tracer("billing")
     # The error escapes the run: the root span fails too (caught inside it, it was handled).
-    with pytest.raises(ValueError), tracer.start_as_current_span("run"):
+    # From an empty context: a span an earlier test left current in this thread would be the
+    # run's parent, in this process, and the run would wait for it as its root.
+    with pytest.raises(ValueError), tracer.start_as_current_span("run", context=Context()):
         with tracer.start_as_current_span(
             "fetch_invoice", attributes={"traceviz.node_id": "fetch"}
         ):
