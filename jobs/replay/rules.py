@@ -2,11 +2,13 @@
 after each event in event order.
 
 Pure functions of the fold's state: the failing nodes (each one's latest non-stale failure), the
-cancel and finish seen, the planner's degradation, the boundary violations and the findings.
+cancel and finish seen, the planner's degradation, the boundary violations and the findings. And
+source 002's cancellation fence, which decides which results are stale.
 """
 
 from typing import TYPE_CHECKING
 
+from jobs.contract.events import Event
 from jobs.replay import failures
 from jobs.replay.failures import ResultType, RunStatus
 from jobs.replay.state import StepState
@@ -36,6 +38,23 @@ STATE_KINDS = frozenset(
         "contract_violation",
     }
 )
+
+
+class CancelFence:
+    """Source 002's cancellation fence: once a cancel came in event order, a node_finished whose
+    epoch is lower than the cancel's, or that has no epoch, or follows a cancel without one, is
+    stale."""
+
+    __slots__ = ("epoch", "epochless", "seen")
+
+    def __init__(self, seen: bool = False, epoch: int | None = None, epochless: bool = False):
+        self.seen, self.epoch, self.epochless = seen, epoch, epochless
+
+    def is_stale(self, event: Event) -> bool:
+        if not self.seen:
+            return False
+        epoch = event.payload.get("epoch")
+        return self.epochless or epoch is None or epoch < (self.epoch or 0)
 
 
 def active_failures(fold: "Fold") -> list[StepState]:

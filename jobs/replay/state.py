@@ -138,6 +138,36 @@ class StepState:
         """Started and not finished yet."""
         return self.result_type is None and bool(self.started_event_id)
 
+    def keep_stale(self, event) -> None:
+        """Keep a stale result that came after the attempt finished in its history (source 002:
+        it never overwrites)."""
+        payload = event.payload
+        record = {
+            "event_id": event.event_id,
+            "why": "stale",
+            "result_type": payload.get("result_type", ResultType.SUCCESS),
+            "finished_at": event.ts.isoformat(),
+        }
+        for name in ("reason", "failure_code", "error_type", "epoch"):
+            if name in payload:
+                record[name] = payload[name]
+        self.history.append(record)
+
+    def result_record(self) -> dict[str, Any]:
+        """The attempt's current result, for its history when a new one takes its place."""
+        record = {
+            "event_id": self.finished_event_id,
+            "why": "stale" if self.ignored_stale else "replaced",
+            "result_type": self.result_type,
+            "finished_at": self.finished_at.isoformat(),
+        }
+        for name in ("reason", "failure_code", "error_type"):
+            if value := getattr(self, name):
+                record[name] = value
+        if self.epoch is not None:
+            record["epoch"] = self.epoch
+        return record
+
     @property
     def strip_cell(self) -> list:
         """This step in the jobs list's segment strip: [segment, struck through]."""

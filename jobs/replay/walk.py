@@ -102,23 +102,6 @@ def build(events: Iterable[Event], config: ReplayConfig = DEFAULT_CONFIG) -> Job
     return Fold.of(events, config).finish()
 
 
-class CancelFence:
-    """Source 002's cancellation fence: once a cancel came in event order, a node_finished whose
-    epoch is lower than the cancel's, or that has no epoch, or follows a cancel without one, is
-    stale."""
-
-    __slots__ = ("epoch", "epochless", "seen")
-
-    def __init__(self, seen: bool = False, epoch: int | None = None, epochless: bool = False):
-        self.seen, self.epoch, self.epochless = seen, epoch, epochless
-
-    def is_stale(self, event: Event) -> bool:
-        if not self.seen:
-            return False
-        epoch = event.payload.get("epoch")
-        return self.epochless or epoch is None or epoch < (self.epoch or 0)
-
-
 class Fold:
     """The walk over one job's events, in event order."""
 
@@ -135,7 +118,7 @@ class Fold:
         self.failing: dict[str, StepState] = {}
         # The nodes of ``failing`` in the order their failure began.
         self.failing_began: list[str] = []
-        self.cancel = CancelFence()
+        self.cancel = rules.CancelFence()
         self.finished_status = ""
         self.degraded = False
         self.boundary: dict[str, str] = {}
@@ -261,14 +244,14 @@ class Fold:
         step, before = self._step(event)
         if stale and step.result_type is not None:
             # Source 002: a stale result never overwrites; it is kept beside the attempt's.
-            step.history.append(_result_record(event, "stale"))
+            step.keep_stale(event)
             self._changed(step, before)
             return
         replaced = ""
         if step.result_type is not None:
             if not step.ignored_stale:
                 replaced = step.finished_event_id
-            step.history.append(_step_result_record(step))
+            step.history.append(step.result_record())
         self._set_result(step, event, stale)
         self._changed(step, before)
         if stale:
@@ -529,7 +512,7 @@ class Fold:
             setattr(state, name, job[name])
         fold.failing = {node: fold.steps[(node, attempt)] for node, attempt in snapshot["failing"]}
         fold.failing_began = list(snapshot["failing_began"])
-        fold.cancel = CancelFence(*snapshot["cancel"])
+        fold.cancel = rules.CancelFence(*snapshot["cancel"])
         fold.finished_status = snapshot["finished_status"]
         fold.degraded = snapshot["degraded"]
         fold.boundary = dict(snapshot["boundary"])
@@ -561,34 +544,3 @@ def _iso(value: datetime | None) -> str | None:
 
 def _datetime(value: str | None) -> datetime | None:
     return datetime.fromisoformat(value) if value is not None else None
-
-
-def _result_record(event: Event, why: str) -> dict[str, Any]:
-    """A result the attempt does not show, for its history."""
-    payload = event.payload
-    record = {
-        "event_id": event.event_id,
-        "why": why,
-        "result_type": payload.get("result_type", ResultType.SUCCESS),
-        "finished_at": event.ts.isoformat(),
-    }
-    for name in ("reason", "failure_code", "error_type", "epoch"):
-        if name in payload:
-            record[name] = payload[name]
-    return record
-
-
-def _step_result_record(step: StepState) -> dict[str, Any]:
-    """The attempt's current result, when a new one takes its place."""
-    record = {
-        "event_id": step.finished_event_id,
-        "why": "stale" if step.ignored_stale else "replaced",
-        "result_type": step.result_type,
-        "finished_at": step.finished_at.isoformat(),
-    }
-    for name in ("reason", "failure_code", "error_type"):
-        if value := getattr(step, name):
-            record[name] = value
-    if step.epoch is not None:
-        record["epoch"] = step.epoch
-    return record
