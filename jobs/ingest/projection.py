@@ -223,6 +223,8 @@ def _fold_onto_snapshots(
         )
         if job_id in grown:
             fold.trace, fold.state.calls = grown[job_id].summary, grown[job_id].calls
+            if grown[job_id].reopens:
+                fold.reopen_failure()
         try:
             for event in events:
                 fold.apply(event)
@@ -470,7 +472,8 @@ def _write_calls(
 def _apply_escalations(
     projected: dict[str, Projected], rows: list[dict], ids: dict[tuple, int]
 ) -> None:
-    """Open or reopen what the triggers name; after a full replay, withdraw what never held;
+    """Open or reopen what the triggers name; after a full replay or a reopened failure,
+    withdraw what never held;
     note recoveries; check the repair budget of failed:logic runs."""
     jobs_by_id = {
         row["job_id"]: Job(id=ids[(row["job_id"],)], **row)
@@ -493,7 +496,7 @@ def _apply_escalations(
             current[key] = actions.apply_trigger(
                 trigger, job=job, existing=current.get(key), source=source
             )
-        if p.path == FULL:
+        if p.path == FULL or p.fold.reopened:
             mine = [esc for key, esc in current.items() if key[0] == job.pk]
             actions.withdraw_unheld(mine, state.triggered)
         for recovery in state.recoveries:
@@ -503,10 +506,12 @@ def _apply_escalations(
 
 
 def _changes_escalations(p: Projected) -> bool:
-    """Whether the job's escalations must be read: a full replay re-decides them all; an
-    incremental fold only when it triggers, recovers or leaves the job failed:logic."""
+    """Whether the job's escalations must be read: a full replay re-decides them all, and so
+    does a fold that reopened a failure; any other incremental fold only when it triggers,
+    recovers or leaves the job failed:logic."""
     return bool(
         p.path == FULL
+        or p.fold.reopened
         or p.state.escalation_triggers
         or p.state.recoveries
         or p.state.status == RunStatus.FAILED_LOGIC

@@ -33,7 +33,7 @@ def grow(jobs: dict[str, dict], new_events: dict[str, list[Event]]) -> dict[str,
         snapshot = jobs[job_id]["fold"] or {}
         if snapshot.get("version") == walk.FOLD_VERSION and snapshot["last_key"] is not None:
             span_events = [event for event in events if event.type == walk.SPAN]
-            started = growth.Growth.start(job_id, snapshot["spans"], span_events)
+            started = growth.Growth.start(job_id, snapshot, span_events)
             if started is not None:
                 growing[job_id] = started
     stored = _read_spans(jobs, {job_id: g.wanted() for job_id, g in growing.items()})

@@ -16,7 +16,9 @@ expansion is then the stored one's plus theirs:
   a stored call with spans under it) waits for, or the child of a stored span other than the
   root; a stored call that waited alone for a new span is adopted (its step changes, nothing
   else about it);
-- no new step is another attempt of a stored node (it could turn a stored failure retryable).
+- no new step is another attempt of a stored node (it could turn a stored failure retryable),
+  except of the node whose failure is the job's last event (``walk.Fold.reopenable``): that
+  failure then turns retryable (``Grown.reopens``), and nothing before it changes.
 Anything else, and the caller replays the job whole, which is always exact; the parity tests
 feed the same spans through both.
 """
@@ -170,6 +172,8 @@ class Grown:
     events: list[Event]
     calls: list[call_data.CallRecord]
     summary: TraceSummary
+    # The new steps retry the failure the job's last event was: fold them onto it reopened.
+    reopens: bool = False
 
 
 class Growth:
@@ -178,8 +182,16 @@ class Growth:
     new spans under them, read the stored steps of their ``bases`` and the spans of the
     latest of them (``siblings_to_read``), then ``extend``."""
 
-    def __init__(self, job_id: str, summary: TraceSummary, new: dict[str, SpanView]):
+    def __init__(
+        self,
+        job_id: str,
+        summary: TraceSummary,
+        new: dict[str, SpanView],
+        reopenable: tuple[str, int] | None = None,
+    ):
         self.job_id, self.summary, self.new = job_id, summary, new
+        # The (node, attempt) whose failure is the job's last event (``walk.Fold.reopenable``).
+        self.reopenable = reopenable
         # The new spans in start order, and (once placed) those that are steps.
         self.ordered = sorted(new.values(), key=_order)
         self.steps: list[SpanView] = []
@@ -191,10 +203,11 @@ class Growth:
 
     @classmethod
     def start(
-        cls, job_id: str, summary: dict[str, Any] | None, span_events: list[Event]
+        cls, job_id: str, snapshot: dict[str, Any], span_events: list[Event]
     ) -> "Growth | None":
-        """A growth of the trace ``summary`` (a snapshot's) by these new span events, or None
+        """A growth of the trace a fold ``snapshot`` keeps by these new span events, or None
         when they cannot be expanded alone."""
+        summary, reopenable = snapshot["spans"], snapshot["reopenable"]
         trace = TraceSummary(**summary) if summary else None
         if trace is None or not trace.regular:
             return None
@@ -212,7 +225,7 @@ class Growth:
             ):
                 return None
             new[span.span_id] = span
-        return cls(job_id, trace, new)
+        return cls(job_id, trace, new, tuple(reopenable[:2]) if reopenable else None)
 
     def wanted(self) -> list[str]:
         """The span ids to read from storage: the root, the new spans' parents, and the calls
@@ -295,7 +308,8 @@ class Growth:
         if latest is None:
             return None
         spans.number_attempts(steps, used, latest)
-        if {step.node_id for step in steps} & {step.node_id for step in stored_steps}:
+        reopens = self._reopens(steps, stored_steps)
+        if reopens is None:
             return None  # another attempt of a stored node
         last_attempts = spans.latest_attempts(steps)
         events = []
@@ -322,7 +336,20 @@ class Growth:
         grown.pending, grown.waiting = sorted(pending), waiting
         grown.calls = summary.calls + len(call_spans)
         grown.add_calls(calls)
-        return Grown(events, calls + adopted, grown)
+        return Grown(events, calls + adopted, grown, reopens)
+
+    def _reopens(self, steps: list[SpanView], stored_steps: list[StoredStep]) -> bool | None:
+        """Whether the new (numbered) steps retry the stored failure that is the job's last
+        event; None when they are other attempts of a stored node."""
+        again = {step.node_id for step in steps} & {step.node_id for step in stored_steps}
+        if not again:
+            return False
+        if self.reopenable is None or again != {self.reopenable[0]}:
+            return None
+        node, attempt = self.reopenable
+        stored = max(step.attempt for step in stored_steps if step.node_id == node)
+        retries = min(step.attempt for step in steps if step.node_id == node)
+        return True if stored == attempt < retries else None
 
     def _latest_siblings(
         self,

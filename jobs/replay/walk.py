@@ -37,7 +37,7 @@ from jobs.replay.state import (
 
 # Bump when the fold's meaning or the snapshot's shape changes: every job then gets a full
 # replay on its next batch (and rebuild_projections refreshes them all).
-FOLD_VERSION = 6
+FOLD_VERSION = 7
 SPAN = "span"
 # A finish's result, replaced as a whole when the attempt finishes again; the other fields of a
 # finish keep the value an earlier event of the attempt gave when the finish leaves them out.
@@ -129,6 +129,11 @@ class Fold:
         # What the job's OpenTelemetry spans decided (None: it has none): a batch of new spans
         # is expanded onto it (``growth``) or the job replayed whole.
         self.trace: growth.TraceSummary | None = None
+        # [node, attempt, holding, triggered]: the last event folded is a span step's inferred
+        # permanent failure, which a later attempt makes retryable (DESIGN.md section 3b); the
+        # rules' state before it, to decide them again then. ``reopened``: that happened.
+        self.reopenable: list | None = None
+        self.reopened = False
 
     @classmethod
     def of(cls, events: Iterable[Event], config: ReplayConfig = DEFAULT_CONFIG) -> "Fold":
@@ -167,6 +172,8 @@ class Fold:
                 return
             raise ValueError(f"event {event.event_id!r} does not come after the last one folded")
         self.last_key = key
+        rules_before = self._rules_before(event)
+        self.reopenable = None
         state = self.state
         state.event_count += 1
         self.linter.position += 1
@@ -176,6 +183,47 @@ class Fold:
         if handler := getattr(self, "_on_" + event.type.replace(".", "_"), None):
             handler(event)
         self._evaluate_rules(event)
+        if rules_before is not None:
+            step = self.steps[(event.payload["node_id"], event.attempt)]
+            if (
+                step.result_type == ResultType.PERMANENT_FAILURE
+                and not step.ignored_stale
+                and step.finished_event_id == event.event_id
+            ):
+                self.reopenable = [step.node_id, step.attempt, *rules_before]
+
+    def _rules_before(self, event: Event) -> list | None:
+        """The holding rules and the triggered ones before ``event``, as a snapshot keeps them,
+        when it is a span step's inferred permanent failure (None otherwise)."""
+        payload = event.payload
+        if (
+            self.trace is None
+            or event.type != "node_finished"
+            or payload.get("inferred") is not True
+            or payload.get("result_type") != ResultType.PERMANENT_FAILURE
+        ):
+            return None
+        return [self._holding_json(), sorted([k, n] for k, n in self.triggered)]
+
+    def _holding_json(self) -> list:
+        return sorted([k, n, s, m] for (k, n), (s, m) in self.holding.items())
+
+    def reopen_failure(self) -> None:
+        """Make the failure ``reopenable`` names, the last event folded, the retryable failure a
+        later attempt of its node makes it, and decide the rules after it again: what a replay
+        of the whole trace with that attempt gives. Nothing else its finish did depends on
+        which of the two it is: either makes its node failing, and lint marks neither (it was
+        inferred, not declared)."""
+        node, attempt, holding, triggered = self.reopenable
+        step = self.steps[(node, attempt)]
+        before = step.strip_cell
+        step.result_type = ResultType.RETRYABLE_FAILURE
+        self._changed(step, before)
+        self.holding = {(k, n): (s, m) for k, n, s, m in holding}
+        self.triggered = {(k, n) for k, n in triggered}
+        job_id, event_id = self.state.job_id, step.finished_event_id
+        self._evaluate_rules(Event("node_finished", job_id, event_id, step.finished_at, None, {}))
+        self.reopenable, self.reopened = None, True
 
     def _on_job_started(self, event: Event) -> None:
         payload = event.payload
@@ -209,11 +257,15 @@ class Fold:
         return step, before
 
     def _changed(self, step: StepState, before: list | None) -> None:
-        """Record that ``step`` was written to: its row, the segment counts and the strip."""
+        """Record that ``step`` was written to: its row, the segment counts (of the segments
+        some step has) and the strip."""
         self.changed[(step.node_id, step.attempt)] = step
         counts = self.state.segment_counts
         if before is not None:
-            counts[before[0]] -= 1
+            if counts[before[0]] > 1:
+                counts[before[0]] -= 1
+            else:
+                del counts[before[0]]
         segment = step.segment.value
         counts[segment] = counts.get(segment, 0) + 1
         if step.position < STRIP_STEPS:
@@ -462,10 +514,11 @@ class Fold:
             "finished_status": self.finished_status,
             "degraded": self.degraded,
             "boundary": self.boundary,
-            "holding": sorted([k, n, s, m] for (k, n), (s, m) in self.holding.items()),
+            "holding": self._holding_json(),
             "triggered": sorted([k, n] for k, n in self.triggered),
             "lint": self.linter.snapshot(),
             "spans": self.trace.as_json() if self.trace is not None else None,
+            "reopenable": self.reopenable,
         }
 
     @staticmethod
@@ -521,6 +574,7 @@ class Fold:
         fold.linter = lint.Linter.restore(snapshot["lint"])
         if snapshot["spans"] is not None:
             fold.trace = growth.TraceSummary(**snapshot["spans"])
+        fold.reopenable = snapshot["reopenable"]
         return fold
 
 

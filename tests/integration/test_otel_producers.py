@@ -62,6 +62,17 @@ def escalation_kinds(job: Job) -> list[str]:
     return sorted(job.escalations.values_list("kind", flat=True))
 
 
+def projection_paths() -> dict[str, int]:
+    """How many jobs each batch replayed whole ("full") or folded onto ("incremental")."""
+    return {
+        path: int(value)
+        for path in ("full", "incremental")
+        for value in Counter.objects.filter(
+            name=counters.PROJECTIONS, labels=counters.labels_key(path=path)
+        ).values_list("value", flat=True)
+    }
+
+
 # --- LangGraph through OpenInference ---------------------------------------------------------
 
 
@@ -157,6 +168,11 @@ def test_langgraph_run_with_retries_and_a_handled_tool_error_is_told_truthfully(
         {"question": "Why was I charged twice?", "answer": "", "tries": 0}
     )
     assert result["tries"] == 3
+    # Each span came in a request of its own, as it ended. Folded onto the job: flaky's three
+    # attempts (each retry turns the stored failure before it retryable) and the tool call.
+    # Replayed whole: the LLM call and plan (nothing was folded yet), use_tool (a node's span is
+    # a call too, and it came after the tool call inside it: the calls renumber) and the root.
+    assert projection_paths() == {"full": 4, "incremental": 4}
 
     job = Job.objects.get()
     assert (job.status, job.name, job.workflow) == ("completed", "LangGraph", "support-agent")
@@ -338,16 +354,6 @@ def test_a_run_still_going_is_running_and_grows_span_by_span(exporting):
     the step comes and takes it: no step of its own comes and goes."""
     tracer = exporting("agent").get_tracer("agent")
     projected = {}
-
-    def paths() -> dict[str, int]:
-        return {
-            path: int(value)
-            for path in ("full", "incremental")
-            for value in Counter.objects.filter(
-                name=counters.PROJECTIONS, labels=counters.labels_key(path=path)
-            ).values_list("value", flat=True)
-        }
-
     with tracer.start_as_current_span("research", context=Context()) as root:
         trace_id = format(root.get_span_context().trace_id, "032x")
         for turn in range(4):
@@ -361,7 +367,7 @@ def test_a_run_still_going_is_running_and_grows_span_by_span(exporting):
             with tracer.start_as_current_span("tools"):
                 pass
         job = Job.objects.get(job_id=trace_id)
-        projected.update(paths())
+        projected.update(projection_paths())
         assert (job.status, job.name, job.findings) == ("running", "", [])
         assert [node for node, _attempt, _result in steps_of(job)] == [
             "agent",

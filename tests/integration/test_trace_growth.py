@@ -114,22 +114,63 @@ def test_a_step_after_its_call_adopts_it_when_the_sdk_says_it_is_coming():
     assert parity.differences(Job.objects.get().job_id) == []
 
 
-def test_a_retry_of_a_stored_failure_replays_the_job_and_turns_it_retryable():
+def test_a_retry_of_the_last_stored_failure_grows_the_trace_and_turns_it_retryable():
     spans = [
         span(name="prepare", span_id=sid(1), start_ms=0, end_ms=40),
         span(name="fetch", span_id=sid(2), start_ms=50, end_ms=90, status=ERROR),
         span(name="fetch", span_id=sid(3), start_ms=100, end_ms=150),
     ]
     store_spans(*spans[:2])  # the run's root has not come: "prepare" stands in for it
-    assert Job.objects.get().steps.get().result_type == "permanent_failure"
-    store_spans(spans[2])
-    assert (projections("full"), projections("incremental")) == (2, 0)
     job = Job.objects.get()
-    assert [(s.attempt, s.result_type) for s in job.steps.order_by("attempt")] == [
+    assert job.steps.get(node_id="fetch").result_type == "permanent_failure"
+    assert (job.has_failed, job.has_retryable) == (True, False)
+    store_spans(spans[2])
+    assert (projections("full"), projections("incremental")) == (1, 1)
+    job = Job.objects.get()
+    assert [(s.attempt, s.result_type) for s in job.steps.filter(node_id="fetch")] == [
         (1, "retryable_failure"),
         (2, "success"),
     ]
+    assert (job.has_failed, job.has_retryable) == (False, True)
     assert parity.differences(job.job_id) == []
+
+
+def test_a_retry_of_a_failure_that_is_not_the_last_event_replays_the_trace():
+    spans = [
+        span(name="prepare", span_id=sid(1), start_ms=0, end_ms=40),
+        span(name="fetch", span_id=sid(2), start_ms=50, end_ms=90, status=ERROR),
+        span(name="log", span_id=sid(3), parent=sid(2), start_ms=60, end_ms=95),
+        span(name="fetch", span_id=sid(4), start_ms=100, end_ms=150),
+    ]
+    store_spans(*spans[:3])  # a step inside the failed one ended after it
+    store_spans(spans[3])
+    assert (projections("full"), projections("incremental")) == (2, 0)
+    job = Job.objects.get()
+    assert job.steps.get(node_id="fetch", attempt=1).result_type == "retryable_failure"
+    assert parity.differences(job.job_id) == []
+
+
+def test_retries_past_the_limit_escalate_as_a_replay_of_the_whole_trace_does():
+    local = SpanFlags.SPAN_FLAGS_CONTEXT_HAS_IS_REMOTE_MASK
+    attempts = [
+        span(name="fetch", span_id=sid(10 + n), start_ms=100 * n, end_ms=100 * n + 50, flags=local)
+        for n in range(8)
+    ]
+    for failed in attempts[:7]:
+        failed.status.CopyFrom(ERROR)
+    for attempt in attempts:  # each attempt in an export of its own, as it ends
+        store_spans(attempt)
+    job = Job.objects.get()
+    assert (projections("full"), projections("incremental")) == (1, 7)
+    assert list(job.escalations.values_list("kind", "node_id")) == [
+        ("max_retries_exceeded", "fetch")
+    ]
+    assert (job.status, job.step_count, job.has_failed) == ("running", 8, False)
+    assert parity.differences(job.job_id) == []
+    grown = rows()
+    clear()
+    store_spans(*attempts)
+    assert rows() == grown
 
 
 def test_the_first_llm_call_names_the_jobs_model_by_a_full_replay():
