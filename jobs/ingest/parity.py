@@ -1,4 +1,4 @@
-"""Replay parity (DESIGN.md section 2): a job's stored Job, Step and Escalation rows against
+"""Replay parity (DESIGN.md section 2): a job's stored Job, Step, Call and Escalation rows against
 ``walk.build`` over its stored events.
 
 Used by the load and fault benchmarks after a run and by tests. The expected rows come from the
@@ -85,11 +85,32 @@ def differences(job_id: str) -> list[Difference]:
                 found.append(Difference(job_id, where, name, getattr(row, name), value))
         found.extend(_group_difference(job, where, row, replayed_steps[key], state))
     found.extend(_group_job_differences(job, stored_steps.values()))
+    found.extend(_call_differences(job, state))
     # All of a job's rows share its partition day (the unique keys rely on it).
     days = set(EventRow.objects.filter(job_id=job_id).values_list("partition_day", flat=True))
     if days != {job.partition_day}:
         found.append(Difference(job_id, "events", "partition_day", sorted(days), job.partition_day))
     found.extend(_escalation_differences(job, state))
+    return found
+
+
+def _call_differences(job: Job, state: JobState) -> list[Difference]:
+    """The job's Call rows are the calls of its replayed trace, field by field."""
+    stored = {call.span_id: call for call in job.calls.all()}
+    replayed = {call.span_id: projection.call_row(call, job.pk) for call in state.calls}
+    found = []
+    for span_id in sorted(stored.keys() | replayed.keys()):
+        where = f"call {span_id}"
+        if span_id not in stored or span_id not in replayed:
+            found.append(
+                Difference(job.job_id, where, "(row)", span_id in stored, span_id in replayed)
+            )
+            continue
+        for name, value in replayed[span_id].items():
+            if name != "job_id" and not _same(getattr(stored[span_id], name), value):
+                found.append(
+                    Difference(job.job_id, where, name, getattr(stored[span_id], name), value)
+                )
     return found
 
 
