@@ -9,9 +9,13 @@ change (``TraceSummary``); ``Growth`` expands a batch's new spans alone when the
 expansion is then the stored one's plus theirs:
 - the trace is one trace whose spans were each stored once, under the OTLP endpoint's event id,
   and its root is not a Celery publish (whose job ends with its last run);
-- every new step starts after every stored step, and every new call after every stored call,
-  so stored steps keep their attempts, calls their positions, and the job its provider, model,
-  session and correlation ids (unless a new span brings the first of them, or a better key);
+- every new step starts after every stored step, so stored steps keep their attempts, and the
+  job its provider, model, session and correlation ids (unless a new span brings the first of
+  them, or a better key);
+- every new call starts after every stored call, or after every stored call but those still
+  waiting for their parent (a LangGraph node's span is a call too, and ends after the LLM call
+  inside it): those move up by the new calls that start before them, which must name no model
+  and cost nothing (the job's model is its first LLM call's, its cost summed in call order);
 - no new span is a root, a span that would stand in for one, a parent that a stored step (or
   a stored call with spans under it) waits for, or the child of a stored span other than the
   root; a stored call that waited alone for a new span is adopted (its step changes, nothing
@@ -49,9 +53,11 @@ class TraceSummary:
     # The job's root span: [span id, start, whether it has no parent]; None while it has not
     # come (every span's parent is missing and in the same process: ``spans._job_root``).
     root: list | None
-    # [start, span id] of the step, and of the call, that starts last (None: none yet).
+    # [start, span id] of the step, and of the call, that starts last (None: none yet), and of
+    # the call that starts last of those that do not wait for their parent (``waiting``).
     last_step: list | None
     last_call: list | None
+    settled_call: list | None
     # Parents that spans here wait for (they are not here): those some step or some call with
     # spans under it waits for, and by parent the calls (with their positions) that wait alone.
     pending: list[str]
@@ -93,6 +99,7 @@ def summarize(expansion: Expansion) -> TraceSummary | None:
         [s for s in ordered if s.parent_id and s.parent_id not in known], positions, ordered
     )
     trace = [root, *steps] if root is not None else steps
+    waits = {span_id for calls in waiting.values() for span_id, _position in calls}
     summary = TraceSummary(
         regular=expansion.regular
         and len({span.trace_id for span in ordered}) == 1
@@ -103,6 +110,9 @@ def summarize(expansion: Expansion) -> TraceSummary | None:
         root=[root.span_id, root.start.isoformat(), not root.parent_id] if root else None,
         last_step=_key(steps),
         last_call=_key([span for span in ordered if span.span_id in positions]),
+        settled_call=_key(
+            [s for s in ordered if s.span_id in positions and s.span_id not in waits]
+        ),
         pending=sorted(pending),
         waiting=waiting,
         calls=len(positions),
@@ -200,6 +210,10 @@ class Growth:
         # (with their positions): the calls are now its, or its step's.
         self.orphans: list[SpanView] = []
         self.adopted: list[tuple[SpanView, int]] = []
+        # Every stored call still waiting for its parent, with its position, when a new span
+        # starts before the latest stored call (new calls may then come before them; ``place``
+        # fills it in).
+        self.waiting_calls = None if _after(self.ordered, summary.last_call) else []
 
     @classmethod
     def start(
@@ -229,13 +243,17 @@ class Growth:
 
     def wanted(self) -> list[str]:
         """The span ids to read from storage: the root, the new spans' parents, and the calls
-        that waited for one of the new spans."""
+        that waited for one of the new spans (every waiting call, when a new span starts before
+        the latest stored call)."""
         parents = {span.parent_id for span in self.new.values()} - set(self.new)
         root = {self.summary.root[0]} if self.summary.root else set()
+        waiting = self.summary.waiting
         waited = {
             span_id
-            for parent in set(self.new) & set(self.summary.waiting)
-            for span_id, _position in self.summary.waiting[parent]
+            for parent in (
+                waiting if self.waiting_calls is not None else set(self.new) & set(waiting)
+            )
+            for span_id, _position in waiting[parent]
         }
         return sorted(parents | root | waited)
 
@@ -249,12 +267,17 @@ class Growth:
             if (root := stored.get(root_id)) is None:
                 return False
             self.root = tree[root_id] = root
-        for parent in set(self.new) & set(self.summary.waiting):
-            for span_id, position in self.summary.waiting[parent]:
+        for parent, calls in self.summary.waiting.items():
+            if parent not in self.new and self.waiting_calls is None:
+                continue
+            for span_id, position in calls:
                 if (call := stored.get(span_id)) is None:
                     return False
                 tree[span_id] = call
-                self.adopted.append((call, position))
+                if parent in self.new:
+                    self.adopted.append((call, position))
+                if self.waiting_calls is not None:
+                    self.waiting_calls.append((call, position))
         for span in self.ordered:
             if span.parent_id in stored and span.parent_id != root_id:
                 return False
@@ -265,7 +288,8 @@ class Growth:
         spans.classify(sorted(tree.values(), key=_order), tree, self.root)
         self.steps = [span for span in self.ordered if span.is_step]
         placed = [*self.new.values(), *(call for call, _position in self.adopted)]
-        return not any(call.is_step for call, _position in self.adopted) and (
+        read = self.adopted if self.waiting_calls is None else self.waiting_calls
+        return not any(call.is_step for call, _position in read) and (
             self.root is None or all(span.step_parent is not self.root for span in placed)
         )
 
@@ -301,8 +325,12 @@ class Growth:
         steps, ordered = self.steps, self.ordered
         call_spans = [span for span in ordered if spans.is_call(span)]
         summary = self.summary
-        if not (_after(steps, summary.last_step) and _after(call_spans, summary.last_call)):
-            return None  # it would renumber stored steps or calls
+        if not _after(steps, summary.last_step):
+            return None  # it would renumber stored steps
+        placed = self._call_positions(call_spans)
+        if placed is None:
+            return None  # it would renumber stored calls other than the waiting ones
+        positions, moved = placed
         used = {(step.node_id, step.attempt) for step in stored_steps}
         latest = self._latest_siblings(steps, stored_steps, siblings)
         if latest is None:
@@ -316,27 +344,80 @@ class Growth:
         for span in steps:
             result = spans.step_result(span, last_attempts, self.root)
             events.extend(spans.step_events(self.job_id, span, result))
-        positions = {s.span_id: i for i, s in enumerate(call_spans, start=summary.calls)}
         calls = [spans.call_of(span, positions[span.span_id]) for span in call_spans]
-        adopted = [spans.call_of(call, position) for call, position in self.adopted]
-        if not self._keeps_job_fields(steps, calls, adopted):
+        if moved and any(
+            call.position < max(moved.values())
+            and (call_data.names_a_model(call) or call.cost is not None)
+            for call in calls
+        ):
+            return None  # before a stored call: the job's model or cost sum could change
+        # The stored calls whose record changes: the adopted (their step), the moved (their
+        # position).
+        adopted = {call.span_id for call, _position in self.adopted}
+        stored = {
+            call.span_id: (call, p) for call, p in [*(self.waiting_calls or ()), *self.adopted]
+        }
+        rewritten = [
+            spans.call_of(call, moved.get(span_id, position))
+            for span_id, (call, position) in stored.items()
+            if span_id in adopted or span_id in moved
+        ]
+        if not self._keeps_job_fields(steps, calls, rewritten):
             return None
         adopters = [*ordered, *(call for call, _position in self.adopted)]
         new_pending, new_waiting = _waits(self.orphans, positions, adopters)
         pending = set(summary.pending) | new_pending
-        waiting = {p: list(c) for p, c in summary.waiting.items() if p not in self.new}
+        waiting = {
+            parent: [[span_id, moved.get(span_id, position)] for span_id, position in entries]
+            for parent, entries in summary.waiting.items()
+            if parent not in self.new
+        }
         for parent, more in new_waiting.items():
             waiting[parent] = [*waiting.get(parent, []), *more]
         waiting = {parent: calls for parent, calls in waiting.items() if parent not in pending}
         if len(pending) + len(waiting) > MAX_PENDING:
             return None
+        # The calls that no longer wait: the new ones that do not, the adopted, and those whose
+        # parent a new step now waits for too (read, or the trace is expanded whole).
+        still = {span_id for entries in waiting.values() for span_id, _position in entries}
+        settled = [span for span in call_spans if span.span_id not in still]
+        for entries in summary.waiting.values():
+            for span_id, _position in entries:
+                if span_id not in still:
+                    if span_id not in stored:
+                        return None
+                    settled.append(stored[span_id][0])
         grown = TraceSummary(**summary.as_json())
         grown.last_step = _key(steps) or summary.last_step
-        grown.last_call = _key(call_spans) or summary.last_call
+        grown.last_call = _latest(_key(call_spans), summary.last_call)
+        grown.settled_call = _latest(_key(settled), summary.settled_call)
         grown.pending, grown.waiting = sorted(pending), waiting
         grown.calls = summary.calls + len(call_spans)
         grown.add_calls(calls)
-        return Grown(events, calls + adopted, grown, reopens)
+        return Grown(events, calls + rewritten, grown, reopens)
+
+    def _call_positions(
+        self, call_spans: list[SpanView]
+    ) -> tuple[dict[str, int], dict[str, int]] | None:
+        """The new calls' positions, and the new positions of the stored calls that start after
+        one of them (by span id). Only calls still waiting for their parent may: every other
+        stored call starts before ``summary.settled_call``, and the waiting ones were read (a
+        call's position is its rank by start). None when a new call starts before a settled
+        one."""
+        summary = self.summary
+        if _after(call_spans, summary.last_call):
+            return {s.span_id: i for i, s in enumerate(call_spans, start=summary.calls)}, {}
+        if self.waiting_calls is None or not _after(call_spans, summary.settled_call):
+            return None
+        first = _order(call_spans[0])
+        tail = [(call, position) for call, position in self.waiting_calls if _order(call) > first]
+        base = summary.calls - len(tail)
+        if sorted(position for _call, position in tail) != list(range(base, summary.calls)):
+            return None
+        merged = sorted([*call_spans, *(call for call, _position in tail)], key=_order)
+        positions = {span.span_id: base + i for i, span in enumerate(merged)}
+        moved = {call.span_id: positions.pop(call.span_id) for call, _position in tail}
+        return positions, moved
 
     def _reopens(self, steps: list[SpanView], stored_steps: list[StoredStep]) -> bool | None:
         """Whether the new (numbered) steps retry the stored failure that is the job's last
@@ -410,6 +491,12 @@ class Growth:
 
 def _order(span: SpanView) -> tuple:
     return (span.start, span.span_id)
+
+
+def _latest(*keys: list | None) -> list | None:
+    """The latest of [start, span id] keys (None: none)."""
+    known = [key for key in keys if key is not None]
+    return max(known, key=lambda key: (datetime.fromisoformat(key[0]), key[1]), default=None)
 
 
 def _after(trace: list[SpanView], last: list | None) -> bool:

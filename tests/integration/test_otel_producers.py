@@ -169,10 +169,10 @@ def test_langgraph_run_with_retries_and_a_handled_tool_error_is_told_truthfully(
     )
     assert result["tries"] == 3
     # Each span came in a request of its own, as it ended. Folded onto the job: flaky's three
-    # attempts (each retry turns the stored failure before it retryable) and the tool call.
-    # Replayed whole: the LLM call and plan (nothing was folded yet), use_tool (a node's span is
-    # a call too, and it came after the tool call inside it: the calls renumber) and the root.
-    assert projection_paths() == {"full": 4, "incremental": 4}
+    # attempts (each retry turns the stored failure before it retryable), the tool call and
+    # use_tool (a node's span is a call too: it takes the tool call's place, which moves up).
+    # Replayed whole: the LLM call and plan (nothing was folded yet), and the root.
+    assert projection_paths() == {"full": 3, "incremental": 5}
 
     job = Job.objects.get()
     assert (job.status, job.name, job.workflow) == ("completed", "LangGraph", "support-agent")

@@ -119,6 +119,71 @@ def test_a_step_after_its_call_adopts_it_when_the_sdk_says_it_is_coming():
     assert parity.differences(Job.objects.get().job_id) == []
 
 
+def langgraph_node(name: str, span_id: bytes, start_ms: int, end_ms: int, **fields):
+    """A LangGraph node's span as OpenInference exports it: a step, and a call (a chain)."""
+    return span(
+        name=name,
+        span_id=span_id,
+        start_ms=start_ms,
+        end_ms=end_ms,
+        attributes=attrs(
+            openinference__span__kind="CHAIN", metadata=f'{{"langgraph_node": "{name}"}}'
+        ),
+        flags=SpanFlags.SPAN_FLAGS_CONTEXT_HAS_IS_REMOTE_MASK,
+        **fields,
+    )
+
+
+def test_a_langgraph_node_after_the_llm_call_inside_it_grows_the_trace():
+    local = SpanFlags.SPAN_FLAGS_CONTEXT_HAS_IS_REMOTE_MASK
+    spans = []
+    for turn in range(3):
+        at = 100 * turn
+        node = langgraph_node("agent", sid(10 + turn), at, at + 60)
+        call = llm_span(sid(20 + turn), sid(10 + turn), "gpt-4o-mini", at + 5)
+        call.flags = local
+        spans += [call, node]
+    for built in spans:  # one span a request, as a SimpleSpanProcessor exports them
+        store_spans(built)
+    # The node's span is a call that starts before the LLM call stored before it: the LLM
+    # call moves up one place, and nothing is replayed after the first step.
+    assert (projections("full"), projections("incremental")) == (2, 4)
+    job = Job.objects.get()
+    assert list(Call.objects.order_by("position").values_list("position", "kind", "node_id")) == [
+        (0, "chain", "agent"),
+        (1, "llm", "agent"),
+        (2, "chain", "agent #2"),
+        (3, "llm", "agent #2"),
+        (4, "chain", "agent #3"),
+        (5, "llm", "agent #3"),
+    ]
+    assert job.input_tokens == 3_000
+    assert parity.differences(job.job_id) == []
+    store_spans(root(end_ms=300))
+    job = Job.objects.get()
+    assert (job.status, job.model, job.step_count) == ("completed", "gpt-4o-mini", 3)
+    grown = rows()
+    clear()
+    store_spans(*spans, root(end_ms=300))
+    assert rows() == grown
+
+
+def test_a_node_starting_before_a_call_of_a_stored_step_replays_the_trace():
+    local = SpanFlags.SPAN_FLAGS_CONTEXT_HAS_IS_REMOTE_MASK
+    first = span(name="search", span_id=sid(1), start_ms=0, end_ms=100, flags=local)
+    call = llm_span(sid(2), sid(1), "gpt-4o-mini", 50)
+    call.flags = local
+    store_spans(call, first)
+    # A parallel branch's node, started while "search" ran, before its LLM call.
+    store_spans(langgraph_node("summarize", sid(3), 40, 120))
+    assert (projections("full"), projections("incremental")) == (2, 0)
+    assert list(Call.objects.order_by("position").values_list("name", flat=True)) == [
+        "summarize",
+        "ChatOpenAI",
+    ]
+    assert parity.differences(Job.objects.get().job_id) == []
+
+
 def test_a_retry_of_the_last_stored_failure_grows_the_trace_and_turns_it_retryable():
     spans = [
         span(name="prepare", span_id=sid(1), start_ms=0, end_ms=40),
@@ -196,6 +261,9 @@ def test_the_first_llm_call_names_the_jobs_model_by_a_full_replay():
 # --- any trace, any delivery ------------------------------------------------------------------
 
 
+NODE = {"openinference__span__kind": "CHAIN"}
+
+
 @st.composite
 def traces(draw) -> list:
     """A run's spans: steps one after another under the root (names repeat: iterations and
@@ -212,12 +280,15 @@ def traces(draw) -> list:
             fields["status"] = ERROR
         extra = draw(
             st.sampled_from(
-                [{}, {}, {"session__id": "s-1"}, {"traceviz__attempt": 2}, {"tool": "x"}]
+                [{}, {}, {"session__id": "s-1"}, {"traceviz__attempt": 2}, {"tool": "x"}, NODE]
             )
         )
+        name = draw(st.sampled_from(["agent", "tools", "plan", "fetch"]))
+        if extra is NODE:  # a LangGraph node's span, as OpenInference marks it: a call too
+            extra = {**NODE, "metadata": f'{{"langgraph_node": "{name}"}}'}
         spans.append(
             span(
-                name=draw(st.sampled_from(["agent", "tools", "plan", "fetch"])),
+                name=name,
                 span_id=step_id,
                 start_ms=at,
                 end_ms=at + length,

@@ -95,6 +95,7 @@ def test_a_step_after_its_waiting_call_adopts_it():
     summary = summary_of(first, call)
     # The call's step is still running: the call is the job's until it comes.
     assert summary.waiting == {sid(2).hex(): [[sid(3).hex(), 0]]}
+    assert (summary.last_call[1], summary.settled_call) == (sid(3).hex(), None)
     expanded = spans.expand("j1", span_events(first, call)).spans
     assert [s.node_id for s in expanded if s.is_step] == ["plan"]
     step = span(name="act", span_id=sid(2), start_ms=50, end_ms=70, **local)
