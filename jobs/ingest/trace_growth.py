@@ -37,11 +37,11 @@ def grow(jobs: dict[str, dict], new_events: dict[str, list[Event]]) -> dict[str,
             if started is not None:
                 growing[job_id] = started
     stored = _read_spans(jobs, {job_id: g.wanted() for job_id, g in growing.items()})
-    bases = {}
+    names = {}
     for job_id, g in growing.items():
-        if g.place(stored.get(job_id, {})) and (found := g.bases()) is not None:
-            bases[job_id] = found
-    steps = _stored_steps(jobs, bases)
+        if g.place(stored.get(job_id, {})) and g.bases() is not None:
+            names[job_id] = g.step_names()
+    steps = _stored_steps(jobs, names)
     read = {job_id: growing[job_id].siblings_to_read(steps[job_id]) for job_id in steps}
     siblings = _read_spans(jobs, read)
     out = {}
@@ -84,20 +84,27 @@ def _read_spans(
 
 
 def _stored_steps(
-    jobs: dict[str, dict], bases: dict[str, set[str]]
+    jobs: dict[str, dict], names: dict[str, dict[str, list[str] | None]]
 ) -> dict[str, list[growth.StoredStep]]:
-    """By job: every stored step whose node is one of its ``bases`` or an iteration of one. A
+    """By job: the stored steps of the node names ``Growth.step_names`` lists by base, and of
+    a base it lists as None, every stored step whose node is the base or an iteration of it. A
     job one of whose steps is not a span's (contract events on the same node) is left out."""
-    rows: dict[str, list[tuple]] = {job_id: [] for job_id in bases}
-    by_pk = {jobs[job_id]["id"]: job_id for job_id in bases}
-    for day, job_ids in _by_day(jobs, bases).items():
+    rows: dict[str, list[tuple]] = {job_id: [] for job_id in names}
+    by_pk = {jobs[job_id]["id"]: job_id for job_id in names}
+    for day, job_ids in _by_day(jobs, names).items():
+        pairs = [
+            (jobs[job_id]["id"], name)
+            for job_id in job_ids
+            for base, listed in sorted(names[job_id].items())
+            for name in (listed or [base])
+        ]
+        named = database.rows_by_pairs(Step, ("job", "node_id"), pairs, day, STEP_COLUMNS)
         # By the unique index first: no step is numbered "base #2" from a base until one named
         # "base" exists (``spans.number_attempts``), so only the bases found have iterations.
-        pairs = [(jobs[job_id]["id"], base) for job_id in job_ids for base in sorted(bases[job_id])]
-        named = database.rows_by_pairs(Step, ("job", "node_id"), pairs, day, STEP_COLUMNS)
-        if found := sorted({(pk, node_id) for pk, node_id, *_ in named}):
+        unlisted = {(pk, node) for pk, node, *_ in named if names[by_pk[pk]].get(node, []) is None}
+        if found := sorted(unlisted):
             iterated = reduce(
-                or_, (Q(job_id=pk, node_id__startswith=f"{node_id} #") for pk, node_id in found)
+                or_, (Q(job_id=pk, node_id__startswith=f"{base} #") for pk, base in found)
             )
             named += Step.objects.filter(iterated, partition_day=day).values_list(
                 "job_id", "node_id", *STEP_COLUMNS
@@ -107,10 +114,11 @@ def _stored_steps(
     out = {}
     for job_id, job_rows in rows.items():
         # SQLite's LIKE ignores case: keep the exact names.
+        bases = names[job_id]
         stored = [
             growth.StoredStep(*row)
             for row in job_rows
-            if any(row[0] == b or row[0].startswith(f"{b} #") for b in bases[job_id])
+            if any(row[0] == b or row[0].startswith(f"{b} #") for b in bases)
         ]
         if all(step.started_at is not None and step.span_id for step in stored):
             out[job_id] = stored

@@ -38,6 +38,9 @@ from jobs.replay.spans import CORRELATION_KEYS, SESSION_KEYS, Expansion, SpanVie
 
 # More missing parents than this, and the trace is expanded whole on every batch.
 MAX_PENDING = 64
+# More base nodes that ran more than once than this, and every batch reads all the stored
+# iterations of the bases its new steps have.
+MAX_LOOPING = 64
 # The stored steps of a base node whose spans ``Growth.extend`` may look at to find a new
 # step's latest sibling: the latest few (the caller reads their spans).
 SIBLINGS_READ = 3
@@ -69,6 +72,10 @@ class TraceSummary:
     # Index in SESSION_KEYS / CORRELATION_KEYS of the key that gave the value (len: none did).
     session_key: int
     correlation_key: int
+    # By base node that ran more than once, its highest iteration ("agent #12": 12), or None
+    # when a step of it had an explicit attempt (its iterations are then not in start order).
+    # A base missing from it has one iteration at most. None: more than MAX_LOOPING such bases.
+    iterations: dict[str, int | None] | None
     input_tokens: int = 0
     output_tokens: int = 0
     # The calls' costs summed in call order (None: no call was priced).
@@ -121,9 +128,27 @@ def summarize(expansion: Expansion) -> TraceSummary | None:
         ),
         session_key=_first_key(trace, SESSION_KEYS),
         correlation_key=_first_key(trace, CORRELATION_KEYS),
+        iterations=_loops({}, steps),
     )
     summary.add_calls(expansion.calls)
     return summary
+
+
+def _loops(
+    iterations: dict[str, int | None] | None, steps: list[SpanView]
+) -> dict[str, int | None] | None:
+    """A summary's ``iterations`` with these (numbered) steps added."""
+    if iterations is None:
+        return None
+    loops = dict(iterations)
+    for span in steps:
+        base = spans.base_node(span)
+        iteration = iteration_of(span.node_id, base)
+        if spans.explicit_attempt(span) is not None or iteration is None:
+            loops[base] = None
+        elif iteration > 1 and loops.get(base, 0) is not None:
+            loops[base] = max(loops.get(base, 0), iteration)
+    return loops if len(loops) <= MAX_LOOPING else None
 
 
 def _waits(
@@ -214,6 +239,8 @@ class Growth:
         # starts before the latest stored call (new calls may then come before them; ``place``
         # fills it in).
         self.waiting_calls = None if _after(self.ordered, summary.last_call) else []
+        # By base node read only in part (``step_names``), the lowest iteration read.
+        self.floors: dict[str, int] = {}
 
     @classmethod
     def start(
@@ -307,6 +334,24 @@ class Growth:
         bases = {spans.base_node(span) for span in self.steps}
         return None if any(len(base) > MAX_ID_CHARS - 12 for base in bases) else bases
 
+    def step_names(self) -> dict[str, list[str] | None]:
+        """By base node of the new steps, the node names whose stored steps ``extend`` needs:
+        the base itself when it ran once at most; its latest SIBLINGS_READ iterations when it
+        ran more (a step's iteration is its rank by start: the newest steps are the highest
+        iterations); None: every iteration of it (``iterations`` does not say)."""
+        loops = self.summary.iterations
+        names: dict[str, list[str] | None] = {}
+        for base in self.bases() or ():
+            highest = loops.get(base, 1) if loops is not None else None
+            if highest is None:
+                names[base] = None
+                continue
+            self.floors[base] = max(highest - SIBLINGS_READ + 1, 1)
+            names[base] = [
+                spans.iteration_node(base, i) for i in range(highest, self.floors[base] - 1, -1)
+            ]
+        return names
+
     def siblings_to_read(self, stored_steps: list[StoredStep]) -> list[str]:
         """The span ids of the latest ``SIBLINGS_READ`` stored steps of each base node."""
         newest_first = _newest_first(stored_steps)
@@ -336,6 +381,10 @@ class Growth:
         if latest is None:
             return None
         spans.number_attempts(steps, used, latest)
+        for span in steps:
+            base = spans.base_node(span)
+            if (iteration_of(span.node_id, base) or 0) < self.floors.get(base, 1):
+                return None  # numbered among iterations that were not read
         reopens = self._reopens(steps, stored_steps)
         if reopens is None:
             return None  # another attempt of a stored node
@@ -393,6 +442,7 @@ class Growth:
         grown.settled_call = _latest(_key(settled), summary.settled_call)
         grown.pending, grown.waiting = sorted(pending), waiting
         grown.calls = summary.calls + len(call_spans)
+        grown.iterations = _loops(summary.iterations, steps)
         grown.add_calls(calls)
         return Grown(events, calls + rewritten, grown, reopens)
 

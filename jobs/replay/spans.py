@@ -303,7 +303,7 @@ def _cut(value: str) -> str:
     return value[:keep] + f"… [+{len(value) - keep} chars]"
 
 
-def _explicit_attempt(span: SpanView) -> int | None:
+def explicit_attempt(span: SpanView) -> int | None:
     """``traceviz.attempt``, else a Celery run's retries so far + 1; None: by order."""
     attempt = span.number(PREFIX + "attempt")
     if attempt is not None and attempt >= 1:
@@ -325,7 +325,7 @@ def number_attempts(
     latest = {} if latest is None else latest
     for span in steps:
         base = base_node(span)
-        explicit = _explicit_attempt(span)
+        explicit = explicit_attempt(span)
         previous = latest.get((span.parent_id, base))
         iteration, attempt = 1, explicit or 1
         if explicit is None and previous is not None:
@@ -333,16 +333,16 @@ def number_attempts(
             failed_before = _failed(before) and before.end <= span.start
             iteration = its_iteration if failed_before else its_iteration + 1
             attempt = before.attempt + 1 if failed_before else 1
-        node = _iteration_node(base, iteration)
+        node = iteration_node(base, iteration)
         while (node, attempt) in used:
             iteration += 1
-            node = _iteration_node(base, iteration)
+            node = iteration_node(base, iteration)
         used.add((node, attempt))
         span.node_id, span.attempt = node, attempt
         latest[(span.parent_id, base)] = (span, iteration)
 
 
-def _iteration_node(base: str, iteration: int) -> str:
+def iteration_node(base: str, iteration: int) -> str:
     return base if iteration == 1 else _cut(f"{base} #{iteration}")
 
 

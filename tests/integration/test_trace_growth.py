@@ -4,6 +4,8 @@ spans arrive."""
 
 import pytest
 from django.core.management import call_command
+from django.db import connection
+from django.test.utils import CaptureQueriesContext
 from hypothesis import given
 from hypothesis import strategies as st
 from opentelemetry.proto.trace.v1.trace_pb2 import SpanFlags
@@ -91,6 +93,21 @@ def test_a_trace_exported_as_it_runs_grows_without_replaying_the_whole_job():
     clear()
     store_spans(*spans)
     assert rows() == grown
+
+
+def test_a_node_looping_for_long_reads_only_its_latest_iterations():
+    spans = end_order(agent_run(40))
+    deliver(spans[:-4], [3])
+    before = projections("incremental")
+    with CaptureQueriesContext(connection) as queries:
+        store_spans(*spans[-4:-1])  # "tools #20" and the LLM call and step of "agent #20"
+    assert projections("incremental") == before + 1
+    # The stored steps of a base that ran 20 times are read by name, its latest iterations
+    # only, not all of them by prefix.
+    assert not [query["sql"] for query in queries if "LIKE" in query["sql"]]
+    job = Job.objects.get()
+    assert job.steps.order_by("-position").values_list("node_id", flat=True)[0] == "tools #20"
+    assert parity.differences(job.job_id) == []
 
 
 def test_a_step_arriving_after_its_call_replays_the_job():
