@@ -15,7 +15,9 @@ holds a few spans of every trace and each trace grows over many requests.
 
 Then one long trace streamed as an instrumented app exports it while it runs: L steps' spans
 sent in the order they end (a step's LLM call before the step, the root last), E spans per
-request, one request at a time. Prints the request latency near the start and at the end: a
+request, one request at a time; then the same as a LangGraph agent loop (OpenInference's
+spans: "agent" and "tools" nodes in turn, each node's span a chain call ending after the LLM
+call inside it). Prints the request latency near the start and at the end: a
 trace's new spans are expanded onto the stored trace where that is exact (``replay.growth``),
 else it is replayed whole, so what the end costs says how often that happened
 (bench/README.md says what bounds it).
@@ -48,15 +50,26 @@ def attribute(key: str, value) -> KeyValue:
 SDK_FLAGS = SpanFlags.SPAN_FLAGS_CONTEXT_HAS_IS_REMOTE_MASK
 
 
-def trace_spans(n: int, steps: int, start: datetime, rng: random.Random) -> list[Span]:
+def trace_spans(
+    n: int, steps: int, start: datetime, rng: random.Random, *, langgraph: bool = False
+) -> list[Span]:
     """One job's trace: its root and its steps' spans (LLM call spans inside some), flagged as
-    the Python SDK flags them."""
+    the Python SDK flags them. ``langgraph``: an agent loop as OpenInference exports a
+    LangGraph run: its nodes "agent" and "tools" in turn, each node's span a chain call too,
+    an LLM call in every "agent"."""
     trace_id = rng.randbytes(16)
     start_ns = int(start.timestamp() * 1e9)
     root_id = rng.randbytes(8)
     spans = []
     at = start_ns
     for index in range(steps):
+        name = ("agent", "tools")[index % 2] if langgraph else f"step-{index}"
+        attributes = [attribute("step.index", index)]
+        if langgraph:
+            attributes = [
+                attribute("openinference.span.kind", "CHAIN"),
+                attribute("metadata", f'{{"langgraph_node": "{name}"}}'),
+            ]
         for failed in (True, False) if index % 10 == 9 else (False,):
             step_id = rng.randbytes(8)
             span = Span(
@@ -64,18 +77,18 @@ def trace_spans(n: int, steps: int, start: datetime, rng: random.Random) -> list
                 span_id=step_id,
                 parent_span_id=root_id,
                 flags=SDK_FLAGS,
-                name=f"step-{index}",
+                name=name,
                 kind=Span.SpanKind.SPAN_KIND_INTERNAL,
                 start_time_unix_nano=at,
                 end_time_unix_nano=at + 30_000_000,
-                attributes=[attribute("step.index", index)],
+                attributes=attributes,
             )
             if failed:
                 span.status.CopyFrom(
                     Status(code=Status.StatusCode.STATUS_CODE_ERROR, message="upstream 503")
                 )
             spans.append(span)
-            if index % 3 == 0 and not failed:
+            if (name == "agent" if langgraph else index % 3 == 0) and not failed:
                 spans.append(
                     Span(
                         trace_id=trace_id,
@@ -217,20 +230,24 @@ def main() -> None:
             f"median of {len(ratios)} rounds: spans/s / events/s = "
             f"{statistics.median(ratios):.2f} (target >= 0.5)"
         )
-        long_trace = trace_spans(args.jobs, args.long_steps, start, rng)
-        bodies = end_order_bodies(long_trace, args.long_export)
-        latencies = []
-        for body in bodies:
-            latencies.append(send_all(server.url, server.token, [[body]], post_traces))
-        early, late = latencies[1:6], latencies[-6:-1]  # not the first body, nor the root's
-        print(
-            f"one trace of {args.long_steps:,} steps ({len(long_trace):,} spans) streamed in "
-            f"end order, {args.long_export} spans per request ({len(bodies)} requests): "
-            f"{len(long_trace) / sum(latencies):,.0f} spans/s\n"
-            f"   median latency of requests 2-6: {statistics.median(early) * 1000:,.0f} ms; "
-            f"of the last 5 before the root's: {statistics.median(late) * 1000:,.0f} ms\n"
-            f"server peak RSS: {server.peak_worker_kib / 1024:,.0f} MiB per worker"
-        )
+        for n, langgraph in enumerate((False, True)):
+            long_trace = trace_spans(
+                args.jobs + n, args.long_steps, start, rng, langgraph=langgraph
+            )
+            bodies = end_order_bodies(long_trace, args.long_export)
+            latencies = []
+            for body in bodies:
+                latencies.append(send_all(server.url, server.token, [[body]], post_traces))
+            early, late = latencies[1:6], latencies[-6:-1]  # not the first body, nor the root's
+            print(
+                f"one {'LangGraph agent loop' if langgraph else 'trace'} of {args.long_steps:,} "
+                f"steps ({len(long_trace):,} spans) streamed in end order, {args.long_export} "
+                f"spans per request ({len(bodies)} requests): "
+                f"{len(long_trace) / sum(latencies):,.0f} spans/s\n"
+                f"   median latency of requests 2-6: {statistics.median(early) * 1000:,.0f} ms; "
+                f"of the last 5 before the root's: {statistics.median(late) * 1000:,.0f} ms"
+            )
+        print(f"server peak RSS: {server.peak_worker_kib / 1024:,.0f} MiB per worker")
     finally:
         server.stop()
         recreate_database(base, database, drop_only=True)

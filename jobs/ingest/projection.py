@@ -473,8 +473,7 @@ def _apply_escalations(
     projected: dict[str, Projected], rows: list[dict], ids: dict[tuple, int]
 ) -> None:
     """Open or reopen what the triggers name; after a full replay or a reopened failure,
-    withdraw what never held;
-    note recoveries; check the repair budget of failed:logic runs."""
+    withdraw what never held; note recoveries; check the repair budget of failed:logic runs."""
     jobs_by_id = {
         row["job_id"]: Job(id=ids[(row["job_id"],)], **row)
         for row in rows

@@ -514,11 +514,11 @@ class Growth:
         self,
         steps: list[SpanView],
         calls: list[call_data.CallRecord],
-        adopted: list[call_data.CallRecord],
+        rewritten: list[call_data.CallRecord],
     ) -> bool:
         """Whether the job's provider, model, session and correlation ids stay as the stored
         spans gave them: new spans start after the stored ones, so they can only fill a gap,
-        and a stored call a planner step adopts may be the planner's first."""
+        and a stored call a planner step adopts (``rewritten``) may be the planner's first."""
         summary = self.summary
         planners = {span.node_id for span in steps if spans.planner_step(span)}
         llm = [call for call in calls if call_data.names_a_model(call)]
@@ -526,7 +526,7 @@ class Growth:
             return False
         if summary.provider_from == "llm" and any(call.node_id in planners for call in llm):
             return False
-        if any(call.node_id in planners for call in adopted):
+        if any(call.node_id in planners for call in rewritten):
             return False
         return not any(
             spans.span_text(span, key)
