@@ -9,6 +9,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
+from jobs.contract.events import Event
 from jobs.replay import failures, lint
 from jobs.replay.calls import CallRecord
 from jobs.replay.failures import ResultType, RunStatus, Segment
@@ -138,7 +139,7 @@ class StepState:
         """Started and not finished yet."""
         return self.result_type is None and bool(self.started_event_id)
 
-    def keep_stale(self, event) -> None:
+    def keep_stale(self, event: Event) -> None:
         """Keep a stale result that came after the attempt finished in its history (source 002:
         it never overwrites)."""
         payload = event.payload
