@@ -422,7 +422,8 @@ class Growth:
             if parent not in self.new
         }
         for parent, more in new_waiting.items():
-            waiting[parent] = [*waiting.get(parent, []), *more]
+            # In start order, as the whole trace lists them (a later call may start earlier).
+            waiting[parent] = sorted([*waiting.get(parent, []), *more], key=lambda call: call[1])
         waiting = {parent: calls for parent, calls in waiting.items() if parent not in pending}
         if len(pending) + len(waiting) > MAX_PENDING:
             return None

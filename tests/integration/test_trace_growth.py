@@ -18,7 +18,7 @@ from tests.integration.test_incremental_projection import (
     projection_rows,
     projections,
 )
-from tests.otlp_spans import ERROR, attrs, llm_span, root, sid, span, store_spans
+from tests.otlp_spans import ERROR, ROOT_ID, attrs, llm_span, root, sid, span, store_spans
 
 pytestmark = pytest.mark.django_db
 
@@ -183,6 +183,25 @@ def test_a_langgraph_node_after_the_llm_call_inside_it_grows_the_trace():
     clear()
     store_spans(*spans, root(end_ms=300))
     assert rows() == grown
+
+
+def test_parallel_calls_ending_out_of_order_keep_their_places_while_they_wait():
+    local = SpanFlags.SPAN_FLAGS_CONTEXT_HAS_IS_REMOTE_MASK
+    tool = {"attributes": attrs(openinference__span__kind="TOOL"), "flags": local}
+    first = span(name="lookup", span_id=sid(2), parent=sid(1), start_ms=10, end_ms=60, **tool)
+    second = span(name="lookup", span_id=sid(3), parent=sid(1), start_ms=20, end_ms=40, **tool)
+    node = langgraph_node("tools", sid(1), 5, 70)
+    # The second call ends first; the first, which started before it, comes a request later.
+    for built in (langgraph_node("plan", sid(4), 0, 4), second, first, node):
+        result = store_spans(built)
+        assert parity.differences(result.job_ids[0]) == []
+    assert (projections("full"), projections("incremental")) == (1, 3)
+    assert list(Call.objects.order_by("position").values_list("span_id", "node_id")) == [
+        (sid(4).hex(), "plan"),
+        (sid(1).hex(), "tools"),
+        (sid(2).hex(), "tools"),
+        (sid(3).hex(), "tools"),
+    ]
 
 
 def test_a_node_starting_before_a_call_of_a_stored_step_replays_the_trace():
@@ -350,4 +369,65 @@ def test_grown_shuffled_and_rebuilt_traces_give_identical_rows(db, data, spans):
     assert rows() == grown
 
     call_command("rebuild_projections", stdout=None, stderr=None)
+    assert rows() == grown
+
+
+@st.composite
+def trees(draw) -> list:
+    """A run's spans as a tree: each span's children inside its time, one after another or
+    overlapping (parallel branches), each a plain step, a LangGraph node, an LLM call or a tool
+    call, some failing, with names that repeat (iterations, retries)."""
+    flags = draw(st.sampled_from([0, SpanFlags.SPAN_FLAGS_CONTEXT_HAS_IS_REMOTE_MASK]))
+    ids, spans, budget = iter(range(1, 10_000)), [], [draw(st.integers(4, 16))]
+
+    def children(parent: bytes, start: int, end: int, depth: int) -> None:
+        at = start + 1
+        for _ in range(draw(st.integers(2, 8) if depth == 0 else st.integers(0, 3))):
+            if budget[0] == 0 or at + 8 >= end:
+                return
+            budget[0] -= 1
+            span_id, name = sid(next(ids)), draw(st.sampled_from(["agent", "tools", "fetch"]))
+            kind = draw(st.sampled_from(["step", "step", "node", "llm", "tool"]))
+            length = 5 if kind == "llm" else draw(st.integers(6, min(60, end - at - 1)))
+            fields = {"status": ERROR} if draw(st.integers(0, 3)) == 0 else {}
+            if kind == "llm":
+                built = llm_span(span_id, parent, "gpt-4o-mini", at)
+                built.status.CopyFrom(fields.get("status", built.status))
+            else:
+                extra = {
+                    "step": {},
+                    "node": {**NODE, "metadata": f'{{"langgraph_node": "{name}"}}'},
+                    "tool": {"openinference__span__kind": "TOOL"},
+                }[kind]
+                built = span(
+                    name=name,
+                    span_id=span_id,
+                    parent=parent,
+                    start_ms=at,
+                    end_ms=at + length,
+                    attributes=attrs(**extra) if extra else None,
+                    **fields,
+                )
+            built.flags = flags
+            spans.append(built)
+            if kind in ("step", "node") and depth < 3:
+                children(span_id, at, at + length, depth + 1)
+            parallel = draw(st.sampled_from([False, False, True]))
+            at += draw(st.integers(1, length)) if parallel else length + draw(st.integers(0, 5))
+
+    children(ROOT_ID, 0, 1_000, 0)
+    return [*spans, root(end_ms=1_000)]
+
+
+@HYPOTHESIS
+@given(data=st.data(), spans=trees())
+def test_any_tree_streamed_as_it_ends_has_the_rows_of_its_replay_after_every_request(
+    db, data, spans
+):
+    sizes = data.draw(st.lists(st.integers(1, 3), min_size=1, max_size=4))
+    clear()
+    deliver(end_order(spans), sizes, checked=True)
+    grown = rows()
+    clear()
+    store_spans(*spans)
     assert rows() == grown
