@@ -24,7 +24,7 @@ from opentelemetry.sdk.resources import Resource
 from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 
-from jobs.ingest import counters
+from jobs.ingest import counters, parity
 from jobs.models import Call, Counter, IngestToken, Job, Step
 from tests.conftest import REDIS_URL
 
@@ -210,6 +210,60 @@ def test_langgraph_run_with_retries_and_a_handled_tool_error_is_told_truthfully(
     )
     assert parse_invalid.value == 1
     assert job.planner_parse_invalid == 1
+
+
+class Loop(TypedDict):
+    turns: int
+
+
+def test_a_langgraph_agent_loop_streamed_span_by_span_grows_its_job(langchain_traced):
+    """An agent and its tools taking turns, each node's span exported as it ends, after the LLM
+    or tool call inside it: the job grows by each node (its calls move up a place, its name is
+    numbered from the iterations read by name), is replayed whole only at its start and at its
+    root, and ends as a replay of the whole trace has it."""
+    model = fake_model()
+    model.responses = [AIMessage(content="look it up")] * 6
+
+    @tool
+    def lookup(query: str) -> str:
+        """Look a customer up."""
+        return "found"
+
+    def agent(state: Loop):
+        model.invoke([HumanMessage(content="next?")])
+        return {"turns": state["turns"] + 1}
+
+    def tools(state: Loop):
+        lookup.invoke({"query": "customer"})
+        return {}
+
+    graph = StateGraph(Loop)
+    graph.add_node("agent", agent)
+    graph.add_node("tools", tools)
+    graph.add_edge(START, "agent")
+    graph.add_conditional_edges("agent", lambda state: END if state["turns"] >= 5 else "tools")
+    graph.add_edge("tools", "agent")
+    assert graph.compile().invoke({"turns": 0})["turns"] == 5
+
+    job = Job.objects.get()
+    assert [node for node, _attempt, _result in steps_of(job)] == [
+        "agent",
+        "tools",
+        "agent #2",
+        "tools #2",
+        "agent #3",
+        "tools #3",
+        "agent #4",
+        "tools #4",
+        "agent #5",
+    ]
+    assert Call.objects.filter(job=job, kind="llm").count() == 5
+    assert Call.objects.filter(job=job, kind="tool").count() == 4
+    # Replayed whole: the first LLM call (a new job), the two spans after it while only calls
+    # waiting for the first node were folded (LangGraph's runnable inside it, then the node),
+    # and the root. Every other span, node or call, grew the job.
+    assert projection_paths() == {"full": 4, "incremental": 20}
+    assert parity.differences(job.job_id) == []
 
 
 def test_langgraph_run_that_gives_up_fails_with_a_one_line_reason(langchain_traced):
