@@ -62,6 +62,15 @@ def escalation_kinds(job: Job) -> list[str]:
     return sorted(job.escalations.values_list("kind", flat=True))
 
 
+def taking_turns(turns: int) -> list[str]:
+    """The steps of an agent and its tools taking ``turns`` turns: agent, tools, agent #2..."""
+    return [
+        f"{node} #{turn}" if turn > 1 else node
+        for turn in range(1, turns + 1)
+        for node in ("agent", "tools")
+    ]
+
+
 def projection_paths() -> dict[str, int]:
     """How many jobs each batch replayed whole ("full") or folded onto ("incremental")."""
     return {
@@ -246,17 +255,7 @@ def test_a_langgraph_agent_loop_streamed_span_by_span_grows_its_job(langchain_tr
     assert graph.compile().invoke({"turns": 0})["turns"] == 5
 
     job = Job.objects.get()
-    assert [node for node, _attempt, _result in steps_of(job)] == [
-        "agent",
-        "tools",
-        "agent #2",
-        "tools #2",
-        "agent #3",
-        "tools #3",
-        "agent #4",
-        "tools #4",
-        "agent #5",
-    ]
+    assert [node for node, _attempt, _result in steps_of(job)] == taking_turns(5)[:-1]
     assert Call.objects.filter(job=job, kind="llm").count() == 5
     assert Call.objects.filter(job=job, kind="tool").count() == 4
     # Replayed whole: the first LLM call (a new job), the two spans after it while only calls
@@ -423,16 +422,7 @@ def test_a_run_still_going_is_running_and_grows_span_by_span(exporting):
         job = Job.objects.get(job_id=trace_id)
         projected.update(projection_paths())
         assert (job.status, job.name, job.findings) == ("running", "", [])
-        assert [node for node, _attempt, _result in steps_of(job)] == [
-            "agent",
-            "tools",
-            "agent #2",
-            "tools #2",
-            "agent #3",
-            "tools #3",
-            "agent #4",
-            "tools #4",
-        ]
+        assert [node for node, _attempt, _result in steps_of(job)] == taking_turns(4)
         assert job.input_tokens == 406
     job = Job.objects.get(job_id=trace_id)
     assert (job.status, job.name, job.model) == ("completed", "research", "gpt-4o-mini")
