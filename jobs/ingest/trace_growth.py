@@ -101,8 +101,11 @@ def _stored_steps(
         named = database.rows_by_pairs(Step, ("job", "node_id"), pairs, day, STEP_COLUMNS)
         # By the unique index first: no step is numbered "base #2" from a base until one named
         # "base" exists (``spans.number_attempts``), so only the bases found have iterations.
-        unlisted = {(pk, node) for pk, node, *_ in named if names[by_pk[pk]].get(node, []) is None}
-        if found := sorted(unlisted):
+        # The bases whose names Growth did not list: all their iterations, by prefix.
+        open_bases = {
+            (pk, node) for pk, node, *_ in named if names[by_pk[pk]].get(node, []) is None
+        }
+        if found := sorted(open_bases):
             iterated = reduce(
                 or_, (Q(job_id=pk, node_id__startswith=f"{base} #") for pk, base in found)
             )

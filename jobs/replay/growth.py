@@ -326,7 +326,7 @@ class Growth:
         if self.summary.root is None:
             return False
         span_id, start, true_root = self.summary.root
-        return true_root or _order(span) > (datetime.fromisoformat(start), span_id)
+        return true_root or _order(span) > _key_order([start, span_id])
 
     def bases(self) -> set[str] | None:
         """The new steps' base nodes, whose stored steps ``extend`` needs (None: a base too
@@ -430,13 +430,11 @@ class Growth:
         # The calls that no longer wait: the new ones that do not, the adopted, and those whose
         # parent a new step now waits for too (read, or the trace is expanded whole).
         still = {span_id for entries in waiting.values() for span_id, _position in entries}
+        left = [s for e in summary.waiting.values() for s, _position in e if s not in still]
+        if any(span_id not in stored for span_id in left):
+            return None
         settled = [span for span in call_spans if span.span_id not in still]
-        for entries in summary.waiting.values():
-            for span_id, _position in entries:
-                if span_id not in still:
-                    if span_id not in stored:
-                        return None
-                    settled.append(stored[span_id][0])
+        settled += [stored[span_id][0] for span_id in left]
         grown = TraceSummary(**summary.as_json())
         grown.last_step = _key(steps) or summary.last_step
         grown.last_call = _latest(_key(call_spans), summary.last_call)
@@ -544,17 +542,21 @@ def _order(span: SpanView) -> tuple:
     return (span.start, span.span_id)
 
 
+def _key_order(key: list) -> tuple:
+    """A [start, span id] key (``_key``) as ``_order`` orders spans."""
+    return (datetime.fromisoformat(key[0]), key[1])
+
+
 def _latest(*keys: list | None) -> list | None:
     """The latest of [start, span id] keys (None: none)."""
-    known = [key for key in keys if key is not None]
-    return max(known, key=lambda key: (datetime.fromisoformat(key[0]), key[1]), default=None)
+    return max((key for key in keys if key is not None), key=_key_order, default=None)
 
 
 def _after(trace: list[SpanView], last: list | None) -> bool:
     """Whether every span of ``trace`` starts after ``last`` ([start, span id])."""
     if last is None:
         return True
-    key = (datetime.fromisoformat(last[0]), last[1])
+    key = _key_order(last)
     return all(_order(span) > key for span in trace)
 
 

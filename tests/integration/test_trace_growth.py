@@ -143,9 +143,7 @@ def langgraph_node(name: str, span_id: bytes, start_ms: int, end_ms: int, **fiel
         span_id=span_id,
         start_ms=start_ms,
         end_ms=end_ms,
-        attributes=attrs(
-            openinference__span__kind="CHAIN", metadata=f'{{"langgraph_node": "{name}"}}'
-        ),
+        attributes=attrs(**node_attributes(name)),
         flags=SpanFlags.SPAN_FLAGS_CONTEXT_HAS_IS_REMOTE_MASK,
         **fields,
     )
@@ -300,6 +298,11 @@ def test_the_first_llm_call_names_the_jobs_model_by_a_full_replay():
 NODE = {"openinference__span__kind": "CHAIN"}
 
 
+def node_attributes(name: str) -> dict:
+    """What OpenInference sets on a LangGraph node's span (``attrs`` keys)."""
+    return {**NODE, "metadata": f'{{"langgraph_node": "{name}"}}'}
+
+
 @st.composite
 def traces(draw) -> list:
     """A run's spans: steps one after another under the root (names repeat: iterations and
@@ -321,7 +324,7 @@ def traces(draw) -> list:
         )
         name = draw(st.sampled_from(["agent", "tools", "plan", "fetch"]))
         if extra is NODE:  # a LangGraph node's span, as OpenInference marks it: a call too
-            extra = {**NODE, "metadata": f'{{"langgraph_node": "{name}"}}'}
+            extra = node_attributes(name)
         spans.append(
             span(
                 name=name,
@@ -396,7 +399,7 @@ def trees(draw) -> list:
             else:
                 extra = {
                     "step": {},
-                    "node": {**NODE, "metadata": f'{{"langgraph_node": "{name}"}}'},
+                    "node": node_attributes(name),
                     "tool": {"openinference__span__kind": "TOOL"},
                 }[kind]
                 built = span(
