@@ -10,7 +10,11 @@ import subprocess
 import sys
 import time
 from datetime import UTC, datetime
+from io import StringIO
 from pathlib import Path
+
+from celery import shared_task
+from django.core.management import call_command
 
 ROOT = Path(__file__).resolve().parents[2]
 PROVIDER = {"provider": "flaky-llm", "model": "m1"}
@@ -77,3 +81,41 @@ def test_the_scheduler_fires_an_alert_under_the_embedded_default(tmp_path):
         output, _ = scheduler.communicate(timeout=30)
     assert scheduler.returncode == 0, output
     assert "evaluate-alerts" in output
+
+
+RUNS: list[int] = []
+
+
+@shared_task
+def swallowing_task() -> int:
+    """Stopped while it runs the first time, a task that catches broad exceptions; a scheduler
+    that lost that stop runs it again, and is stopped again."""
+    RUNS.append(len(RUNS) + 1)
+    if len(RUNS) == 1:
+        try:
+            os.kill(os.getpid(), signal.SIGTERM)
+            time.sleep(0.1)
+        except Exception:
+            pass
+    else:
+        os.kill(os.getpid(), signal.SIGTERM)
+        time.sleep(0.1)
+    return len(RUNS)
+
+
+def test_a_stop_signal_during_a_task_that_catches_errors_stops_the_scheduler(settings):
+    settings.CELERY_BROKER_URL = ""
+    settings.CELERY_BEAT_SCHEDULE = {
+        "swallow": {"task": f"{__name__}.swallowing_task", "schedule": 0.01}
+    }
+    handlers = {sig: signal.getsignal(sig) for sig in (signal.SIGTERM, signal.SIGINT)}
+    output = StringIO()
+    RUNS.clear()
+    try:
+        call_command("run_scheduler", stdout=output)
+    finally:
+        for sig, handler in handlers.items():
+            signal.signal(sig, handler)
+    # The stop came during the first run: the scheduler ends after it, and runs nothing more.
+    assert RUNS == [1]
+    assert output.getvalue().splitlines()[-1] == "run_scheduler: stopped"

@@ -10,10 +10,6 @@ from django.utils.module_loading import import_string
 TICK_SECONDS = 1.0
 
 
-class Stop(Exception):
-    pass
-
-
 class Command(BaseCommand):
     help = (
         "The embedded default's beat: run every periodic task of CELERY_BEAT_SCHEDULE in this "
@@ -29,21 +25,23 @@ class Command(BaseCommand):
                 "(see README, Deploying); run_scheduler is for the embedded default."
             )
             return
+        # A stop signal is noted, and honoured between tasks: raised inside a task, any code
+        # there that catches broad exceptions would swallow it, and the scheduler run on.
+        self.stopping = False
         signal.signal(signal.SIGTERM, self._stop)
         signal.signal(signal.SIGINT, self._stop)
         schedule = settings.CELERY_BEAT_SCHEDULE
         self.stdout.write(f"run_scheduler: {', '.join(schedule)}", ending="\n")
         self.stdout.flush()
         due = dict.fromkeys(schedule, time.monotonic())
-        try:
-            while True:
-                for name, entry in schedule.items():
-                    if due[name] <= time.monotonic():
-                        self._run(name, entry["task"])
-                        due[name] = time.monotonic() + float(entry["schedule"])
+        while not self.stopping:
+            for name, entry in schedule.items():
+                if due[name] <= time.monotonic() and not self.stopping:
+                    self._run(name, entry["task"])
+                    due[name] = time.monotonic() + float(entry["schedule"])
+            if not self.stopping:
                 time.sleep(max(0.0, min(TICK_SECONDS, min(due.values()) - time.monotonic())))
-        except Stop:
-            self.stdout.write("run_scheduler: stopped")
+        self.stdout.write("run_scheduler: stopped")
 
     def _run(self, name: str, task_path: str) -> None:
         """Run one task here; a failing task is reported and tried again at its next time,
@@ -51,8 +49,6 @@ class Command(BaseCommand):
         close_old_connections()
         try:
             result = import_string(task_path).apply(throw=True).get()
-        except Stop:
-            raise
         except Exception as error:  # a task's failure must not stop the others
             self.stderr.write(f"{name}: failed: {type(error).__name__}: {error}")
         else:
@@ -63,9 +59,8 @@ class Command(BaseCommand):
             close_old_connections()
         self.stdout.flush()
 
-    @staticmethod
-    def _stop(signum, frame):
-        raise Stop
+    def _stop(self, signum, frame):
+        self.stopping = True
 
 
 def _did_something(result) -> bool:
