@@ -273,14 +273,11 @@ def _gen_ai_messages(attrs: dict[str, Any]) -> list[dict[str, Any]]:
     if instructions := attrs.get("gen_ai.system_instructions"):
         messages.append({"direction": "in", "role": "system", "content": _parts(instructions)})
     for key, direction in (("gen_ai.input.messages", "in"), ("gen_ai.output.messages", "out")):
-        for item in _json_list(attrs.get(key)):
-            if isinstance(item, dict):
-                message = {
-                    "direction": direction,
-                    "role": str(item.get("role", "")),
-                    "content": _parts(item.get("parts", item.get("content", ""))),
-                }
-                messages.append(message)
+        messages.extend(
+            _gen_ai_message(item, direction)
+            for item in _json_list(attrs.get(key))
+            if isinstance(item, dict)
+        )
     if messages:
         return messages
     legacy: dict[tuple[int, int], dict[str, Any]] = {}
@@ -304,22 +301,50 @@ def _json_list(value: Any) -> list:
     return value if isinstance(value, list) else []
 
 
+def _gen_ai_message(item: dict[str, Any], direction: str) -> dict[str, Any]:
+    """A gen_ai message ({role, parts}): its text, and its tool call requests apart as
+    OpenInference's flattened ones read (id, name, arguments as JSON text)."""
+    parts = item.get("parts", item.get("content", ""))
+    requests = []
+    if isinstance(parts, list):
+        requests = [p for p in parts if isinstance(p, dict) and p.get("type") == "tool_call"]
+        parts = [part for part in parts if part not in requests]
+    message = {"direction": direction, "role": str(item.get("role", "")), "content": _parts(parts)}
+    if requests:
+        message["tool_calls"] = [_tool_call_request(part) for part in requests]
+    return message
+
+
+def _tool_call_request(part: dict[str, Any]) -> dict[str, str]:
+    request = {name: str(part[name]) for name in ("id", "name") if part.get(name) is not None}
+    arguments = part.get("arguments")
+    if arguments is not None:
+        request["arguments"] = arguments if isinstance(arguments, str) else json.dumps(arguments)
+    return request
+
+
 def _parts(value: Any) -> str:
-    """gen_ai message parts ([{type: text, content}, ...]) or plain content, as text."""
+    """gen_ai message parts ([{type: text, content}, {type: tool_call_response, response},
+    ...]) or plain content, as text."""
     if isinstance(value, str):
         parsed = _json_list(value) if value.startswith("[") else None
         if not parsed:
             return value
         value = parsed
     if isinstance(value, list):
-        texts = []
-        for part in value:
-            if isinstance(part, dict):
-                texts.append(str(part.get("content") or part.get("text") or json.dumps(part)))
-            else:
-                texts.append(str(part))
-        return "\n".join(texts)
+        return "\n".join(_part_text(part) for part in value)
     return json.dumps(value) if value is not None else ""
+
+
+def _part_text(part: Any) -> str:
+    if not isinstance(part, dict):
+        return str(part)
+    if text := part.get("content") or part.get("text"):
+        return str(text)
+    if part.get("type") == "tool_call_response" and "response" in part:
+        response = part["response"]
+        return response if isinstance(response, str) else json.dumps(response)
+    return json.dumps(part)
 
 
 def job_provider_model(calls: list[CallRecord], planner_nodes: set[str]) -> tuple[str, str]:

@@ -363,6 +363,65 @@ def test_llm_spans_inside_a_step_are_its_calls_with_tokens_cost_and_transcript()
     ]
 
 
+def test_gen_ai_tool_call_parts_are_tool_calls_and_tool_responses_are_text():
+    """The GenAI conventions' message parts: a tool call request reads as OpenInference's
+    flattened one (id, name, arguments as JSON text), a tool's response as its text."""
+    asked = [{"role": "user", "parts": [{"type": "text", "content": "Where is order 42?"}]}]
+    answered = [
+        *asked,
+        {"role": "tool", "parts": [{"type": "tool_call_response", "id": "c1", "response": "late"}]},
+    ]
+    requested = [
+        {
+            "role": "assistant",
+            "parts": [
+                {"type": "text", "content": "Checking."},
+                {"type": "tool_call", "id": "c1", "name": "lookup", "arguments": {"order": 42}},
+            ],
+        }
+    ]
+    state = replayed(
+        root(end_ms=500),
+        span(name="plan", span_id=sid(1), start_ms=0, end_ms=100),
+        span(
+            name="chat gpt-4o-mini",
+            span_id=sid(2),
+            parent=sid(1),
+            start_ms=10,
+            end_ms=20,
+            attributes=attrs(
+                gen_ai__operation__name="chat",
+                gen_ai__input__messages=json.dumps(asked),
+                gen_ai__output__messages=json.dumps(requested),
+            ),
+        ),
+        span(
+            name="chat gpt-4o-mini",
+            span_id=sid(3),
+            parent=sid(1),
+            start_ms=30,
+            end_ms=40,
+            attributes=attrs(
+                gen_ai__operation__name="chat", gen_ai__input__messages=json.dumps(answered)
+            ),
+        ),
+    )
+    first, second = state.calls
+    assert first.messages == [
+        {"direction": "in", "role": "user", "content": "Where is order 42?"},
+        {
+            "direction": "out",
+            "role": "assistant",
+            "content": "Checking.",
+            "tool_calls": [{"id": "c1", "name": "lookup", "arguments": '{"order": 42}'}],
+        },
+    ]
+    assert [(m["role"], m["content"]) for m in second.messages] == [
+        ("user", "Where is order 42?"),
+        ("tool", "late"),
+    ]
+
+
 def test_job_provider_and_model_are_the_planners_first_llm_call():
     state = replayed(
         root(end_ms=900),
