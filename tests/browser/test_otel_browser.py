@@ -2,6 +2,8 @@
 calls with their transcript, tokens and cost, a failed tool call, and the stack trace folded
 away from the one-line reason. Screenshots land in test-artifacts/."""
 
+import json
+
 import pytest
 
 from tests import factories
@@ -20,6 +22,12 @@ from tests.otlp_spans import (
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
+# A GenAI-conventions reply asking for a tool (opentelemetry-instrumentation-openai-v2's).
+TOOL_CALL_REQUEST = {
+    "role": "assistant",
+    "parts": [{"type": "tool_call", "id": "c1", "name": "lookup", "arguments": {"order": 42}}],
+}
+
 
 @pytest.fixture
 def agent_trace(transactional_db):
@@ -27,6 +35,20 @@ def agent_trace(transactional_db):
         root(name="LangGraph", end_ms=2000, status=ERROR),
         span(name="plan", span_id=sid(1), start_ms=0, end_ms=400),
         llm_span(sid(2), sid(1), "gpt-4o-mini", 10),
+        span(
+            name="chat gpt-4o-mini",
+            span_id=sid(6),
+            parent=sid(1),
+            start_ms=100,
+            end_ms=300,
+            attributes=attrs(
+                gen_ai__operation__name="chat",
+                gen_ai__input__messages=json.dumps(
+                    [{"role": "user", "parts": [{"type": "text", "content": "order 42?"}]}]
+                ),
+                gen_ai__output__messages=json.dumps([TOOL_CALL_REQUEST]),
+            ),
+        ),
         span(name="use_tool", span_id=sid(3), start_ms=500, end_ms=900),
         span(
             name="lookup",
@@ -74,6 +96,16 @@ def test_llm_call_step_panel_shows_the_transcript_tokens_and_cost(page, live_ser
     assert "1000 in, 500 out" in header and "$0.00045" in header
     screenshot(page, "otel-llm-call-panel")
     assert axe_violations(page, "#step-panel") == []
+
+
+def test_a_gen_ai_tool_call_request_shows_as_a_tool_call(page, live_server, agent_trace):
+    log_in(page, live_server, "eng", f"/jobs/{TRACE_ID.hex()}/?step=plan:1")
+    panel = page.locator("#step-panel")
+    request = panel.locator(".call").nth(1).locator(".tool-call")
+    assert request.inner_text() == 'calls lookup {"order": 42}'
+    assert "tool_call" not in panel.inner_text()  # not the part's JSON
+    request.scroll_into_view_if_needed()
+    screenshot(page, "otel-gen-ai-tool-call")
 
 
 def test_failed_step_shows_one_line_reason_and_folds_its_stack(page, live_server, agent_trace):
