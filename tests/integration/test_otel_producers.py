@@ -9,9 +9,10 @@ escalation."""
 
 import contextlib
 import json
+import operator
 import time
 import uuid
-from typing import Any, TypedDict
+from typing import Annotated, Any, TypedDict
 
 import httpx
 import openai
@@ -273,6 +274,62 @@ def test_a_langgraph_agent_loop_streamed_span_by_span_grows_its_job(langchain_tr
     # and the root. Every other span, node or call, grew the job.
     assert projection_paths() == {"full": 4, "incremental": 20}
     assert parity.differences(job.job_id) == []
+
+
+class Notes(TypedDict):
+    notes: Annotated[list[str], operator.add]
+
+
+def test_langgraph_parallel_branches_streamed_span_by_span_tell_the_truth(langchain_traced):
+    """Two nodes of one superstep run at once (one retried by its RetryPolicy), then a node
+    that joins them: each span exported as it ends, so a branch's node comes after the other
+    branch's later spans. The job has both branches' steps in start order, the retry as an
+    attempt, and the rows a replay of the whole trace gives."""
+    model = fake_model()
+    model.responses = [AIMessage(content="noted")] * 2
+    failures = [ConnectionError("crm down")]
+
+    def research(state: Notes):
+        time.sleep(0.05)  # ends after the other branch's first attempt and its retry
+        model.invoke([HumanMessage(content="research?")])
+        return {"notes": ["research"]}
+
+    def lookup(state: Notes):
+        if failures:
+            raise failures.pop()
+        return {"notes": ["lookup"]}
+
+    def write(state: Notes):
+        model.invoke([HumanMessage(content="write?")])
+        return {"notes": ["write"]}
+
+    graph = StateGraph(Notes)
+    graph.add_node("research", research)
+    retry = RetryPolicy(max_attempts=3, initial_interval=0.01, retry_on=ConnectionError)
+    graph.add_node("lookup", lookup, retry_policy=retry)
+    graph.add_node("write", write)
+    graph.add_edge(START, "research")
+    graph.add_edge(START, "lookup")
+    graph.add_edge(["research", "lookup"], "write")
+    graph.add_edge("write", END)
+    assert graph.compile().invoke({"notes": []})["notes"][-1] == "write"
+
+    job = Job.objects.get()
+    assert job.status == "completed"
+    assert sorted(steps_of(job)) == [
+        ("lookup", 1, "retryable_failure"),
+        ("lookup", 2, "success"),
+        ("research", 1, "success"),
+        ("write", 1, "success"),
+    ]
+    assert steps_of(job)[-1] == ("write", 1, "success")
+    llm_calls = Call.objects.filter(job=job, kind="llm").order_by("position")
+    assert [(c.node_id, c.kind) for c in llm_calls] == [
+        ("research", "llm"),
+        ("write", "llm"),
+    ]
+    assert parity.differences(job.job_id) == []
+    assert escalation_kinds(job) == []
 
 
 def test_langgraph_run_that_gives_up_fails_with_a_one_line_reason(langchain_traced):
