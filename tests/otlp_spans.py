@@ -1,6 +1,8 @@
 """OTLP spans built with the protobuf classes, as an instrumented producer exports them: the
 mapping's unit tests, the dashboard's and the browser's share them."""
 
+import json
+
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
 from opentelemetry.proto.common.v1.common_pb2 import AnyValue, KeyValue, KeyValueList
 from opentelemetry.proto.trace.v1.trace_pb2 import Span, Status
@@ -104,6 +106,22 @@ def llm_span(span_id, parent, model, start_ms, **extra) -> Span:
             llm__output_messages__0__message__content="1. build 2. upload",
             **extra,
         ),
+    )
+
+
+def gen_ai_chat_span(span_id, parent, start_ms, asked: list, answered: list | None = None) -> Span:
+    """A chat completion as OpenTelemetry's OpenAI instrumentation writes it with its content
+    on the span: the GenAI conventions' messages (``{role, parts}``) as JSON text."""
+    pairs = {"gen_ai__operation__name": "chat", "gen_ai__input__messages": json.dumps(asked)}
+    if answered is not None:
+        pairs["gen_ai__output__messages"] = json.dumps(answered)
+    return span(
+        name="chat gpt-4o-mini",
+        span_id=span_id,
+        parent=parent,
+        start_ms=start_ms,
+        end_ms=start_ms + 10,
+        attributes=attrs(**pairs),
     )
 
 

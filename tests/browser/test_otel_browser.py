@@ -2,8 +2,6 @@
 calls with their transcript, tokens and cost, a failed tool call, and the stack trace folded
 away from the one-line reason. Screenshots land in test-artifacts/."""
 
-import json
-
 import pytest
 
 from tests import factories
@@ -13,6 +11,7 @@ from tests.otlp_spans import (
     TRACE_ID,
     attrs,
     exception_event,
+    gen_ai_chat_span,
     llm_span,
     root,
     sid,
@@ -35,19 +34,12 @@ def agent_trace(transactional_db):
         root(name="LangGraph", end_ms=2000, status=ERROR),
         span(name="plan", span_id=sid(1), start_ms=0, end_ms=400),
         llm_span(sid(2), sid(1), "gpt-4o-mini", 10),
-        span(
-            name="chat gpt-4o-mini",
-            span_id=sid(6),
-            parent=sid(1),
-            start_ms=100,
-            end_ms=300,
-            attributes=attrs(
-                gen_ai__operation__name="chat",
-                gen_ai__input__messages=json.dumps(
-                    [{"role": "user", "parts": [{"type": "text", "content": "order 42?"}]}]
-                ),
-                gen_ai__output__messages=json.dumps([TOOL_CALL_REQUEST]),
-            ),
+        gen_ai_chat_span(
+            sid(6),
+            sid(1),
+            100,
+            [{"role": "user", "parts": [{"type": "text", "content": "order 42?"}]}],
+            [TOOL_CALL_REQUEST],
         ),
         span(name="use_tool", span_id=sid(3), start_ms=500, end_ms=900),
         span(

@@ -20,6 +20,7 @@ from tests.otlp_spans import (
     TRACE_ID,
     attrs,
     exception_event,
+    gen_ai_chat_span,
     llm_span,
     request,
     root,
@@ -383,28 +384,8 @@ def test_gen_ai_tool_call_parts_are_tool_calls_and_tool_responses_are_text():
     state = replayed(
         root(end_ms=500),
         span(name="plan", span_id=sid(1), start_ms=0, end_ms=100),
-        span(
-            name="chat gpt-4o-mini",
-            span_id=sid(2),
-            parent=sid(1),
-            start_ms=10,
-            end_ms=20,
-            attributes=attrs(
-                gen_ai__operation__name="chat",
-                gen_ai__input__messages=json.dumps(asked),
-                gen_ai__output__messages=json.dumps(requested),
-            ),
-        ),
-        span(
-            name="chat gpt-4o-mini",
-            span_id=sid(3),
-            parent=sid(1),
-            start_ms=30,
-            end_ms=40,
-            attributes=attrs(
-                gen_ai__operation__name="chat", gen_ai__input__messages=json.dumps(answered)
-            ),
-        ),
+        gen_ai_chat_span(sid(2), sid(1), 10, asked, requested),
+        gen_ai_chat_span(sid(3), sid(1), 30, answered),
     )
     first, second = state.calls
     assert first.messages == [
