@@ -1,5 +1,5 @@
 """Escalations over time, through ingest and the periodic tasks: recurrence reopens, recovery
-notes, the stall check, retention."""
+notes, the stall check, retention, the repair budget across a retry chain."""
 
 from datetime import UTC, datetime, timedelta
 
@@ -11,7 +11,7 @@ from jobs.ingest import retention
 from jobs.ingest.store import store_batch
 from jobs.models import Escalation, Event, Job, Notification, Step
 from tests import factories
-from tests.factories import event, finished, started
+from tests.factories import event, finished, started, store
 
 pytestmark = pytest.mark.django_db
 
@@ -249,3 +249,55 @@ def test_retention_deletes_old_resolved_escalations_without_a_job(support):
     result = retention.apply_retention(7, T0 + timedelta(days=8))
     assert result.escalations == 1
     assert not Escalation.objects.filter(pk=escalation.pk).exists()
+
+
+# --- repair budget ----------------------------------------------------------------------------
+
+
+def logic_run(job_id: str, at: float, retry_of: str | None = None) -> list[dict]:
+    start = {"retry_of": retry_of} if retry_of else {}
+    return [
+        event("job_started", job_id, at=at, **start),
+        finished("fix", "permanent_failure", job_id, at=at + 1, error_type="logic")
+        | {"event_id": f"{job_id}-fail"},
+    ]
+
+
+def test_repair_budget_exhausted_on_the_run_that_pushed_the_chain_over(settings):
+    settings.TRACEVIZ_REPAIR_BUDGET = 2
+    store(logic_run("run-1", 0))
+    store(logic_run("run-2", 10, retry_of="run-1"))
+    assert not Escalation.objects.filter(kind="repair_budget_exhausted").exists()
+    store(logic_run("run-3", 20, retry_of="run-2"))
+    escalation = Escalation.objects.get(kind="repair_budget_exhausted")
+    assert (
+        escalation.job.job_id,
+        escalation.node_id,
+        escalation.severity,
+        escalation.trigger_event_ids,
+    ) == ("run-3", "", "medium", ["run-3-fail"])
+
+
+def test_repair_budget_picks_the_run_by_event_time_not_arrival(settings):
+    settings.TRACEVIZ_REPAIR_BUDGET = 2
+    store(logic_run("run-3", 20, retry_of="run-2"))
+    store(logic_run("run-1", 0))
+    store(logic_run("run-2", 10, retry_of="run-1"))
+    (escalation,) = Escalation.objects.filter(kind="repair_budget_exhausted")
+    assert escalation.job.job_id == "run-3"
+
+
+def test_repair_budget_uses_the_default_of_three(settings):
+    assert settings.TRACEVIZ_REPAIR_BUDGET == 3
+    for i in range(3):
+        store(logic_run(f"run-{i}", i * 10, retry_of=f"run-{i - 1}" if i else None))
+    assert not Escalation.objects.filter(kind="repair_budget_exhausted").exists()
+    store(logic_run("run-3", 30, retry_of="run-2"))
+    assert Escalation.objects.get(kind="repair_budget_exhausted").job.job_id == "run-3"
+
+
+def test_runs_outside_the_chain_do_not_count(settings):
+    settings.TRACEVIZ_REPAIR_BUDGET = 1
+    store(logic_run("a-1", 0))
+    store(logic_run("b-1", 5))
+    assert not Escalation.objects.filter(kind="repair_budget_exhausted").exists()

@@ -1,7 +1,7 @@
 """Projection: stored Job/Step/Escalation rows equal replay over the stored events, whatever the
-batching (DESIGN.md sections 2 and 5), rebuilds, escalation life cycle, repair budget, import."""
+batching (DESIGN.md sections 2 and 5), rebuilds, escalation life cycle. The import command's
+tests are in test_import_events.py, the repair budget's in test_escalations_lifecycle.py."""
 
-import json
 import threading
 
 import pytest
@@ -491,138 +491,6 @@ def test_raised_escalation_comes_from_the_producer():
         escalation.message,
         escalation.source,
     ) == ("raised", "n7", "high", "over", "producer")
-
-
-# --- repair budget ----------------------------------------------------------------------------
-
-
-def logic_run(job_id: str, at: float, retry_of: str | None = None) -> list[dict]:
-    start = {"retry_of": retry_of} if retry_of else {}
-    return [
-        event("job_started", job_id, at=at, **start),
-        finished("fix", "permanent_failure", job_id, at=at + 1, error_type="logic")
-        | {"event_id": f"{job_id}-fail"},
-    ]
-
-
-def test_repair_budget_exhausted_on_the_run_that_pushed_the_chain_over(settings):
-    settings.TRACEVIZ_REPAIR_BUDGET = 2
-    store(logic_run("run-1", 0))
-    store(logic_run("run-2", 10, retry_of="run-1"))
-    assert not Escalation.objects.filter(kind="repair_budget_exhausted").exists()
-    store(logic_run("run-3", 20, retry_of="run-2"))
-    escalation = Escalation.objects.get(kind="repair_budget_exhausted")
-    assert (
-        escalation.job.job_id,
-        escalation.node_id,
-        escalation.severity,
-        escalation.trigger_event_ids,
-    ) == ("run-3", "", "medium", ["run-3-fail"])
-
-
-def test_repair_budget_picks_the_run_by_event_time_not_arrival(settings):
-    settings.TRACEVIZ_REPAIR_BUDGET = 2
-    store(logic_run("run-3", 20, retry_of="run-2"))
-    store(logic_run("run-1", 0))
-    store(logic_run("run-2", 10, retry_of="run-1"))
-    (escalation,) = Escalation.objects.filter(kind="repair_budget_exhausted")
-    assert escalation.job.job_id == "run-3"
-
-
-def test_repair_budget_uses_the_default_of_three(settings):
-    assert settings.TRACEVIZ_REPAIR_BUDGET == 3
-    for i in range(3):
-        store(logic_run(f"run-{i}", i * 10, retry_of=f"run-{i - 1}" if i else None))
-    assert not Escalation.objects.filter(kind="repair_budget_exhausted").exists()
-    store(logic_run("run-3", 30, retry_of="run-2"))
-    assert Escalation.objects.get(kind="repair_budget_exhausted").job.job_id == "run-3"
-
-
-def test_runs_outside_the_chain_do_not_count(settings):
-    settings.TRACEVIZ_REPAIR_BUDGET = 1
-    store(logic_run("a-1", 0))
-    store(logic_run("b-1", 5))
-    assert not Escalation.objects.filter(kind="repair_budget_exhausted").exists()
-
-
-# --- import_events ----------------------------------------------------------------------------
-
-
-def run_import(path) -> tuple[dict, str | None]:
-    from io import StringIO
-
-    out = StringIO()
-    try:
-        call_command("import_events", str(path), stdout=out, stderr=StringIO())
-        failure = None
-    except CommandError as error:
-        failure = str(error)
-    return json.loads(out.getvalue()), failure
-
-
-STREAM = [
-    event("job_started", "imp", at=0),
-    started("n1", "imp", at=1),
-    finished("n1", "success", "imp", at=2),
-]
-
-
-def test_import_events_reads_a_json_file(tmp_path):
-    path = tmp_path / "events.json"
-    path.write_text(json.dumps(STREAM))
-    report, failure = run_import(path)
-    assert (report["stored"], report["rejected"], failure) == (3, 0, None)
-    assert Job.objects.get(job_id="imp").completed_node_ids == ["n1"]
-    assert_parity("imp")
-
-
-def test_import_events_reads_an_ndjson_file(tmp_path):
-    path = tmp_path / "events.ndjson"
-    path.write_text("\n".join(json.dumps(item) for item in STREAM))
-    report, failure = run_import(path)
-    assert (report["received"], report["stored"], failure) == (3, 3, None)
-
-
-def test_import_events_reports_rejects_and_fails(tmp_path):
-    path = tmp_path / "events.ndjson"
-    path.write_text("\n".join([json.dumps(STREAM[0]), "nope", json.dumps({"type": "t"})]))
-    report, failure = run_import(path)
-    assert (report["stored"], report["rejected"]) == (1, 2)
-    assert [e["index"] for e in report["errors"]] == [1, 2]
-    assert failure == "2 of 3 events rejected"
-
-
-def test_import_events_reports_indexes_across_batches(tmp_path):
-    path = tmp_path / "events.json"
-    items = [event("custom", "imp", at=i, event_id=f"e{i}") for i in range(5)]
-    items[3]["seq"] = -1
-    path.write_text(json.dumps(items))
-    from io import StringIO
-
-    out = StringIO()
-    with pytest.raises(CommandError):
-        call_command("import_events", str(path), "--batch", "2", stdout=out, stderr=StringIO())
-    assert [e["index"] for e in json.loads(out.getvalue())["errors"]] == [3]
-
-
-def test_import_events_twice_stores_duplicates_once(tmp_path):
-    path = tmp_path / "events.json"
-    path.write_text(json.dumps(STREAM))
-    run_import(path)
-    report, failure = run_import(path)
-    assert (report["stored"], report["duplicates"], failure) == (0, 3, None)
-
-
-def test_import_events_of_an_unreadable_file_fails(tmp_path):
-    with pytest.raises(CommandError, match="cannot read"):
-        call_command("import_events", str(tmp_path / "missing.json"))
-
-
-def test_import_events_of_a_file_that_is_not_json_fails(tmp_path):
-    path = tmp_path / "events.json"
-    path.write_text("{nope")
-    with pytest.raises(CommandError, match="body is not JSON"):
-        call_command("import_events", str(path))
 
 
 def test_store_batch_uses_receive_time_for_events_without_ts():
