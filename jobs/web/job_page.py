@@ -266,15 +266,15 @@ def _panel_context(
         "error_run_status": failures.run_status_for_error_type(error_type) if error_type else "",
         "error_classified": failures.is_classified_error_type(error_type),
         "duration": narrative.format_duration_ms(step.duration_ms),
-        "payload_json": _pretty(step.payload_results),
+        "payload_json": span_panel.pretty(step.payload_results),
         "argument_rows": timeline.argument_diff(
             context.get("expected_arguments"), context.get("actual_arguments")
         ),
-        "step_definition_json": _pretty(context.get("step_definition")),
+        "step_definition_json": span_panel.pretty(context.get("step_definition")),
         "audit_trail": [_audit_entry(entry) for entry in job_header.as_list(step.audit_trail)],
         "history": [_earlier_result(record) for record in job_header.as_list(step.history)],
         "otel": span_panel.span_context(job, step, read_calls=has_spans),
-        "extra_json": _pretty(step.extra),
+        "extra_json": span_panel.pretty(step.extra),
         "step_findings": findings,
         "show_raw": show_raw,
         "raw_events": raw_events,
@@ -285,13 +285,6 @@ def _involves(finding: dict, step: Step) -> bool:
     """A finding involves a step when it names its node and (if it lists any) its attempt."""
     attempts = finding.get("attempts") or []
     return finding.get("node_id") == step.node_id and (not attempts or step.attempt in attempts)
-
-
-def _pretty(value) -> str:
-    """Indented JSON for the panel, "" when there is nothing to show."""
-    if not value:
-        return ""
-    return json.dumps(value, indent=2, ensure_ascii=False, sort_keys=True, default=str)
 
 
 def _earlier_result(record: dict) -> dict:

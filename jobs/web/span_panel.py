@@ -37,7 +37,7 @@ def span_context(job: Job, step: Step, *, read_calls: bool = True) -> dict[str, 
             "status": span.get("status", ""),
             "events": [e for e in span.get("events", []) if isinstance(e, dict)],
             "links": [_link(link) for link in span.get("links", []) if isinstance(link, dict)],
-            "attributes_json": _pretty(span.get("attributes")),
+            "attributes_json": pretty(span.get("attributes")),
             "input": _io(span.get("input")),
             "output": _io(span.get("output")),
             "dropped": span.get("dropped") or {},
@@ -88,7 +88,7 @@ def call_item(call: Call) -> dict[str, Any]:
         "tool": call.tool if isinstance(call.tool, dict) else None,
         "tool_arguments": _pretty_text((call.tool or {}).get("arguments")),
         "stack": (call.detail or {}).get("stack", ""),
-        "attributes_json": _pretty((call.detail or {}).get("attributes")),
+        "attributes_json": pretty((call.detail or {}).get("attributes")),
         "events": [e for e in (call.detail or {}).get("events", []) if isinstance(e, dict)],
     }
 
@@ -113,7 +113,8 @@ def _pretty_text(value: Any) -> str:
     return json.dumps(value, indent=2, ensure_ascii=False, sort_keys=True, default=str)
 
 
-def _pretty(value: Any) -> str:
+def pretty(value: Any) -> str:
+    """Indented JSON (a string of JSON read first) for a panel, "" when there is nothing."""
     return _pretty_text(value) if value else ""
 
 
