@@ -13,10 +13,11 @@ from datetime import UTC, date, datetime
 
 import orjson
 from django.conf import settings
-from django.db import connection, connections, models, transaction
+from django.db import NotSupportedError, connection, connections, models, transaction
 from django.db.models import BooleanField, Case, F, Func, IntegerField, Q, Value, When
 from django.db.models.fields.json import KT
 from django.db.models.functions import Coalesce, Collate, Trunc, Upper
+from django.db.models.lookups import In
 from django.utils import timezone
 
 from jobs.contract.events import OTHER_TYPE_RANK, TYPE_RANK
@@ -285,9 +286,64 @@ class UTCHour(Func):
         return self.as_sql(compiler, connection, template=template, **extra)
 
 
+class JSONKeyText(Func):
+    """One top-level key of a JSON object column, as text: a string as itself, a number or a
+    boolean as JSON writes it (``42``, ``2.5``, ``true``); null when the key is missing or its
+    value is null. (An object or array comes as JSON text, spaced as each database prints it.)
+
+    The key is a query parameter, never part of the SQL, so any key reads the same: with dots,
+    quotes or ``__`` in it. Django's key lookups split ``a__b`` into two keys, and SQLite's JSON
+    paths cannot name a key holding a double quote, so SQLite reads the object's members with
+    ``json_each`` and picks the one of that key."""
+
+    output_field = models.TextField()
+
+    def __init__(self, column: str, key: str):
+        super().__init__(F(column))
+        self.key = key
+
+    def as_sql(self, compiler, connection, **extra_context):
+        raise NotSupportedError(f"JSONKeyText has no SQL for {connection.vendor}")
+
+    def as_postgresql(self, compiler, connection, **extra_context):
+        column, params = compiler.compile(self.source_expressions[0])
+        return f"({column} ->> %s::text)", (*params, self.key)
+
+    def as_sqlite(self, compiler, connection, **extra_context):
+        column, params = compiler.compile(self.source_expressions[0])
+        sql = (
+            "(SELECT CASE member.type WHEN 'text' THEN member.value WHEN 'true' THEN 'true' "
+            "WHEN 'false' THEN 'false' WHEN 'null' THEN NULL ELSE CAST(member.value AS TEXT) END "
+            f"FROM json_each({column}) AS member WHERE member.key = %s)"
+        )
+        return sql, (*params, self.key)
+
+
 class JobQuerySet(models.QuerySet):
     def stalled(self, now: datetime | None = None) -> "JobQuerySet":
         return self.filter(stalled_condition(now or timezone.now()))
+
+    def ids_by_trace(self, trace_ids: Iterable[str]) -> dict[str, str]:
+        """The job id holding each of these OpenTelemetry trace ids, for those that are here
+        (one query): the job named by the trace id, or the job whose metadata records the
+        trace (``otel.trace_id``, a job named by ``traceviz.job_id``). Where two jobs hold
+        one trace, the first stored."""
+        wanted = {trace_id for trace_id in trace_ids if trace_id}
+        if not wanted:
+            return {}
+        trace_of = JSONKeyText("metadata", "otel.trace_id")
+        rows = (
+            self.filter(Q(job_id__in=sorted(wanted)) | Q(In(trace_of, sorted(wanted))))
+            .annotate(trace_of=trace_of)
+            .order_by("pk")
+            .values_list("job_id", "trace_of")
+        )
+        found: dict[str, str] = {}
+        for job_id, trace_of_job in rows:
+            for trace_id in (job_id, trace_of_job):
+                if trace_id in wanted:
+                    found.setdefault(trace_id, job_id)
+        return found
 
     def findings_by_kind(self) -> list[tuple[str, int]]:
         """(kind, count) over these jobs' contract findings: one aggregate over the jobs table,
@@ -754,6 +810,11 @@ class Call(models.Model):
 
     def __str__(self):
         return f"{self.kind} {self.name}"
+
+    @property
+    def is_unpriced(self) -> bool:
+        """Tokens the job's totals count, but no known price: the job's cost leaves it out."""
+        return bool(self.input_tokens or self.output_tokens) and self.cost is None
 
 
 class Escalation(models.Model):

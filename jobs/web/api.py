@@ -103,7 +103,7 @@ def _decode_cursor(cursor: str) -> tuple[datetime, int]:
 @token_or_login_required
 def jobs_list(request):
     """GET /api/v1/jobs?status=failed,paused:transient&limit=50&cursor=...: newest first."""
-    jobs = Job.objects.defer("fold").order_by("-started_at", "-id")
+    jobs = Job.objects.defer("fold", "metadata").order_by("-started_at", "-id")
     statuses = [s for s in request.GET.get("status", "").split(",") if s]
     unknown = sorted(set(statuses) - {s.value for s in RunStatus})
     if unknown:
@@ -139,7 +139,8 @@ def jobs_list(request):
 @database_unavailable_is_503
 @token_or_login_required
 def job_detail(request, job_id: str):
-    """GET /api/v1/jobs/<job_id>: replayed state, steps in event order, escalations."""
+    """GET /api/v1/jobs/<job_id>: replayed state, steps in event order with their calls, the
+    job's metadata and totals, escalations."""
     try:
         job = get_object_or_404(Job.objects.defer("fold"), job_id=job_id)
     except Http404:

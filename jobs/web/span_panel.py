@@ -9,7 +9,6 @@ import json
 from decimal import Decimal
 from typing import Any
 
-from django.db.models import Q
 from django.urls import reverse
 
 from jobs.models import Call, Job, Step
@@ -28,6 +27,8 @@ def span_context(job: Job, step: Step, *, read_calls: bool = True) -> dict[str, 
     span = step.span if isinstance(step.span, dict) else {}
     if not calls and not span and not step.stack:
         return {}
+    links = [link for link in span.get("links", []) if isinstance(link, dict)]
+    jobs_by_trace = Job.objects.ids_by_trace(str(link.get("trace_id", "")) for link in links)
     return {
         "calls": [call_item(call) for call in calls],
         "usage": usage(calls),
@@ -36,7 +37,7 @@ def span_context(job: Job, step: Step, *, read_calls: bool = True) -> dict[str, 
             "kind": span.get("kind", ""),
             "status": span.get("status", ""),
             "events": [e for e in span.get("events", []) if isinstance(e, dict)],
-            "links": [_link(link) for link in span.get("links", []) if isinstance(link, dict)],
+            "links": [_link(link, jobs_by_trace) for link in links],
             "attributes_json": pretty(span.get("attributes")),
             "input": _io(span.get("input")),
             "output": _io(span.get("output")),
@@ -118,16 +119,10 @@ def pretty(value: Any) -> str:
     return _pretty_text(value) if value else ""
 
 
-def _link(link: dict) -> dict[str, str]:
+def _link(link: dict, jobs_by_trace: dict[str, str]) -> dict[str, str]:
     """A span link, with a link to the job it points at when that job is here."""
     trace_id = str(link.get("trace_id", ""))
-    job_id = (
-        Job.objects.filter(Q(job_id=trace_id) | Q(**{"metadata__otel.trace_id": trace_id}))
-        .values_list("job_id", flat=True)
-        .first()
-        if trace_id
-        else None
-    )
+    job_id = jobs_by_trace.get(trace_id)
     return {
         "trace_id": trace_id,
         "span_id": str(link.get("span_id", "")),
