@@ -17,7 +17,7 @@ from django.db import NotSupportedError, connection, connections, models, transa
 from django.db.models import BooleanField, Case, F, Func, IntegerField, Q, Value, When
 from django.db.models.fields.json import KT
 from django.db.models.functions import Coalesce, Collate, Trunc, Upper
-from django.db.models.lookups import In
+from django.db.models.lookups import Exact, In
 from django.utils import timezone
 
 from jobs.contract.events import OTHER_TYPE_RANK, TYPE_RANK
@@ -322,6 +322,12 @@ class JSONKeyText(Func):
 class JobQuerySet(models.QuerySet):
     def stalled(self, now: datetime | None = None) -> "JobQuerySet":
         return self.filter(stalled_condition(now or timezone.now()))
+
+    def with_metadata(self, key: str, value: str) -> "JobQuerySet":
+        """These jobs whose metadata (``job_started.metadata``; a trace's resource attributes)
+        holds ``value`` at the top-level ``key``, compared as text (``JSONKeyText``): "42"
+        finds 42 and "42", "true" finds true. Chained calls must all hold."""
+        return self.filter(Exact(JSONKeyText("metadata", key), value))
 
     def ids_by_trace(self, trace_ids: Iterable[str]) -> dict[str, str]:
         """The job id holding each of these OpenTelemetry trace ids, for those that are here

@@ -26,6 +26,7 @@ from jobs.web.decorators import (
     token_or_login_required,
     token_rate_limited,
 )
+from jobs.web.filters import parse_meta
 from jobs.web.openapi import openapi_document
 from jobs.web.schemas import json_response
 
@@ -102,7 +103,8 @@ def _decode_cursor(cursor: str) -> tuple[datetime, int]:
 @database_unavailable_is_503
 @token_or_login_required
 def jobs_list(request):
-    """GET /api/v1/jobs?status=failed,paused:transient&limit=50&cursor=...: newest first."""
+    """GET /api/v1/jobs?status=failed,paused:transient&meta=git_sha:abc123&limit=50&cursor=...:
+    newest first."""
     jobs = Job.objects.defer("fold", "metadata").order_by("-started_at", "-id")
     statuses = [s for s in request.GET.get("status", "").split(",") if s]
     unknown = sorted(set(statuses) - {s.value for s in RunStatus})
@@ -110,6 +112,12 @@ def jobs_list(request):
         return json_error(400, f"unknown status {', '.join(unknown)}")
     if statuses:
         jobs = jobs.filter(status__in=statuses)
+    try:
+        metadata = parse_meta(request.GET.getlist("meta"))
+    except ValueError as error:
+        return json_error(400, str(error))
+    for key, value in metadata:
+        jobs = jobs.with_metadata(key, value)
     try:
         limit = int(request.GET.get("limit", schemas.DEFAULT_PAGE_SIZE))
     except ValueError:

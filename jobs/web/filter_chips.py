@@ -5,7 +5,7 @@ from dataclasses import dataclass
 
 from django.http import QueryDict
 
-from jobs.web.filters import FAILED_FAMILY, RANGE_CHOICES, statuses_of
+from jobs.web.filters import FAILED_FAMILY, RANGE_CHOICES, parse_meta, statuses_of
 
 # Parameters that are not filters: which page, the live refresh's anchor.
 NOT_FILTERS = ("cursor", "anchor", "show")
@@ -70,4 +70,8 @@ def chips(query: QueryDict, cleaned: dict, stamp) -> list[Chip]:
     for name, label in FLAGS.items():
         if cleaned.get(name):
             found.append(Chip(label, "yes", _without(query, name)))
+    if cleaned.get("meta"):  # valid, so each item parses on its own
+        for raw in query.getlist("meta"):
+            for key, value in parse_meta([raw]):
+                found.append(Chip("Metadata", f"{key} = {value}", _without(query, "meta", raw)))
     return found

@@ -24,6 +24,47 @@ RANGES = {"1h": timedelta(hours=1), "24h": timedelta(hours=24), "7d": timedelta(
 RANGE_CHOICES = [("", "any time"), ("1h", "last hour"), ("24h", "last 24 h"), ("7d", "last 7 days")]
 # "failed" alone means the failed family; next to a specific failed:* status it means itself.
 FAILED_FAMILY = (RunStatus.FAILED, RunStatus.FAILED_LOGIC, RunStatus.FAILED_INTERNAL)
+# ``meta=key:value`` filters on the job's metadata: at most this many (each is one more
+# condition on every row the list reads), each at most this long (so the query string stays
+# well under what a server reads of a request line).
+MAX_META_FILTERS = 5
+MAX_META_CHARS = 400
+
+
+def parse_meta(values: list[str]) -> list[tuple[str, str]]:
+    """The (key, value) pairs of ``meta`` query values, each ``key:value`` split at the first
+    colon (so the value may hold colons, the key may not), spaces around either side ignored;
+    empty items (a blank form field) are skipped. Raises ValueError saying which item is
+    malformed: no colon, an empty key, a NUL character, too long, or too many items."""
+    pairs = []
+    for raw in values:
+        if not raw.strip():
+            continue
+        key, colon, value = raw.partition(":")
+        if not colon:
+            raise ValueError(f"meta {raw!r} has no colon: write key:value, as git_sha:abc123")
+        if not key.strip():
+            raise ValueError(f"meta {raw!r} has an empty key: write key:value, as git_sha:abc123")
+        if "\x00" in raw:
+            raise ValueError("meta may not hold a NUL character")
+        if len(raw) > MAX_META_CHARS:
+            raise ValueError(f"meta is longer than {MAX_META_CHARS} characters")
+        pairs.append((key.strip(), value.strip()))
+    if len(pairs) > MAX_META_FILTERS:
+        raise ValueError(f"at most {MAX_META_FILTERS} meta filters")
+    return pairs
+
+
+class MetaFilterField(forms.Field):
+    """Repeatable ``meta=key:value`` parameters, cleaned to (key, value) pairs."""
+
+    widget = forms.MultipleHiddenInput  # reads every value of the parameter
+
+    def to_python(self, value) -> list[tuple[str, str]]:
+        try:
+            return parse_meta(list(value or []))
+        except ValueError as error:
+            raise forms.ValidationError(str(error)) from None
 
 
 class JobFilterForm(forms.Form):
@@ -49,6 +90,7 @@ class JobFilterForm(forms.Form):
     group = forms.RegexField(
         required=False, regex=r"^[0-9a-f]{1,40}$", max_length=40, label="Failure group"
     )
+    meta = MetaFilterField(required=False, label="Metadata")
     cursor = forms.CharField(required=False, max_length=200)
     # The live refresh's first row: rows newer than it are counted, not inserted above it.
     anchor = forms.CharField(required=False, max_length=200)
@@ -146,6 +188,8 @@ def filter_jobs(filters: dict, now: datetime | None = None) -> QuerySet[Job]:
         jobs = jobs.filter(max_attempt__gte=filters["min_attempts"])
     if filters.get("reason"):
         jobs = jobs.filter(has_step(Step.objects.reason_matches(filters["reason"])))
+    for key, value in filters.get("meta") or []:
+        jobs = jobs.with_metadata(key, value)
     if filters.get("group"):
         jobs = jobs.filter(
             id__in=FailureGroupJob.objects.filter(group__fingerprint=filters["group"]).values(

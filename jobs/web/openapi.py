@@ -17,7 +17,7 @@ from pydantic.json_schema import GenerateJsonSchema, models_json_schema
 
 from jobs.contract.schema import event_schema
 from jobs.replay.failures import RunStatus
-from jobs.web import schemas
+from jobs.web import filters, schemas
 
 OPENAPI_VERSION = "3.1.0"
 REF_TEMPLATE = "#/components/schemas/{model}"
@@ -25,6 +25,8 @@ REF_TEMPLATE = "#/components/schemas/{model}"
 _STATUS = "(" + "|".join(status.value for status in RunStatus) + ")"
 # Empty items are skipped ("failed," is "failed"), so the pattern allows them too.
 STATUS_LIST = f"^{_STATUS}?(,{_STATUS}?)*$"
+# A non-empty key before the first colon; no NUL anywhere (PostgreSQL text cannot hold one).
+META_ITEM = r"^[^:\u0000]*[^:\s\u0000][^:\u0000]*:[^\u0000]*$"
 
 
 def ref(name: str) -> dict[str, str]:
@@ -136,6 +138,24 @@ def _list_jobs() -> dict:
                 "schema": {"type": "string", "pattern": STATUS_LIST},
             },
             {
+                "name": "meta",
+                "in": "query",
+                "description": "key:value, split at the first colon (spaces around each side "
+                "ignored): jobs whose metadata holds the value at that top-level key, compared "
+                "as text (a number or boolean as JSON writes it: 42, true). Repeat for AND.",
+                "style": "form",
+                "explode": True,
+                "schema": {
+                    "type": "array",
+                    "maxItems": filters.MAX_META_FILTERS,
+                    "items": {
+                        "type": "string",
+                        "pattern": META_ITEM,
+                        "maxLength": filters.MAX_META_CHARS,
+                    },
+                },
+            },
+            {
                 "name": "limit",
                 "in": "query",
                 "schema": {
@@ -155,7 +175,7 @@ def _list_jobs() -> dict:
         ],
         "responses": {
             "200": _json(ref("JobPage"), "one page of jobs"),
-            "400": _json(ERROR, "bad filter, limit or cursor"),
+            "400": _json(ERROR, "bad filter (status, meta), limit or cursor"),
             "401": _json(ERROR, "missing, invalid or revoked bearer token"),
             "403": _json(ERROR, "signed in, but the account holds no role"),
             "503": _json(ERROR, "database unavailable; retry after Retry-After seconds"),
