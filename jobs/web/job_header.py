@@ -1,12 +1,21 @@
 """What the job page's header shows beyond the job row's own fields: long lists collapsed to
-a count, the planner's invalid outputs, and whether the page keeps itself up to date."""
+a count, the job's metadata folded, the planner's invalid outputs, and whether the page keeps
+itself up to date."""
+
+import json
+
+from django.urls import reverse
+from django.utils.http import urlencode
 
 from jobs.replay.failures import STALLABLE_STATUSES
+from jobs.web.filters import MAX_META_CHARS
 
 # Header lists longer than this (completed nodes, nodes a restart would skip) collapse to a
 # count that expands: a 2,000-step job otherwise pushes the waterfall 59,000 px down.
 HEADER_LIST_LIMIT = 8
 PLANNER_ATTEMPTS_SHOWN = 20
+# Metadata values longer than this show their start, the whole value on expand.
+METADATA_PREVIEW_CHARS = 80
 # The planner's invalid-output event (source 001).
 PARSE_INVALID = "graph.next_step.parse_invalid"
 # How often a live job page asks for news (the poll answers without this trigger once the job
@@ -36,6 +45,44 @@ def collapsible(items: list[str]) -> dict:
         "first": items[0] if items else "",
         "last": items[-1] if items else "",
         "text": " → ".join(items),
+    }
+
+
+def metadata_items(metadata) -> dict:
+    """The job's metadata as the header shows it: key/value pairs by key, the first
+    HEADER_LIST_LIMIT inline and the rest behind a count; a value longer than
+    METADATA_PREVIEW_CHARS folded to its start. A short text, number or boolean links to the
+    jobs list filtered on it (``meta=key:value``, which a key holding a colon cannot say)."""
+    if not isinstance(metadata, dict):
+        return {"count": 0, "items": [], "more": []}
+    items = [_metadata_item(key, metadata[key]) for key in sorted(metadata)]
+    return {
+        "count": len(items),
+        "items": items[:HEADER_LIST_LIMIT],
+        "more": items[HEADER_LIST_LIMIT:],
+    }
+
+
+def _metadata_item(key: str, value) -> dict:
+    text = value if isinstance(value, str) else json.dumps(value, ensure_ascii=False)
+    long = len(text) > METADATA_PREVIEW_CHARS
+    filterable = (
+        not long
+        and isinstance(value, str | int | float | bool)
+        and ":" not in key
+        and key.strip() == key
+        and text.strip() == text
+        and "\x00" not in key + text
+        and len(key) + 1 + len(text) <= MAX_META_CHARS
+    )
+    return {
+        "key": key,
+        "text": text,
+        "long": long,
+        "preview": text[:METADATA_PREVIEW_CHARS],
+        "filter_href": reverse("jobs") + "?" + urlencode({"show": "all", "meta": f"{key}:{text}"})
+        if filterable and key
+        else "",
     }
 
 

@@ -55,7 +55,7 @@ STEP_LIST_FIELDS = (
 TIMESTAMP_FIELDS = ("started_at", "finished_at")
 # The page shows none of these JSON columns (the fold snapshot, the list's segment strip: a
 # 10,000-step job's are 10,000 entries each), so it does not parse them.
-JOB_PAGE_JOBS = Job.objects.defer("fold", "segment_strip", "metadata", "payload_results")
+JOB_PAGE_JOBS = Job.objects.defer("fold", "segment_strip", "payload_results")
 MORE_PARTS = {"steps": "step-rows", "waterfall": "waterfall-rows", "narrative": "narrative-rows"}
 
 
@@ -496,6 +496,7 @@ def job_detail(request, job_id: str):
         "next_runs": [j for j in related if j.retry_of == job.job_id],
         "escalations": list(job.escalations.order_by("created_at", "pk")),
         "completed_nodes": job_header.collapsible(completed),
+        "metadata": job_header.metadata_items(job.metadata),
         "resume": resume,
         "resume_skip": job_header.collapsible(resume.skip),
         "findings": job.findings,

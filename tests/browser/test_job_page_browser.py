@@ -241,3 +241,51 @@ def test_exported_events_import_again(page, live_server, tmp_path, running_job):
     page.goto(f"{live_server.url}/jobs/live-1/")
     assert page.locator("#step-list [data-step-link]").count() == 3
     assert "transform" in page.locator("#step-list").inner_text()
+
+
+def test_the_header_shows_metadata_folded_and_filters_the_list_on_a_value(page, live_server):
+    command = "pytest -n 2 -m 'not postgres' --maxfail=1 " + "tests/integration/ " * 20
+    metadata = {
+        "git_sha": "4f2c9e1b7d",
+        "branch": "release/2026.03",
+        "pr": 1843,
+        "ci": True,
+        "runner": "<b>gh-runner-7</b>",
+        "command": command,
+        "region": "eu-west-1",
+        "service.version": "1.4.2",
+        "deployment.environment": "prod",
+        "team": "payments",
+    }
+    factories.store(
+        [
+            event("job_started", "meta-1", 0, workflow="release", metadata=metadata),
+            finished("build", "success", "meta-1", 1),
+            event("job_finished", "meta-1", 2, status="completed"),
+            event("job_started", "meta-2", 3, workflow="release", metadata={"git_sha": "0000"}),
+        ]
+    )
+    factories.user("eng", "engineer")
+    log_in(page, live_server, "eng", "/jobs/meta-1/")
+    facts = page.locator("#job-head dl.metadata").first
+    assert "4f2c9e1b7d" in facts.inner_text()
+    assert "<b>gh-runner-7</b>" in facts.inner_text()  # shown as text, not markup
+    # Ten keys: eight inline by name, two more behind a count; the long command folded.
+    assert page.locator("#job-head .metadata-more > summary").inner_text() == "2 more keys"
+    long_value = page.locator("#job-head details.long-value")
+    assert long_value.get_attribute("open") is None
+    assert command not in page.locator("#job-head").inner_text()
+    screenshot(page, "job-header-metadata")
+    long_value.locator("summary").click()
+    assert command.strip() in long_value.inner_text()
+    page.locator("#job-head .metadata-more > summary").click()
+    assert "payments" in page.locator("#job-head .metadata-more").inner_text()
+    screenshot(page, "job-header-metadata-unfolded")
+    assert axe_violations(page, "#job-head") == []
+
+    page.click("#job-head a.meta-filter[href*='git_sha']")
+    page.wait_for_selector("#job-table [data-job-id='meta-1']")
+    assert page.locator("#job-table [data-job-id]").count() == 1
+    chip = page.locator("#job-table .chip").first
+    assert chip.inner_text().startswith("Metadata: git_sha = 4f2c9e1b7d")
+    screenshot(page, "jobs-list-metadata-filter")

@@ -1,7 +1,7 @@
-"""A job's metadata (``job_started.metadata``, a trace's resource attributes) as a filter of
-the jobs list and of GET /api/v1/jobs: ``meta=key:value``, split at the first colon, repeatable
-(all must hold), on any key; a malformed one is a 400 naming it on the API and a form error on
-the page (issue 32)."""
+"""A job's metadata (``job_started.metadata``, a trace's resource attributes) on its page's
+header, folded when long and escaped, and as a filter of the jobs list and of GET /api/v1/jobs:
+``meta=key:value``, split at the first colon, repeatable (all must hold), on any key; a
+malformed one is a 400 naming it on the API and a form error on the page (issue 32)."""
 
 import json
 
@@ -9,6 +9,7 @@ import pytest
 
 from jobs.models import Job
 from jobs.web.filters import parse_meta
+from jobs.web.job_header import HEADER_LIST_LIMIT, METADATA_PREVIEW_CHARS
 from tests import factories
 from tests.factories import event, store
 
@@ -146,3 +147,50 @@ def test_a_malformed_meta_on_the_page_is_a_form_error(operator, jobs):
         in response.content.decode()
     )
     assert job_links(response) == ["none", "odd", "sha-a", "sha-b"]  # the filter left out
+
+
+@pytest.fixture
+def engineer(client):
+    client.force_login(factories.user("eve", "engineer"))
+    return client
+
+
+def header(response) -> str:
+    html = response.content.decode()
+    start = html.index('<header id="job-head"')
+    return html[start : html.index("</header>", start)]
+
+
+def test_the_header_shows_metadata_with_a_filter_link_per_value(engineer, jobs):
+    head = header(engineer.get("/jobs/odd/"))
+    assert '<dt><code>dot.ted</code></dt><dd><span class="pre">dots</span>' in head
+    assert '<dt><code>pr</code></dt><dd><span class="pre">42</span>' in head
+    assert 'href="/?show=all&amp;meta=pr%3A42"' in head
+    assert "<code>quo&quot;te</code>" in head
+
+
+def test_long_metadata_values_and_keys_beyond_the_first_fold(engineer):
+    long_value = "x" * (METADATA_PREVIEW_CHARS + 20)
+    metadata = {f"k{n:02}": str(n) for n in range(HEADER_LIST_LIMIT + 3)}
+    metadata["k00"] = long_value
+    store([event("job_started", "long", at=0, metadata=metadata)])
+    head = header(engineer.get("/jobs/long/"))
+    folded = head.index('<details class="long-value">')
+    assert head.index("<code>k00</code>") < folded
+    assert f"{'x' * METADATA_PREVIEW_CHARS}</span>… " in head
+    assert f'<div class="pre long-value-text" tabindex="0">{long_value}</div>' in head
+    more = head.index('<details class="long-list metadata-more"><summary>3 more keys</summary>')
+    assert head.index(f"<code>k{HEADER_LIST_LIMIT - 1:02}</code>") < more
+    assert head.index(f"<code>k{HEADER_LIST_LIMIT:02}</code>") > more
+
+
+def test_metadata_on_the_header_is_escaped(engineer):
+    store([event("job_started", "xss", at=0, metadata={"<b>k</b>": "<script>alert(1)</script>"})])
+    head = header(engineer.get("/jobs/xss/"))
+    assert "<script>alert(1)</script>" not in head
+    assert "&lt;script&gt;alert(1)&lt;/script&gt;" in head
+    assert "<code>&lt;b&gt;k&lt;/b&gt;</code>" in head
+
+
+def test_a_job_without_metadata_shows_no_metadata_row(engineer, jobs):
+    assert "<dt>Metadata</dt>" not in header(engineer.get("/jobs/none/"))
