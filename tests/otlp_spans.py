@@ -4,7 +4,7 @@ mapping's unit tests, the dashboard's and the browser's share them."""
 import json
 
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
-from opentelemetry.proto.common.v1.common_pb2 import AnyValue, KeyValue, KeyValueList
+from opentelemetry.proto.common.v1.common_pb2 import AnyValue, ArrayValue, KeyValue, KeyValueList
 from opentelemetry.proto.trace.v1.trace_pb2 import Span, Status
 
 TRACE_ID = bytes.fromhex("5b8efff798038103d269b633813fc60c")
@@ -26,6 +26,8 @@ def value(python_value) -> AnyValue:
                 values=[KeyValue(key=k, value=value(v)) for k, v in python_value.items()]
             )
         )
+    if isinstance(python_value, list):
+        return AnyValue(array_value=ArrayValue(values=[value(item) for item in python_value]))
     return AnyValue(string_value=python_value)
 
 
@@ -133,3 +135,52 @@ def store_spans(*spans: Span, resource=None):
     traces = otlp.to_batch(request(*spans, resource=resource), max_events=10_000)
     assert traces.rejections == [], traces.rejections
     return store_batch(traces.batch)
+
+
+# --- log records (POST /v1/logs) --------------------------------------------------------------
+
+
+def log_record(
+    event_name="",
+    body=None,
+    span_id=CHILD_ID,
+    trace_id=TRACE_ID,
+    at_ms=1,
+    severity=9,
+    attributes=None,
+):
+    """A log record as an OpenTelemetry SDK exports it, logged inside span ``span_id``."""
+    from opentelemetry.proto.logs.v1.logs_pb2 import LogRecord
+
+    record = LogRecord(
+        time_unix_nano=START + at_ms * 1_000_000,
+        observed_time_unix_nano=START + at_ms * 1_000_000,
+        severity_number=severity,
+        event_name=event_name,
+        trace_id=trace_id,
+        span_id=span_id,
+        attributes=attributes or [],
+    )
+    if body is not None:
+        record.body.CopyFrom(value(body))
+    return record
+
+
+def logs_request(*records, resource=None):
+    from opentelemetry.proto.collector.logs.v1.logs_service_pb2 import ExportLogsServiceRequest
+
+    message = ExportLogsServiceRequest()
+    resource_logs = message.resource_logs.add()
+    resource_logs.resource.attributes.extend(resource or [])
+    resource_logs.scope_logs.add().log_records.extend(records)
+    return message
+
+
+def store_logs(*records, resource=None):
+    """Store log records as POST /v1/logs does; returns the result."""
+    from jobs.contract import otlp_logs
+    from jobs.ingest.store import store_batch
+
+    logs = otlp_logs.to_batch(logs_request(*records, resource=resource), max_events=10_000)
+    assert logs.rejections == [], logs.rejections
+    return store_batch(logs.batch)

@@ -289,6 +289,21 @@ PAYLOAD_FIELDS: dict[str, dict[str, Check]] = {
         "scope": obj,
         "dropped": obj,
     },
+    # One OpenTelemetry log record, as POST /v1/logs stores it (docs/otlp.md; the event's ts is
+    # the record's time, ``time_unix_nano`` its full precision). Replay attaches it to its span.
+    "log": {
+        "trace_id": hex_id(32),
+        "span_id": hex_id(16),
+        "time_unix_nano": integer(0, 2**64 - 1),
+        "severity_text": NAME,
+        "severity_number": integer(0, 24),
+        "event_name": NAME,
+        "body": anything,
+        "attributes": obj,
+        "resource": obj,
+        "scope": obj,
+        "dropped": obj,
+    },
 }
 REQUIRED_PAYLOAD_FIELDS: dict[str, tuple[str, ...]] = {
     "span": ("trace_id", "span_id", "end"),

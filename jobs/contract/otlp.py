@@ -20,13 +20,14 @@ cannot be read at all (bad ids or times) is rejected and counted in the response
 import base64
 import json
 import math
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import orjson
 from google.protobuf import json_format
-from google.protobuf.message import DecodeError
+from google.protobuf.message import DecodeError, Message
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
 from opentelemetry.proto.common.v1.common_pb2 import AnyValue, KeyValue
 from opentelemetry.proto.trace.v1.trace_pb2 import Span, SpanFlags, Status
@@ -105,11 +106,14 @@ class OtlpBatch:
 
     @property
     def error_message(self) -> str:
-        if not self.rejections:
-            return ""
-        shown = self.rejections[:MAX_ERRORS_IN_MESSAGE]
-        more = len(self.rejections) - len(shown)
-        return "; ".join(shown) + (f"; and {more} more" if more else "")
+        return rejections_message(self.rejections)
+
+
+def rejections_message(rejections: list[str]) -> str:
+    """A partial_success's error message: the first ten rejections, then "and N more"."""
+    shown = rejections[:MAX_ERRORS_IN_MESSAGE]
+    more = len(rejections) - len(shown)
+    return "; ".join(shown) + (f"; and {more} more" if more else "")
 
 
 class Unreadable(Exception):
@@ -124,29 +128,39 @@ def decode_request(body: bytes, content_type: str) -> ExportTraceServiceRequest:
 
     Raises ``BodyError``: 415 for another content type, 400 for a body that does not decode.
     """
-    request = ExportTraceServiceRequest()
+    return decode_message(body, content_type, ExportTraceServiceRequest(), hex_ids_as_base64)
+
+
+def decode_message(
+    body: bytes,
+    content_type: str,
+    message: Message,
+    hex_ids: Callable[[dict[str, Any]], dict[str, Any]],
+) -> Message:
+    """``message`` (an empty export request) read from an OTLP/HTTP body; ``hex_ids`` rewrites
+    its OTLP/JSON document's hex ids for protobuf's JSON parser. Raises ``BodyError``."""
+    name = message.DESCRIPTOR.name
     if content_type == PROTOBUF:
         try:
-            request.ParseFromString(body)
+            message.ParseFromString(body)
         except (DecodeError, RecursionError):
-            raise BodyError(400, "body is not a protobuf ExportTraceServiceRequest") from None
-        return request
+            raise BodyError(400, f"body is not a protobuf {name}") from None
+        return message
     if content_type == JSON:
         try:
             document = json.loads(body.decode("utf-8"))
         except (UnicodeDecodeError, ValueError, RecursionError) as error:
             raise BodyError(400, f"body is not JSON: {error}") from None
         if not isinstance(document, dict):
-            raise BodyError(400, "body must be a JSON ExportTraceServiceRequest object")
+            raise BodyError(400, f"body must be a JSON {name} object")
         if bodies.RISKY_ESCAPE.search(body) and _has_lone_surrogate(document):
             # protobuf's parser fails on these with a SystemError, not a ParseError.
             raise BodyError(400, "body is not valid Unicode text: it holds a lone surrogate")
         try:
-            json_format.ParseDict(hex_ids_as_base64(document), request, ignore_unknown_fields=True)
+            json_format.ParseDict(hex_ids(document), message, ignore_unknown_fields=True)
         except (json_format.ParseError, RecursionError) as error:
-            message = f"body is not an OTLP/JSON ExportTraceServiceRequest: {error}"
-            raise BodyError(400, message) from None
-        return request
+            raise BodyError(400, f"body is not an OTLP/JSON {name}: {error}") from None
+        return message
     raise unsupported_content_type(content_type)
 
 
@@ -173,35 +187,35 @@ def hex_ids_as_base64(document: dict[str, Any]) -> dict[str, Any]:
     resource, scope or span that is not an object (protobuf's JSON parser, told to ignore
     unknown fields, would read a string there as an empty message and drop it silently)."""
     resource_spans = []
-    for r_index, resource in enumerate(_list(document, "resourceSpans", "resource_spans")):
-        _require_object(resource, f"resourceSpans[{r_index}]")
+    for r_index, resource in enumerate(list_of(document, "resourceSpans", "resource_spans")):
+        require_object(resource, f"resourceSpans[{r_index}]")
         scope_spans = []
-        for s_index, scope in enumerate(_list(resource, "scopeSpans", "scope_spans")):
-            _require_object(scope, f"resourceSpans[{r_index}].scopeSpans[{s_index}]")
+        for s_index, scope in enumerate(list_of(resource, "scopeSpans", "scope_spans")):
+            require_object(scope, f"resourceSpans[{r_index}].scopeSpans[{s_index}]")
             spans = []
-            for index, span in enumerate(_list(scope, "spans")):
+            for index, span in enumerate(list_of(scope, "spans")):
                 path = f"resourceSpans[{r_index}].scopeSpans[{s_index}].spans[{index}]"
-                _require_object(span, path)
-                span = _ids_rewritten(span, path)
-                if links := _list(span, "links"):
+                require_object(span, path)
+                span = ids_rewritten(span, path)
+                if links := list_of(span, "links"):
                     span["links"] = [
-                        _ids_rewritten(link, f"{path}.links[{i}]")
+                        ids_rewritten(link, f"{path}.links[{i}]")
                         if isinstance(link, dict)
                         else link
                         for i, link in enumerate(links)
                     ]
                 spans.append(span)
-            scope_spans.append(_with(scope, ("spans",), spans))
-        resource_spans.append(_with(resource, ("scopeSpans", "scope_spans"), scope_spans))
-    return _with(document, ("resourceSpans", "resource_spans"), resource_spans)
+            scope_spans.append(with_list(scope, ("spans",), spans))
+        resource_spans.append(with_list(resource, ("scopeSpans", "scope_spans"), scope_spans))
+    return with_list(document, ("resourceSpans", "resource_spans"), resource_spans)
 
 
-def _require_object(item: Any, path: str) -> None:
+def require_object(item: Any, path: str) -> None:
     if not isinstance(item, dict):
         raise BodyError(400, f"{path} must be an object")
 
 
-def _list(container: Any, *names: str) -> list[Any]:
+def list_of(container: Any, *names: str) -> list[Any]:
     for name in names:
         value = container.get(name) if isinstance(container, dict) else None
         if isinstance(value, list):
@@ -209,7 +223,7 @@ def _list(container: Any, *names: str) -> list[Any]:
     return []
 
 
-def _with(container: Any, names: tuple[str, ...], value: list[Any]) -> Any:
+def with_list(container: Any, names: tuple[str, ...], value: list[Any]) -> Any:
     """``container`` with its list under the first of ``names`` present replaced by ``value``."""
     if not isinstance(container, dict):
         return container
@@ -219,7 +233,7 @@ def _with(container: Any, names: tuple[str, ...], value: list[Any]) -> Any:
     return container
 
 
-def _ids_rewritten(item: dict[str, Any], path: str) -> dict[str, Any]:
+def ids_rewritten(item: dict[str, Any], path: str) -> dict[str, Any]:
     rewritten = dict(item)
     for key in sorted(ID_KEYS & item.keys()):
         value = item[key]
@@ -270,16 +284,16 @@ def _job_ids_by_trace(request: ExportTraceServiceRequest) -> dict[bytes, str]:
     first, then its resource's): spans of a trace that do not set it join the same job."""
     found: dict[bytes, str] = {}
     for resource_spans in request.resource_spans:
-        resource_job = _string_value(resource_spans.resource.attributes, JOB_ID_KEY)
+        resource_job = string_value(resource_spans.resource.attributes, JOB_ID_KEY)
         for scope_spans in resource_spans.scope_spans:
             for span in scope_spans.spans:
-                job_id = _string_value(span.attributes, JOB_ID_KEY) or resource_job
+                job_id = string_value(span.attributes, JOB_ID_KEY) or resource_job
                 if job_id:
                     found.setdefault(span.trace_id, job_id)
     return found
 
 
-def _string_value(key_values, key: str) -> str | None:
+def string_value(key_values, key: str) -> str | None:
     value = next((kv.value for kv in key_values if kv.key == key), None)
     if value is not None and value.WhichOneof("value") == "string_value":
         return value.string_value or None
@@ -333,20 +347,20 @@ def span_items(
     """The event dicts of one span: its ``span`` event, and a planner event for each span event
     named like one (source 001). ``bounded_resource``: ``resource`` within the attribute
     bounds, as its span events store it. Raises ``Unreadable``."""
-    trace_id = _id(span.trace_id, 16, "trace_id")
-    span_id = _id(span.span_id, 8, "span_id")
+    trace_id = required_id(span.trace_id, 16, "trace_id")
+    span_id = required_id(span.span_id, 8, "span_id")
     if not span.start_time_unix_nano:
         raise Unreadable("start_time_unix_nano is required")
-    started = _timestamp(span.start_time_unix_nano, "start_time_unix_nano")
+    started = nanos_timestamp(span.start_time_unix_nano, "start_time_unix_nano")
     # A span that claims to end before it starts ended, as far as anyone can tell, at once.
-    ended = _timestamp(
+    ended = nanos_timestamp(
         max(span.end_time_unix_nano, span.start_time_unix_nano), "end_time_unix_nano"
     )
     dropped: dict[str, Any] = {}
     attrs = attributes(span.attributes)
     payload: dict[str, Any] = {"trace_id": trace_id, "span_id": span_id}
     if span.parent_span_id:
-        payload["parent_span_id"] = _id(span.parent_span_id, 8, "parent_span_id")
+        payload["parent_span_id"] = required_id(span.parent_span_id, 8, "parent_span_id")
         payload["remote_parent"] = span.flags & REMOTE_PARENT == REMOTE_PARENT
         payload["local_parent"] = span.flags & REMOTE_PARENT == KNOWN_PARENT
     payload |= {
@@ -371,32 +385,30 @@ def span_items(
     dropped |= {name: count for name, count in counts.items() if count}
     if dropped:
         payload["dropped"] = dropped
-    job_id = _job_id(span, attrs, resource, trace_id, job_ids or {})
+    job = job_id(trace_id, attrs, resource, found=(job_ids or {}).get(span.trace_id))
     prefix = f"otlp:{trace_id}:{span_id}"
-    items = [_item("span", job_id, prefix, started, payload)]
+    items = [item("span", job, prefix, started, payload)]
     for index, event in enumerate(payload["events"]):
         if event["name"] in events.PLANNER_TYPES:
             planner = _planner_payload(event["attributes"])
-            items.append(_item(event["name"], job_id, f"{prefix}:{index}", event["ts"], planner))
+            items.append(item(event["name"], job, f"{prefix}:{index}", event["ts"], planner))
     return items
 
 
-def _item(event_type: str, job_id: str, event_id: str, ts: str, payload: dict) -> dict[str, Any]:
-    return {
-        "type": event_type,
-        "job_id": job_id,
-        "event_id": event_id,
-        "ts": ts,
-        "payload": payload,
-    }
+def item(event_type: str, job: str, event_id: str, ts: str | None, payload: dict) -> dict[str, Any]:
+    """An event dict of the contract (``ts`` None: the time it is received)."""
+    event = {"type": event_type, "job_id": job, "event_id": event_id, "payload": payload}
+    return event if ts is None else {**event, "ts": ts}
 
 
-def _job_id(
-    span: Span, attrs: dict[str, Any], resource: dict[str, Any], trace_id: str, found: dict
-) -> str:
-    """traceviz.job_id (the span's attributes ``attrs``, its resource's, another span's of the
-    trace in this request), else the trace id; cut with a marker when too long."""
-    for candidate in (attrs.get(JOB_ID_KEY), resource.get(JOB_ID_KEY), found.get(span.trace_id)):
+def job_id(trace_id: str, *attribute_sets: dict[str, Any], found: str | None = None) -> str:
+    """The job an OpenTelemetry item (a span, a log record) of trace ``trace_id`` belongs to:
+    ``traceviz.job_id`` in the first of ``attribute_sets`` that has one (the item's own
+    attributes, then its resource's), else ``found`` (another item of the trace in the same
+    request named it), else the trace id ("" when the item has none); cut with a marker when
+    too long. Spans and log records share it, so a trace's records follow its spans."""
+    candidates = [attrs.get(JOB_ID_KEY) for attrs in attribute_sets]
+    for candidate in (*candidates, found):
         if isinstance(candidate, str) and candidate:
             return cut(candidate, events.MAX_ID_CHARS)
     return trace_id
@@ -430,7 +442,7 @@ def _json_list(value: str) -> list | None:
 def _span_event(event: Span.Event, dropped: dict[str, Any]) -> dict[str, Any]:
     return {
         "name": cut(event.name, events.MAX_ID_CHARS),
-        "ts": _timestamp(event.time_unix_nano, "events.time_unix_nano"),
+        "ts": nanos_timestamp(event.time_unix_nano, "events.time_unix_nano"),
         "attributes": bounded_attributes(attributes(event.attributes), dropped),
     }
 
@@ -443,13 +455,13 @@ def _link(link: Span.Link, dropped: dict[str, Any]) -> dict[str, Any]:
     }
 
 
-def _id(raw: bytes, size: int, name: str) -> str:
+def required_id(raw: bytes, size: int, name: str) -> str:
     if len(raw) != size or not any(raw):
         raise Unreadable(f"{name} must be {size} bytes, not all zero")
     return raw.hex()
 
 
-def _timestamp(nanos: int, name: str) -> str:
+def nanos_timestamp(nanos: int, name: str) -> str:
     try:
         moment = EPOCH + timedelta(microseconds=nanos // 1000)
     except OverflowError:
@@ -487,10 +499,10 @@ def bounded_attributes(attrs: dict[str, Any], dropped: dict[str, Any]) -> dict[s
     budget = MAX_ATTRIBUTES_BYTES
     sized = []
     for key, raw in attrs.items():
-        value = _json_safe(raw)
+        value = json_safe(raw)
         name = cut(key, events.MAX_ID_CHARS)
         if is_value_key(key):
-            kept[name] = _bounded_value(value, MAX_VALUE_BYTES, dropped, key)
+            kept[name] = bounded_value(value, MAX_VALUE_BYTES, dropped, key)
         else:
             size = _json_size(value) + len(name)
             sized.append((size, name, value))
@@ -516,7 +528,7 @@ def _json_size(value: Any) -> int:
         return len(json.dumps(value, ensure_ascii=False, separators=(",", ":")).encode("utf-8"))
 
 
-def _bounded_value(value: Any, limit: int, dropped: dict[str, Any], key: str) -> Any:
+def bounded_value(value: Any, limit: int, dropped: dict[str, Any], key: str) -> Any:
     if isinstance(value, str):
         cut_value = events.truncate_text(value, limit)
         if cut_value != value:
@@ -529,14 +541,14 @@ def _bounded_value(value: Any, limit: int, dropped: dict[str, Any], key: str) ->
     return events.truncate_text(text, limit)
 
 
-def _json_safe(value: Any) -> Any:
+def json_safe(value: Any) -> Any:
     """An attribute value JSON can store: non-finite floats become text."""
     if isinstance(value, float) and not math.isfinite(value):
         return str(value)
     if isinstance(value, list):
-        return [_json_safe(item) for item in value]
+        return [json_safe(item) for item in value]
     if isinstance(value, dict):
-        return {key: _json_safe(item) for key, item in value.items()}
+        return {key: json_safe(item) for key, item in value.items()}
     return value
 
 

@@ -76,7 +76,7 @@ class DatabaseCollector:
         total = sum(value for _labels, value in by_name.get(INGEST_LATENCY + "_sum", []))
         return HistogramMetricFamily(
             INGEST_LATENCY,
-            "Ingest request latency (POST /api/v1/events and /v1/traces), seconds.",
+            "Ingest request latency (POST /api/v1/events, /v1/traces and /v1/logs), seconds.",
             buckets=[(repr(b), buckets.get(repr(b), 0)) for b in LATENCY_BUCKETS]
             + [(INF, buckets.get(INF, 0))],
             sum_value=total,

@@ -27,6 +27,7 @@ INGEST_LATENCY = "traceviz_ingest_request_duration_seconds"
 PROJECTIONS = "traceviz_projections_total"
 REQUESTS = "traceviz_ingest_requests_total"
 SPANS = "traceviz_otlp_spans_total"
+LOG_RECORDS = "traceviz_otlp_log_records_total"
 
 PLANNER_COUNTERS = {
     "graph.next_step.parse_invalid": PARSE_INVALID,
@@ -60,12 +61,16 @@ COUNTERS: dict[str, CounterSpec] = {
         "Ingest items or requests refused, by field and message class.", ("field", "reason")
     ),
     REQUESTS: CounterSpec(
-        "Ingest requests answered, by endpoint (events: /api/v1/events, traces: /v1/traces) "
-        "and HTTP status.",
+        "Ingest requests answered, by endpoint (events: /api/v1/events, traces: /v1/traces, "
+        "logs: /v1/logs) and HTTP status.",
         ("endpoint", "status"),
     ),
     SPANS: CounterSpec(
         "OpenTelemetry spans received on /v1/traces, by outcome (accepted, rejected).",
+        ("outcome",),
+    ),
+    LOG_RECORDS: CounterSpec(
+        "OpenTelemetry log records received on /v1/logs, by outcome (accepted, rejected).",
         ("outcome",),
     ),
     PROJECTIONS: CounterSpec(
@@ -169,15 +174,25 @@ def rejection_reason(message: str) -> str:
 def span_deltas(accepted: int, rejections: list[str]) -> Tally:
     """Counter deltas for the spans of one /v1/traces request and each rejected span's reason
     (field "(span)")."""
+    return _otlp_deltas(SPANS, "(span)", accepted, rejections)
+
+
+def log_record_deltas(accepted: int, rejections: list[str]) -> Tally:
+    """Counter deltas for the records of one /v1/logs request and each rejected record's reason
+    (field "(log record)")."""
+    return _otlp_deltas(LOG_RECORDS, "(log record)", accepted, rejections)
+
+
+def _otlp_deltas(counter: str, field: str, accepted: int, rejections: list[str]) -> Tally:
     deltas: Tally[tuple[str, str]] = Tally()
     if accepted:
-        deltas[SPANS, labels_key(outcome="accepted")] += accepted
+        deltas[counter, labels_key(outcome="accepted")] += accepted
     if rejections:
-        deltas[SPANS, labels_key(outcome="rejected")] += len(rejections)
+        deltas[counter, labels_key(outcome="rejected")] += len(rejections)
     for message in rejections:
-        # "span <id> 'name': why": the class of why.
+        # "<what> 'name': why": the class of why.
         why = message.split(": ", 1)[-1]
-        deltas[REJECTIONS, labels_key(field="(span)", reason=rejection_reason(why))] += 1
+        deltas[REJECTIONS, labels_key(field=field, reason=rejection_reason(why))] += 1
     return deltas
 
 

@@ -239,15 +239,15 @@ def _fold_onto_snapshots(
 
 def _foldable(job: dict | None, events: list[Event]) -> dict | None:
     """The Job row's snapshot when ``events`` can be folded onto it: one of this fold version,
-    no span among the events (``trace_growth`` expands them first), and every event sorting
-    after its last one."""
+    no span among the events (``trace_growth`` expands them first) nor log record, and every
+    event sorting after its last one."""
     snapshot = job["fold"] if job is not None else None
     if not snapshot or snapshot.get("version") != walk.FOLD_VERSION or not events:
         return None
     if snapshot["last_key"] is None:
         return None  # nothing folded yet (spans that stood for no event)
-    if any(event.type == walk.SPAN for event in events):
-        return None
+    if any(event.type in (walk.SPAN, walk.LOG) for event in events):
+        return None  # a log record may change a stored call or step: the job is replayed
     return snapshot if walk.all_after(snapshot, events) else None
 
 

@@ -72,6 +72,11 @@ SHOWN_APART = frozenset(
         "gen_ai.operation.name",
     }
 )
+GEN_AI_MESSAGE_KEYS = (
+    "gen_ai.input.messages",
+    "gen_ai.output.messages",
+    "gen_ai.system_instructions",
+)
 
 
 @dataclass(frozen=True, slots=True)
@@ -232,13 +237,40 @@ def _tool(attrs: dict[str, Any]) -> dict[str, Any] | None:
     return tool
 
 
+@dataclass(slots=True)
+class Slots:
+    """A transcript in its three parts (the system instructions, the messages a call read,
+    those it wrote), oldest message first in each."""
+
+    system: list[dict[str, Any]] = field(default_factory=list)
+    input: list[dict[str, Any]] = field(default_factory=list)
+    output: list[dict[str, Any]] = field(default_factory=list)
+
+    def extend(self, other: "Slots") -> None:
+        self.system += other.system
+        self.input += other.input
+        self.output += other.output
+
+    @property
+    def messages(self) -> list[dict[str, Any]]:
+        return self.system + self.input + self.output
+
+
 def transcript(attrs: dict[str, Any]) -> list[dict[str, Any]]:
-    """The messages a call read and wrote, oldest first: [{direction, role, content,
+    """The messages a call's attributes hold, oldest first: [{direction, role, content,
     tool_calls}], from OpenInference's flattened ``llm.*_messages`` or gen_ai's messages."""
+    return transcript_slots(attrs).messages
+
+
+def transcript_slots(attrs: dict[str, Any]) -> Slots:
+    """``transcript`` in its slots (OpenInference's system messages are among its inputs)."""
     messages = _openinference_messages(attrs)
-    if not messages:
-        messages = _gen_ai_messages(attrs)
-    return messages
+    if messages:
+        return Slots(
+            input=[m for m in messages if m["direction"] == "in"],
+            output=[m for m in messages if m["direction"] == "out"],
+        )
+    return gen_ai_slots(attrs)
 
 
 def _openinference_messages(attrs: dict[str, Any]) -> list[dict[str, Any]]:
@@ -268,18 +300,23 @@ def _finished(message: dict[str, Any]) -> dict[str, Any]:
     return message
 
 
-def _gen_ai_messages(attrs: dict[str, Any]) -> list[dict[str, Any]]:
-    messages = []
+def gen_ai_slots(attrs: dict[str, Any]) -> Slots:
+    """The gen_ai messages of ``attrs`` (span attributes, or those of a content event):
+    ``gen_ai.system_instructions``, ``gen_ai.input.messages`` / ``gen_ai.output.messages``,
+    else the older ``gen_ai.prompt.N.*`` / ``gen_ai.completion.N.*``."""
+    slots = Slots()
     if instructions := attrs.get("gen_ai.system_instructions"):
-        messages.append({"direction": "in", "role": "system", "content": _parts(instructions)})
+        content = parts_text(instructions)
+        slots.system.append({"direction": "in", "role": "system", "content": content})
     for key, direction in (("gen_ai.input.messages", "in"), ("gen_ai.output.messages", "out")):
-        messages.extend(
-            _gen_ai_message(item, direction)
+        found = [
+            gen_ai_message(item, direction)
             for item in _json_list(attrs.get(key))
             if isinstance(item, dict)
-        )
-    if messages:
-        return messages
+        ]
+        (slots.input if direction == "in" else slots.output).extend(found)
+    if slots.system or slots.input or slots.output:
+        return slots
     legacy: dict[tuple[int, int], dict[str, Any]] = {}
     for key, value in attrs.items():
         if match := LEGACY_GEN_AI_MESSAGE.match(key):
@@ -289,7 +326,9 @@ def _gen_ai_messages(attrs: dict[str, Any]) -> list[dict[str, Any]]:
                 {"direction": "in" if side == "prompt" else "out", "role": "", "content": ""},
             )
             message[part] = str(value)
-    return [legacy[key] for key in sorted(legacy)]
+    for key in sorted(legacy):
+        (slots.input if key[0] == 0 else slots.output).append(legacy[key])
+    return slots
 
 
 def _json_list(value: Any) -> list:
@@ -301,21 +340,38 @@ def _json_list(value: Any) -> list:
     return value if isinstance(value, list) else []
 
 
-def _gen_ai_message(item: dict[str, Any], direction: str) -> dict[str, Any]:
-    """A gen_ai message ({role, parts}): its text, and its tool call requests apart as
-    OpenInference's flattened ones read (id, name, arguments as JSON text)."""
+def gen_ai_message(item: dict[str, Any], direction: str) -> dict[str, Any]:
+    """A gen_ai message ({role, parts}, or {role, content}): its text, and its tool call
+    requests apart as OpenInference's flattened ones read (id, name, arguments as JSON text).
+    A request is a ``tool_call`` part, or a Bedrock ``toolUse`` content block (Strands)."""
     parts = item.get("parts", item.get("content", ""))
+    if isinstance(parts, str) and parts.startswith("["):
+        parts = _json_list(parts) or parts
     requests = []
     if isinstance(parts, list):
-        requests = [p for p in parts if isinstance(p, dict) and p.get("type") == "tool_call"]
-        parts = [part for part in parts if part not in requests]
-    message = {"direction": direction, "role": str(item.get("role", "")), "content": _parts(parts)}
+        requests = [p for p in parts if _is_tool_call(p)]
+        parts = [part for part in parts if not _is_tool_call(part)]
+    role = str(item.get("role") or "")
+    message = {"direction": direction, "role": role, "content": parts_text(parts)}
     if requests:
-        message["tool_calls"] = [_tool_call_request(part) for part in requests]
+        message["tool_calls"] = [tool_call_request(_tool_use(part)) for part in requests]
     return message
 
 
-def _tool_call_request(part: dict[str, Any]) -> dict[str, str]:
+def _is_tool_call(part: Any) -> bool:
+    return isinstance(part, dict) and (part.get("type") == "tool_call" or "toolUse" in part)
+
+
+def _tool_use(part: dict[str, Any]) -> dict[str, Any]:
+    """A Bedrock ``toolUse`` block ({toolUseId, name, input}) as a ``tool_call`` part."""
+    use = part.get("toolUse")
+    if not isinstance(use, dict):
+        return part
+    return {"id": use.get("toolUseId"), "name": use.get("name"), "arguments": use.get("input")}
+
+
+def tool_call_request(part: dict[str, Any]) -> dict[str, str]:
+    """A tool call request's id, name and arguments (JSON text), those it has."""
     request = {name: str(part[name]) for name in ("id", "name") if part.get(name) is not None}
     arguments = part.get("arguments")
     if arguments is not None:
@@ -323,9 +379,10 @@ def _tool_call_request(part: dict[str, Any]) -> dict[str, str]:
     return request
 
 
-def _parts(value: Any) -> str:
+def parts_text(value: Any) -> str:
     """gen_ai message parts ([{type: text, content}, {type: tool_call_response, response},
-    ...]) or plain content, as text."""
+    ...]), Bedrock content blocks ([{text}, {toolResult: {content: [...]}}]) or plain
+    content, as text."""
     if isinstance(value, str):
         parsed = _json_list(value) if value.startswith("[") else None
         if not parsed:
@@ -340,10 +397,12 @@ def _part_text(part: Any) -> str:
     if not isinstance(part, dict):
         return str(part)
     if text := part.get("content") or part.get("text"):
-        return str(text)
+        return text if isinstance(text, str) else parts_text(text)
     if part.get("type") == "tool_call_response" and "response" in part:
         response = part["response"]
-        return response if isinstance(response, str) else json.dumps(response)
+        return response if isinstance(response, str) else parts_text(response)
+    if isinstance(result := part.get("toolResult"), dict):
+        return parts_text(result.get("content", ""))
     return json.dumps(part)
 
 

@@ -17,9 +17,9 @@ expansion is then the stored one's plus theirs:
   inside it): those move up by the new calls that start before them, which must name no model
   and cost nothing (the job's model is its first LLM call's, its cost summed in call order);
 - no new span is a root, a span that would stand in for one, a parent that a stored step (or
-  a stored call with spans under it) waits for, or the child of a stored span other than the
-  root; a stored call that waited alone for a new span is adopted (its step changes, nothing
-  else about it);
+  a stored call with spans under it) waits for, a span stored log records wait for, or the
+  child of a stored span other than the root; a stored call that waited alone for a new span
+  is adopted (its step changes, nothing else about it);
 - no new step is another attempt of a stored node (it could turn a stored failure retryable),
   except of the node whose failure is the job's last event (``walk.Fold.reopenable``): that
   failure then turns retryable (``Grown.reopens``), and nothing before it changes.
@@ -27,7 +27,7 @@ Anything else, and the caller replays the job whole, which is always exact; the 
 feed the same spans through both.
 """
 
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from datetime import datetime
 from typing import Any
 
@@ -80,6 +80,9 @@ class TraceSummary:
     output_tokens: int = 0
     # The calls' costs summed in call order (None: no call was priced).
     cost: float | None = None
+    # Spans that stored log records name and that have not come: their records are read with
+    # the whole trace when they do (``Growth.start``).
+    log_spans: list[str] = field(default_factory=list)
 
     def as_json(self) -> dict[str, Any]:
         return asdict(self)
@@ -112,7 +115,8 @@ def summarize(expansion: Expansion) -> TraceSummary | None:
         and len({span.trace_id for span in ordered}) == 1
         # A root whose parent is here: parent ids that go round in a circle.
         and (root is None or (root.parent_id not in known and root.kind != "producer"))
-        and len(pending) + len(waiting) <= MAX_PENDING,
+        and len(pending) + len(waiting) <= MAX_PENDING
+        and len(expansion.orphan_logs) <= MAX_PENDING,
         trace_id=ordered[0].trace_id,
         root=[root.span_id, root.start.isoformat(), not root.parent_id] if root else None,
         last_step=_key(steps),
@@ -129,6 +133,7 @@ def summarize(expansion: Expansion) -> TraceSummary | None:
         session_key=_first_key(trace, SESSION_KEYS),
         correlation_key=_first_key(trace, CORRELATION_KEYS),
         iterations=_loops({}, steps),
+        log_spans=expansion.orphan_logs,
     )
     summary.add_calls(expansion.calls)
     return summary
@@ -263,6 +268,7 @@ class Growth:
                 or span.trace_id != trace.trace_id
                 or not span.parent_id
                 or span.span_id in trace.pending
+                or span.span_id in trace.log_spans
             ):
                 return None
             new[span.span_id] = span

@@ -32,6 +32,7 @@ from typing import Any
 
 from jobs.contract.events import MAX_ID_CHARS, Event, parse_timestamp, truncate_text
 from jobs.replay import calls as call_data
+from jobs.replay import content
 from jobs.replay.failures import ResultType
 
 PREFIX = "traceviz."
@@ -49,8 +50,6 @@ JSON_OBJECT_FIELDS = ("payload_results", "context")
 TRACEBACK = "Traceback (most recent call last)"
 # The OTel SDK's default service.name when the producer set none: not a workflow name.
 UNKNOWN_SERVICE = "unknown_service"
-# Attributes a step's display keeps apart (the rest are shown as the span's attributes).
-SHOWN_APART = frozenset({"input.value", "input.mime_type", "output.value", "output.mime_type"})
 
 
 @dataclass(slots=True)
@@ -107,6 +106,8 @@ class Expansion:
     spans: list[SpanView] = field(default_factory=list)
     root: SpanView | None = None
     regular: bool = True
+    # The spans log records name that are not here (yet): their records wait for them.
+    orphan_logs: list[str] = field(default_factory=list)
 
 
 def read_span(event: Event) -> SpanView | None:
@@ -153,8 +154,11 @@ def _list(value: Any) -> list:
     return value if isinstance(value, list) else []
 
 
-def expand(job_id: str, span_events: Iterable[Event]) -> Expansion:
-    """The contract events and calls a job's spans stand for."""
+def expand(
+    job_id: str, span_events: Iterable[Event], log_events: Iterable[Event] = ()
+) -> Expansion:
+    """The contract events and calls a job's spans stand for; its log records (``log``
+    events) go to their span's call or step (``content.step_entries``)."""
     spans: dict[str, SpanView] = {}
     regular = True
     for event in span_events:
@@ -162,8 +166,9 @@ def expand(job_id: str, span_events: Iterable[Event]) -> Expansion:
         if span is not None:
             regular = regular and span.span_id not in spans and is_canonical(event, span)
             spans.setdefault(span.span_id, span)
+    logs = content.logs_by_span(log_events)
     if not spans:
-        return Expansion()
+        return Expansion(orphan_logs=sorted(set(logs) - {""}))
     ordered = sorted(spans.values(), key=lambda s: (s.start, s.span_id))
     root = _job_root(ordered, spans)
     classify(ordered, spans, root)
@@ -171,14 +176,22 @@ def expand(job_id: str, span_events: Iterable[Event]) -> Expansion:
     number_attempts(steps)
     last_attempts = latest_attempts(steps)
     results = {span.span_id: step_result(span, last_attempts, root) for span in steps}
-    expansion = Expansion()
+    expansion = Expansion(orphan_logs=sorted(set(logs) - set(spans) - {""}))
+    shown, entries = content.step_entries(
+        ordered, logs, lambda span: is_call(span) if span is not root else call_data.is_marked(span)
+    )
     for span in steps:
-        expansion.events.extend(step_events(job_id, span, results[span.span_id]))
+        step_logs = entries.get(span.span_id, [])
+        expansion.events.extend(step_events(job_id, span, results[span.span_id], step_logs))
     call_spans = [span for span in ordered if span is not root and is_call(span)]
-    expansion.calls = [call_of(span, position) for position, span in enumerate(call_spans)]
+    expansion.calls = [
+        call_of(span, position, shown.get(span.span_id, []))
+        for position, span in enumerate(call_spans)
+    ]
     if root is not None:
         if call_data.is_marked(root):
-            expansion.calls.insert(0, call_data.call_record(root, None, -1, failure_text(root)))
+            root_call = call_of(root, -1, shown.get(root.span_id, []), step=None)
+            expansion.calls.insert(0, root_call)
         expansion.events.extend(_job_events(job_id, root, steps, results, expansion.calls))
     expansion.spans, expansion.root, expansion.regular = ordered, root, regular
     return expansion
@@ -199,10 +212,14 @@ def is_call(span: SpanView) -> bool:
     return not span.is_step or call_data.is_marked(span)
 
 
-def call_of(span: SpanView, position: int) -> call_data.CallRecord:
-    """A call span's record: a call of itself when it is a step, else of its step ancestor."""
-    step = span if span.is_step else span.step_parent
-    return call_data.call_record(span, step, position, failure_text(span))
+def call_of(
+    span: SpanView, position: int, logs: list | None = None, step: Any = ...
+) -> call_data.CallRecord:
+    """A call span's record: a call of itself when it is a step, else of its step ancestor
+    (``step`` None: of the job); ``logs``: the GenAI content log records of its span."""
+    if step is ...:
+        step = span if span.is_step else span.step_parent
+    return content.call_record(span, step, position, failure_text(span), logs or [])
 
 
 def is_canonical(event: Event, span: SpanView) -> bool:
@@ -418,7 +435,11 @@ def _event(event_type: str, job_id: str, event_id: str, ts: datetime, payload: d
     return Event(event_type, job_id, event_id, ts, None, payload)
 
 
-def step_events(job_id: str, span: SpanView, result: Result) -> list[Event]:
+def step_events(
+    job_id: str, span: SpanView, result: Result, logs: list[dict] | None = None
+) -> list[Event]:
+    """A step span's node_started and node_finished; ``logs``: the log records logged in it,
+    its timed entries beside its span events (``content.step_entries``)."""
     parent = span.step_parent
     node = {
         "node_id": span.node_id,
@@ -430,7 +451,7 @@ def step_events(job_id: str, span: SpanView, result: Result) -> list[Event]:
         **node,
         "result_type": result.result_type,
         "duration_ms": (span.end - span.start).total_seconds() * 1000,
-        "span": _step_details(span),
+        "span": content.step_details(span, logs or [], is_call(span)),
     }
     if result.reason:
         finished["reason"] = result.reason
@@ -468,31 +489,6 @@ def _json_object(value: Any) -> dict | None:
         except ValueError:
             return None
     return value if isinstance(value, dict) else None
-
-
-def _step_details(span: SpanView) -> dict[str, Any]:
-    """What the step panel shows of the span beside the step's own fields."""
-    details: dict[str, Any] = {
-        "name": span.name,
-        "kind": span.kind,
-        "status": span.status_code,
-        "attributes": {k: v for k, v in span.attrs.items() if k not in SHOWN_APART},
-        "events": [
-            {"name": e.get("name"), "ts": e.get("ts"), "attributes": _dict(e.get("attributes"))}
-            for e in span.events
-            if e.get("name") != "exception"
-        ],
-        "links": [
-            {"trace_id": link.get("trace_id"), "span_id": link.get("span_id")}
-            for link in span.links
-        ],
-    }
-    for side in ("input", "output"):
-        if (value := span.attrs.get(f"{side}.value")) is not None:
-            details[side] = {"value": value, "mime_type": span.text(f"{side}.mime_type") or ""}
-    if span.dropped:
-        details["dropped"] = span.dropped
-    return details
 
 
 def _job_events(

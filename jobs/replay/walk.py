@@ -37,8 +37,11 @@ from jobs.replay.state import (
 
 # Bump when the fold's meaning or the snapshot's shape changes: every job then gets a full
 # replay on its next batch (and rebuild_projections refreshes them all).
-FOLD_VERSION = 9
+FOLD_VERSION = 10
 SPAN = "span"
+# An OpenTelemetry log record: read with its trace's spans (``spans.expand``), and folded as
+# an event of the job like any other type.
+LOG = "log"
 # A finish's result, replaced as a whole when the attempt finishes again; the other fields of a
 # finish keep the value an earlier event of the attempt gave when the finish leaves them out.
 RESULT_DEFAULTS = {
@@ -139,14 +142,16 @@ class Fold:
     def of(cls, events: Iterable[Event], config: ReplayConfig = DEFAULT_CONFIG) -> "Fold":
         """A fold of a whole job's events (in any order): a full replay. A job's OpenTelemetry
         spans are expanded first (``spans.expand``: what a span means depends on its whole
-        trace) into the contract events folded with the others."""
+        trace) into the contract events folded with the others; its log records are read with
+        them (a call's transcript, a step's timed entries) and folded as events too."""
         events = list(events)
         if not events:
             raise ValueError("a job has at least one event")
         fold = cls(events[0].job_id, config)
         span_events = [event for event in events if event.type == SPAN]
-        if span_events:
-            expansion = spans.expand(fold.state.job_id, span_events)
+        log_events = [event for event in events if event.type == LOG]
+        if span_events or log_events:
+            expansion = spans.expand(fold.state.job_id, span_events, log_events)
             events = [event for event in events if event.type != SPAN] + expansion.events
             fold.state.calls = expansion.calls
             fold.trace = growth.summarize(expansion)

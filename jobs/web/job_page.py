@@ -333,12 +333,8 @@ def _narrative(job: Job, root: Step | None, stale_steps, events: list, start: in
             root_event.ts, root_event.seq, root_event.type, root_event.attempt, root_event.event_id
         ) < order_key(first.ts, first.seq, first.type, first.attempt, first.event_id)
     span_ids = [e.payload.get("span_id") for e in events if e.type == "span"]
-    span_steps = {
-        span_id: (node_id, attempt)
-        for span_id, node_id, attempt in job_steps(job)
-        .filter(trace_span_id__in=span_ids)
-        .values_list("trace_span_id", "node_id", "attempt")
-    }
+    log_span_ids = [e.payload.get("span_id") for e in events if e.type == "log"]
+    span_steps = span_panel.steps_of_spans(job, job_steps(job), span_ids, log_span_ids)
     return narrative.lines_for(
         events,
         root_event_id=root_event_id,

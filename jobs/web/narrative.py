@@ -5,6 +5,7 @@ the caller passes the (node, attempt) keys replay marked ``ignored_stale`` so th
 disagrees with the projection.
 """
 
+import json
 from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import datetime
@@ -12,7 +13,7 @@ from datetime import datetime
 from django.utils import timezone
 
 from jobs.contract.events import Event
-from jobs.replay import spans
+from jobs.replay import content, spans
 from jobs.replay.failures import ResultType
 from jobs.replay.walk import sort_events
 from jobs.web.rendering import step_query
@@ -112,11 +113,17 @@ def _line(event: Event, stale_steps, span_steps: dict[str, tuple[str, int]]) -> 
     payload = event.payload
     node = _text(payload.get("node_id"))
     attempt = event.attempt
-    if event.type == "span":
+    if event.type in ("span", "log"):
         node, attempt = span_steps.get(_text(payload.get("span_id")), ("", None))
     describe = _DESCRIBERS.get(event.type, _describe_other)
     text, tone = describe(payload, node, attempt, event, stale_steps)
-    node_scoped = event.type in ("node_started", "node_finished", "state_checkpointed", "span")
+    node_scoped = event.type in (
+        "node_started",
+        "node_finished",
+        "state_checkpointed",
+        "span",
+        "log",
+    )
     return NarrativeLine(
         at=event.ts,
         text=text,
@@ -249,6 +256,28 @@ def _describe_span(payload, node, attempt, event, stale_steps):
 INFORMATIVE_SPAN_KINDS = frozenset({"server", "client", "producer", "consumer"})
 
 
+def _describe_log(payload, node, attempt, event, stale_steps):
+    """An OpenTelemetry log record: its severity, event name and body (a preview), and the
+    step it was logged in, if one; a record of no span here says so."""
+    record = content.read_log(event)
+    what = _join(record.severity, record.record.name) or "record"
+    text = f"Log {what}"
+    if node:
+        text += f" · step {node} attempt {attempt}"
+    elif record.span_id:
+        text += f" · span {record.span_id}"
+    body = record.record.body
+    if body is not None and body != "":
+        preview = body if isinstance(body, str) else json.dumps(body, ensure_ascii=False)
+        cut = len(preview) > LOG_PREVIEW_CHARS
+        text += ": " + preview[:LOG_PREVIEW_CHARS] + ("…" if cut else "")
+    severe = isinstance(payload.get("severity_number"), int) and payload["severity_number"] >= 17
+    return text, "warning" if severe else "info"
+
+
+LOG_PREVIEW_CHARS = 200
+
+
 def _describe_other(payload, node, attempt, event, stale_steps):
     return f"Event {event.type}" + (f" on node {node}" if node else ""), "info"
 
@@ -273,6 +302,7 @@ _DESCRIBERS = {
     "graph.next_step.degraded": _describe_degraded,
     "job_finished": _describe_job_finished,
     "span": _describe_span,
+    "log": _describe_log,
 }
 
 

@@ -201,21 +201,36 @@ def _get_job() -> dict:
 
 
 def _export_traces() -> dict:
+    return _otlp_export(
+        "exportTraces",
+        "OTLP/HTTP trace export: spans become node attempts (protobuf or JSON)",
+        "ExportTraceService",
+        "accepted; partialSuccess counts the rejected spans",
+    )
+
+
+def _export_logs() -> dict:
+    return _otlp_export(
+        "exportLogs",
+        "OTLP/HTTP log export: records join their span's call or step (protobuf or JSON)",
+        "ExportLogsService",
+        "accepted; partialSuccess counts the rejected log records",
+    )
+
+
+def _otlp_export(operation: str, summary: str, service: str, accepted: str) -> dict:
     return {
-        "operationId": "exportTraces",
-        "summary": "OTLP/HTTP trace export: spans become node attempts (protobuf or JSON)",
+        "operationId": operation,
+        "summary": summary,
         "requestBody": {
             "required": True,
             "content": {
-                "application/json": {"schema": ref("ExportTraceServiceRequest")},
+                "application/json": {"schema": ref(f"{service}Request")},
                 "application/x-protobuf": {"schema": {"type": "string", "format": "binary"}},
             },
         },
         "responses": {
-            "200": _otlp(
-                ref("ExportTraceServiceResponse"),
-                "accepted; partialSuccess counts the rejected spans",
-            ),
+            "200": _otlp(ref(f"{service}Response"), accepted),
             "400": _otlp(OTLP_STATUS, "the body does not decode"),
             "401": _otlp(OTLP_STATUS, "missing, invalid or revoked bearer token"),
             "405": _otlp(OTLP_STATUS, "not a POST"),
@@ -249,6 +264,25 @@ OTLP_SCHEMAS = {
             }
         },
     },
+    "ExportLogsServiceRequest": {
+        "type": "object",
+        "description": "OTLP/JSON: ids are hex strings, times nanoseconds as strings",
+        "properties": {
+            "resourceLogs": {"type": ["array", "null"], "items": {"type": "object"}},
+        },
+    },
+    "ExportLogsServiceResponse": {
+        "type": "object",
+        "properties": {
+            "partialSuccess": {
+                "type": "object",
+                "properties": {
+                    "rejectedLogRecords": {"type": "string", "description": "int64 as text"},
+                    "errorMessage": {"type": "string"},
+                },
+            }
+        },
+    },
     "OtlpStatus": {
         "type": "object",
         "description": "google.rpc.Status",
@@ -277,6 +311,7 @@ def openapi_document() -> dict[str, Any]:
             "/api/v1/jobs": {"get": _list_jobs()},
             "/api/v1/jobs/{job_id}": {"get": _get_job()},
             "/v1/traces": {"post": _export_traces()},
+            "/v1/logs": {"post": _export_logs()},
             "/healthz": {
                 "get": {
                     "operationId": "health",

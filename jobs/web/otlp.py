@@ -1,9 +1,10 @@
-"""OTLP/HTTP trace ingest: ``POST /v1/traces`` (issue 6).
+"""OTLP/HTTP ingest: ``POST /v1/traces`` and ``POST /v1/logs`` (docs/otlp.md).
 
-Answers as the OTLP/HTTP specification says: success is an ``ExportTraceServiceResponse``
-(with ``partial_success`` when spans were rejected), failures a ``google.rpc.Status``, each
-encoded as the request was (binary protobuf or JSON). Bodies go through the same limits as the
-event API, spans through ``jobs.otlp`` into ordinary events, and those through
+Answers as the OTLP/HTTP specification says: success is an ``ExportTraceServiceResponse`` or
+``ExportLogsServiceResponse`` (with ``partial_success`` when spans or records were rejected),
+failures a ``google.rpc.Status``, each encoded as the request was (binary protobuf or JSON).
+Bodies go through the same limits as the event API, spans through ``contract.otlp`` and log
+records through ``contract.otlp_logs`` into ordinary events, and those through
 ``store.store_batch``.
 """
 
@@ -16,12 +17,16 @@ from django.views.decorators.csrf import csrf_exempt
 from google.protobuf import json_format
 from google.protobuf.message import Message
 from google.rpc import code_pb2, status_pb2
+from opentelemetry.proto.collector.logs.v1.logs_service_pb2 import (
+    ExportLogsPartialSuccess,
+    ExportLogsServiceResponse,
+)
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (
     ExportTracePartialSuccess,
     ExportTraceServiceResponse,
 )
 
-from jobs.contract import bodies, otlp
+from jobs.contract import bodies, otlp, otlp_logs
 from jobs.ingest import counters, store
 from jobs.models import IngestToken
 from jobs.web import ratelimit
@@ -103,20 +108,25 @@ def otlp_endpoint(view):
     return wrapper
 
 
+def _read_body(request, kind: str) -> bytes:
+    """The request's body, inflated, within the body limit. Raises ``BodyError``."""
+    limit = settings.TRACEVIZ_MAX_BODY_BYTES
+    if kind not in otlp.CONTENT_TYPES:
+        raise otlp.unsupported_content_type(kind)
+    return bodies.decompress(
+        read_body(request, limit), request.headers.get("Content-Encoding"), limit
+    )
+
+
 @csrf_exempt
 @measure_ingest("traces")
 @store.collector_paused()  # parsing too makes thousands of objects
 @otlp_endpoint
 def export_traces(request):
     """POST /v1/traces: an OTLP ExportTraceServiceRequest, protobuf or JSON, maybe gzipped."""
-    limit = settings.TRACEVIZ_MAX_BODY_BYTES
     kind = bodies.media_type(request.content_type)
     try:
-        if kind not in otlp.CONTENT_TYPES:
-            raise otlp.unsupported_content_type(kind)
-        body = bodies.decompress(
-            read_body(request, limit), request.headers.get("Content-Encoding"), limit
-        )
+        body = _read_body(request, kind)
         traces = otlp.to_batch(otlp.decode_request(body, kind), settings.TRACEVIZ_MAX_BATCH_EVENTS)
     except bodies.BodyError as error:
         return otlp_error(request, error.status, error.message)
@@ -128,6 +138,34 @@ def export_traces(request):
         answer.partial_success.CopyFrom(
             ExportTracePartialSuccess(
                 rejected_spans=traces.rejected_spans, error_message=traces.error_message
+            )
+        )
+    return otlp_response(answer, kind)
+
+
+@csrf_exempt
+@measure_ingest("logs")
+@store.collector_paused()
+@otlp_endpoint
+def export_logs(request):
+    """POST /v1/logs: an OTLP ExportLogsServiceRequest, protobuf or JSON, maybe gzipped. Each
+    record becomes a ``log`` event of its trace's job."""
+    kind = bodies.media_type(request.content_type)
+    try:
+        body = _read_body(request, kind)
+        logs = otlp_logs.to_batch(
+            otlp_logs.decode_request(body, kind), settings.TRACEVIZ_MAX_BATCH_EVENTS
+        )
+    except bodies.BodyError as error:
+        return otlp_error(request, error.status, error.message)
+    store.store_batch(logs.batch, token=request.ingest_token)
+    accepted = logs.record_count - logs.rejected_records
+    request.ingest_counts = counters.log_record_deltas(accepted, logs.rejections)
+    answer = ExportLogsServiceResponse()
+    if logs.rejected_records:
+        answer.partial_success.CopyFrom(
+            ExportLogsPartialSuccess(
+                rejected_log_records=logs.rejected_records, error_message=logs.error_message
             )
         )
     return otlp_response(answer, kind)

@@ -36,7 +36,8 @@ def span_context(job: Job, step: Step, *, read_calls: bool = True) -> dict[str, 
             "name": span.get("name", ""),
             "kind": span.get("kind", ""),
             "status": span.get("status", ""),
-            "events": [e for e in span.get("events", []) if isinstance(e, dict)],
+            "events": [_entry(e) for e in span.get("events", []) if isinstance(e, dict)],
+            "has_logs": any(isinstance(e, dict) and e.get("log") for e in span.get("events", [])),
             "links": [_link(link, jobs_by_trace) for link in links],
             "attributes_json": pretty(span.get("attributes")),
             "input": _io(span.get("input")),
@@ -45,6 +46,24 @@ def span_context(job: Job, step: Step, *, read_calls: bool = True) -> dict[str, 
         },
         "stack": step.stack,
     }
+
+
+def steps_of_spans(
+    job: Job, steps, span_ids: list, log_span_ids: list
+) -> dict[str, tuple[str, int]]:
+    """The (node, attempt) of the step each of ``span_ids`` is (among ``steps``, the job's),
+    and the step a log record of ``log_span_ids`` was logged in (a call's: the call's step)."""
+    found = {
+        span_id: (node_id, attempt)
+        for span_id, node_id, attempt in steps.filter(
+            trace_span_id__in=[*span_ids, *log_span_ids]
+        ).values_list("trace_span_id", "node_id", "attempt")
+    }
+    if missing := set(log_span_ids) - set(found) - {None}:
+        calls = Call.objects.filter(job=job, span_id__in=missing, attempt__isnull=False)
+        rows = calls.values_list("span_id", "node_id", "attempt")
+        found |= {span_id: (node_id, attempt) for span_id, node_id, attempt in rows}
+    return found
 
 
 def usage(calls: list[Call]) -> dict[str, Any]:
@@ -88,10 +107,20 @@ def call_item(call: Call) -> dict[str, Any]:
         "output": _io(call.output),
         "tool": call.tool if isinstance(call.tool, dict) else None,
         "tool_arguments": _pretty_text((call.tool or {}).get("arguments")),
+        "tool_result": _pretty_text((call.tool or {}).get("result")),
         "stack": (call.detail or {}).get("stack", ""),
         "attributes_json": pretty((call.detail or {}).get("attributes")),
         "events": [e for e in (call.detail or {}).get("events", []) if isinstance(e, dict)],
     }
+
+
+def _entry(entry: dict) -> dict:
+    """A span event, or a log record logged in the span (``log``: its body as text)."""
+    if not entry.get("log"):
+        return entry
+    body = entry.get("body")
+    text = body if isinstance(body, str) else pretty(body) if body is not None else ""
+    return {**entry, "body_text": text}
 
 
 def _io(value: Any) -> dict[str, str] | None:

@@ -40,6 +40,7 @@ urlpatterns = [
     # Producers and tools.
     path("api/v1/events", api.ingest_events, name="api-events"),
     path("v1/traces", otlp.export_traces, name="otlp-traces"),
+    path("v1/logs", otlp.export_logs, name="otlp-logs"),
     path("api/v1/jobs", api.jobs_list, name="api-jobs"),
     path("api/v1/jobs/<job_id:job_id>", api.job_detail, name="api-job"),
     path("api/v1/openapi.json", api.openapi, name="api-openapi"),

@@ -1,7 +1,8 @@
 """The README's OpenTelemetry snippets run as written against a live server (their URL and token
-swapped for the test's): a LangGraph graph through OpenInference and a plain OpenTelemetry app
-make their jobs; the Celery one sets up (running its tasks needs a broker and workers:
-test_otel_producers.py covers Celery's instrumentation end to end)."""
+swapped for the test's): a LangGraph graph through OpenInference, a plain OpenTelemetry app and
+one that exports log records too make their jobs; the Celery one sets up (running its tasks
+needs a broker and workers: test_otel_producers.py covers Celery's instrumentation end to
+end)."""
 
 import re
 import subprocess
@@ -32,8 +33,8 @@ def run(snippet: str, url: str, token: str) -> None:
     assert done.returncode == 0, done.stderr
 
 
-def test_the_section_has_three_snippets():
-    assert len(snippets()) == 3
+def test_the_section_has_four_snippets():
+    assert len(snippets()) == 4
 
 
 def test_langgraph_snippet_makes_a_completed_job_with_its_node(live_server):
@@ -59,3 +60,13 @@ def test_celery_snippet_sets_up_without_error(live_server):
     # Setting up sends nothing: no task is sent without a broker and a worker.
     run(snippets()[1], live_server.url, "tvz_unused")
     assert not Job.objects.exists()
+
+
+def test_logs_snippet_makes_its_log_record_a_timed_entry_of_its_step(live_server):
+    _token, raw = IngestToken.issue("readme")
+    run(snippets()[3], live_server.url, raw)
+    job = Job.objects.get()
+    (step,) = job.steps.all()
+    assert (job.workflow, step.node_id) == ("support-bot", "lookup_order")
+    (entry,) = step.span["events"]
+    assert (entry["severity"], entry["body"]) == ("WARN", "order 42 is not in the cache")
