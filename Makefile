@@ -23,7 +23,15 @@ ifeq ($(CI),true)
 export TRACEVIZ_TEST_REDIS_URL ?= redis://127.0.0.1:6379/0
 endif
 
-.PHONY: install run test test-sqlite test-postgresql lint format bench clean
+.PHONY: install producers run test test-sqlite test-postgresql lint format bench clean
+
+# Real producer libraries whose pins cannot share the server's environment (Strands and
+# OpenLLMetry pin OpenTelemetry apart) run in environments of their own, one per directory of
+# tests/producers with a requirements.txt: .venv-producers/NAME, rebuilt when its requirements
+# change (the copy kept in it is the stamp). The suite's producer fixture runs
+# tests/producers/NAME/run.py there against its live server.
+PRODUCERS := $(patsubst tests/producers/%/requirements.txt,%,$(wildcard tests/producers/*/requirements.txt))
+PRODUCER_VENVS := .venv-producers
 
 $(STAMP): pyproject.toml
 	@$(PYTHON) -c 'import sys; sys.exit(0 if sys.version_info >= (3, 11) else "traceviz needs Python 3.11 or newer (found %d.%d); set PYTHON=python3.11" % sys.version_info[:2])'
@@ -33,6 +41,16 @@ $(STAMP): pyproject.toml
 	touch $(STAMP)
 
 install: $(STAMP)
+
+producers:
+	@for name in $(PRODUCERS); do \
+	  requirements=tests/producers/$$name/requirements.txt; venv=$(PRODUCER_VENVS)/$$name; \
+	  cmp -s $$requirements $$venv/requirements.txt && continue; \
+	  echo "make producers: building $$venv from $$requirements"; \
+	  rm -rf $$venv && $(PYTHON) -m venv $$venv && \
+	  $$venv/bin/python -m pip install --quiet --disable-pip-version-check -r $$requirements && \
+	  cp $$requirements $$venv/requirements.txt || exit 1; \
+	done
 
 # A development server: DEBUG on (a server with DEBUG off refuses the built-in SECRET_KEY).
 # Without a broker nothing else runs the periodic tasks (alerts, stalls, outbox retries), so
@@ -49,7 +67,7 @@ run: $(STAMP)
 	  trap 'exit 130' INT TERM; \
 	  $(BIN)/python manage.py runserver $(HOST):$(PORT)
 
-test: $(STAMP)
+test: $(STAMP) producers
 ifeq ($(CI),true)
 	@rm -f $(TEST_PASSES:%=test-artifacts/pytest-%.summary)
 	@$(MAKE) --no-print-directory -k $(TEST_PASSES:%=test-%); status=$$?; \
@@ -60,10 +78,10 @@ else
 endif
 
 # One pass each (CI=true make test runs both).
-test-sqlite: $(STAMP)
+test-sqlite: $(STAMP) producers
 	$(call test_pass,sqlite,env -u DATABASE_URL TRACEVIZ_TEST_DATABASE=sqlite,-m "not postgres")
 
-test-postgresql: $(STAMP)
+test-postgresql: $(STAMP) producers
 	$(call test_pass,postgresql,env DATABASE_URL='$(TEST_DATABASE_URL)' TRACEVIZ_TEST_DATABASE=postgresql,)
 
 # test_pass NAME,ENVIRONMENT,PYTEST-OPTIONS: the output is kept in test-artifacts/pytest-NAME.log
@@ -94,4 +112,4 @@ bench: $(STAMP)
 	$(BIN)/python bench/ingest.py
 
 clean:
-	rm -rf $(VENV) staticfiles test-artifacts .pytest_cache
+	rm -rf $(VENV) $(PRODUCER_VENVS) staticfiles test-artifacts .pytest_cache

@@ -9,6 +9,8 @@ pass sets it to ``sqlite`` and deselects the tests marked ``postgres`` (``-m "no
 import gc
 import json
 import os
+import subprocess
+from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
@@ -17,6 +19,10 @@ from django.db import connection
 from jobs.models import IngestToken
 
 IN_CI = os.environ.get("CI") == "true"
+# Real producer libraries in environments of their own (``make producers``): the script of
+# producer NAME is PRODUCERS/NAME/run.py, run by PRODUCER_VENVS/NAME's Python.
+PRODUCERS = Path(__file__).resolve().parent / "producers"
+PRODUCER_VENVS = PRODUCERS.parent.parent / ".venv-producers"
 REDIS_URL = os.environ.get("TRACEVIZ_TEST_REDIS_URL", "")
 DATABASES = ("postgresql", "sqlite")
 TEST_DATABASE = os.environ.get("TRACEVIZ_TEST_DATABASE", "")
@@ -181,3 +187,45 @@ def collector_states(monkeypatch):
         return seen
 
     return watch
+
+
+def producer_python(name: str) -> Path:
+    """The Python of producer ``name``'s own environment, built by ``make producers`` from
+    tests/producers/NAME/requirements.txt (a copy of which it keeps); skip outside CI when it
+    is missing or was built from other requirements, fail in CI (``make test`` builds it)."""
+    venv = PRODUCER_VENVS / name
+    python = venv / "bin" / "python"
+    wanted = (PRODUCERS / name / "requirements.txt").read_bytes()
+    built = venv / "requirements.txt"
+    if python.exists() and built.exists() and built.read_bytes() == wanted:
+        return python
+    state = "is out of date" if python.exists() else "is missing"
+    message = f"the {name} producer's environment {venv} {state}: run `make producers`"
+    if IN_CI:
+        pytest.fail(f"CI=true and {message} (make test builds it first)")
+    pytest.skip(message)
+
+
+@pytest.fixture
+def run_producer(live_server):
+    """``run_producer(name, *args)``: run tests/producers/NAME/run.py in its own environment
+    against the live server, with a fresh ingest token, and return the JSON line it printed
+    last. OTEL_* variables of this process are not passed on: each producer runs with its
+    library's default telemetry settings unless its script says otherwise."""
+    _token, raw = IngestToken.issue("producer")
+
+    def run(name: str, *args: str, timeout: float = 180) -> dict:
+        python = producer_python(name)
+        environment = {k: v for k, v in os.environ.items() if not k.startswith("OTEL_")}
+        command = [str(python), str(PRODUCERS / name / "run.py"), *args]
+        command += ["--url", live_server.url, "--token", raw]
+        done = subprocess.run(
+            command, capture_output=True, text=True, timeout=timeout, env=environment
+        )
+        if done.returncode != 0:
+            pytest.fail(f"producer {name} exited {done.returncode}:\n{done.stderr[-4000:]}")
+        lines = done.stdout.strip().splitlines()
+        assert lines, f"producer {name} printed nothing; stderr:\n{done.stderr[-4000:]}"
+        return json.loads(lines[-1])
+
+    return run
