@@ -103,9 +103,10 @@ def read_log(event: Event) -> LogRecord:
     payload = event.payload
     attrs = _dict(payload.get("attributes"))
     name = _text(payload.get("event_name")) or _text(attrs.get("event.name"))
-    ts = event.ts.isoformat(timespec="microseconds").replace("+00:00", "Z")
+    # Stored events always have a time (ingest gives a record without one its receive time).
+    ts = event.ts.isoformat(timespec="microseconds").replace("+00:00", "Z") if event.ts else ""
     nanos = payload.get("time_unix_nano")
-    order = (event.ts, nanos if isinstance(nanos, int) else 0, event.event_id)
+    order = (ts, nanos if isinstance(nanos, int) else 0, event.event_id)
     severity = _text(payload.get("severity_text")) or _severity_name(payload.get("severity_number"))
     return LogRecord(
         event_id=event.event_id,
