@@ -265,3 +265,15 @@ def test_protobuf_json_resends_are_one_event(post_logs):
     post_logs(document)
 
     assert Event.objects.filter(type="log").count() == 1
+
+
+def test_the_step_panel_lists_its_log_records_beside_its_span_events(client):
+    store_spans(*trace())
+    store_logs(*records())
+
+    client.force_login(factories.user("erin", "engineer"))
+    panel = client.get(f"/jobs/{JOB}/?step=draft:1", HTTP_HX_REQUEST="true").content.decode()
+    assert "<h3>Span events and log records</h3>" in panel
+    assert '<span class="tag">log</span> WARN log <span class="pre">cache miss</span>' in panel
+    # The content records are the chat call's transcript, not entries.
+    assert "Where is 42?" in panel and "gen_ai.user.message" not in panel
