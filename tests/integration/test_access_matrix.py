@@ -61,6 +61,8 @@ MATRIX = [
     Row("api/v1/events", "GET", "/api/v1/events", WRONG_METHOD),
     Row("v1/traces", "POST", "/v1/traces", INGEST, "{}", "application/json"),
     Row("v1/traces", "GET", "/v1/traces", WRONG_METHOD),
+    Row("v1/logs", "POST", "/v1/logs", INGEST, "{}", "application/json"),
+    Row("v1/logs", "GET", "/v1/logs", WRONG_METHOD),
     Row("api/v1/jobs", "GET", "/api/v1/jobs", READ_API),
     Row("api/v1/jobs", "POST", "/api/v1/jobs", WRONG_METHOD),
     Row("api/v1/jobs/<job_id:job_id>", "GET", "/api/v1/jobs/{job}", READ_API),
