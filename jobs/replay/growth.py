@@ -80,8 +80,9 @@ class TraceSummary:
     output_tokens: int = 0
     # The calls' costs summed in call order (None: no call was priced).
     cost: float | None = None
-    # Spans that stored log records name and that have not come: their records are read with
-    # the whole trace when they do (``Growth.start``).
+    # Spans that stored log records name and that have not come (their records are read with
+    # the whole trace when they do: ``Growth.start``), and the waiting calls that have records
+    # (a growth that would rewrite one expands the whole trace: ``Growth.extend``).
     log_spans: list[str] = field(default_factory=list)
 
     def as_json(self) -> dict[str, Any]:
@@ -133,7 +134,7 @@ def summarize(expansion: Expansion) -> TraceSummary | None:
         session_key=_first_key(trace, SESSION_KEYS),
         correlation_key=_first_key(trace, CORRELATION_KEYS),
         iterations=_loops({}, steps),
-        log_spans=expansion.orphan_logs,
+        log_spans=sorted({*expansion.orphan_logs, *(waits & expansion.logged_spans)}),
     )
     summary.add_calls(expansion.calls)
     return summary
@@ -412,10 +413,12 @@ class Growth:
         stored = {
             call.span_id: (call, p) for call, p in [*(self.waiting_calls or ()), *self.adopted]
         }
+        rewritten_ids = [span_id for span_id in stored if span_id in adopted or span_id in moved]
+        if set(rewritten_ids) & set(summary.log_spans):
+            return None  # a call whose log records are part of its record
         rewritten = [
-            spans.call_of(call, moved.get(span_id, position))
-            for span_id, (call, position) in stored.items()
-            if span_id in adopted or span_id in moved
+            spans.call_of(stored[span_id][0], moved.get(span_id, stored[span_id][1]))
+            for span_id in rewritten_ids
         ]
         if not self._keeps_job_fields(steps, calls, rewritten):
             return None

@@ -106,7 +106,8 @@ class Expansion:
     spans: list[SpanView] = field(default_factory=list)
     root: SpanView | None = None
     regular: bool = True
-    # The spans log records name that are not here (yet): their records wait for them.
+    # The spans log records name, and those that are not here (yet): their records wait.
+    logged_spans: set[str] = field(default_factory=set)
     orphan_logs: list[str] = field(default_factory=list)
 
 
@@ -168,7 +169,7 @@ def expand(
             spans.setdefault(span.span_id, span)
     logs = content.logs_by_span(log_events)
     if not spans:
-        return Expansion(orphan_logs=sorted(set(logs) - {""}))
+        return Expansion(logged_spans=set(logs) - {""}, orphan_logs=sorted(set(logs) - {""}))
     ordered = sorted(spans.values(), key=lambda s: (s.start, s.span_id))
     root = _job_root(ordered, spans)
     classify(ordered, spans, root)
@@ -176,7 +177,8 @@ def expand(
     number_attempts(steps)
     last_attempts = latest_attempts(steps)
     results = {span.span_id: step_result(span, last_attempts, root) for span in steps}
-    expansion = Expansion(orphan_logs=sorted(set(logs) - set(spans) - {""}))
+    logged = set(logs) - {""}
+    expansion = Expansion(logged_spans=logged, orphan_logs=sorted(logged - set(spans)))
     shown, entries = content.step_entries(
         ordered, logs, lambda span: is_call(span) if span is not root else call_data.is_marked(span)
     )
@@ -190,7 +192,8 @@ def expand(
     ]
     if root is not None:
         if call_data.is_marked(root):
-            root_call = call_of(root, -1, shown.get(root.span_id, []), step=None)
+            root_logs = shown.get(root.span_id, [])
+            root_call = content.call_record(root, None, -1, failure_text(root), root_logs)
             expansion.calls.insert(0, root_call)
         expansion.events.extend(_job_events(job_id, root, steps, results, expansion.calls))
     expansion.spans, expansion.root, expansion.regular = ordered, root, regular
@@ -212,13 +215,10 @@ def is_call(span: SpanView) -> bool:
     return not span.is_step or call_data.is_marked(span)
 
 
-def call_of(
-    span: SpanView, position: int, logs: list | None = None, step: Any = ...
-) -> call_data.CallRecord:
-    """A call span's record: a call of itself when it is a step, else of its step ancestor
-    (``step`` None: of the job); ``logs``: the GenAI content log records of its span."""
-    if step is ...:
-        step = span if span.is_step else span.step_parent
+def call_of(span: SpanView, position: int, logs: list | None = None) -> call_data.CallRecord:
+    """A call span's record: a call of itself when it is a step, else of its step ancestor;
+    ``logs``: the GenAI content log records of its span."""
+    step = span if span.is_step else span.step_parent
     return content.call_record(span, step, position, failure_text(span), logs or [])
 
 

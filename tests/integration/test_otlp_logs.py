@@ -277,3 +277,28 @@ def test_the_step_panel_lists_its_log_records_beside_its_span_events(client):
     assert '<span class="tag">log</span> WARN log <span class="pre">cache miss</span>' in panel
     # The content records are the chat call's transcript, not entries.
     assert "Where is 42?" in panel and "gen_ai.user.message" not in panel
+
+
+def test_a_waiting_call_with_records_keeps_its_transcript_when_its_step_comes():
+    """A live run exports a chat span before its step (its SDK says the step is in the same
+    process): the chat waits as the job's call; when the step comes the call becomes the
+    step's, its record rewritten, with the transcript its log records give it."""
+    from opentelemetry.proto.trace.v1.trace_pb2 import SpanFlags
+
+    draft, chat, _run = trace()
+    draft.flags = chat.flags = SpanFlags.SPAN_FLAGS_CONTEXT_HAS_IS_REMOTE_MASK
+    store_spans(chat)
+    asked, answered = (
+        log_record("gen_ai.user.message", {"content": "Where is 42?"}, span_id=CHAT_ID, at_ms=-5),
+        log_record(
+            "gen_ai.choice", {"message": {"content": "Tomorrow."}}, span_id=CHAT_ID, at_ms=-4
+        ),
+    )
+    store_logs(asked, answered)
+    assert Call.objects.get(name="chat").node_id == ""
+    store_spans(draft)
+
+    assert parity.differences(JOB) == []
+    call = Call.objects.get(name="chat")
+    assert call.node_id == "draft"
+    assert [m["content"] for m in call.messages] == ["Where is 42?", "Tomorrow."]
