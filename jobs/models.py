@@ -508,6 +508,34 @@ class Job(models.Model):
         return self.is_stalled_at(timezone.now())
 
 
+class JobAliasQuerySet(models.QuerySet):
+    def jobs_of(self, aliases: Iterable[str]) -> dict[str, str]:
+        """The job id each of these ids is an alias of (those that are one), by alias."""
+        rows = self.filter(alias__in=sorted(set(aliases))).values_list("alias", "job__job_id")
+        return dict(rows)
+
+    def job_of(self, alias: str) -> str | None:
+        """The job id ``alias`` is an alias of, or None."""
+        return self.jobs_of([alias]).get(alias)
+
+
+class JobAlias(models.Model):
+    """Another id of a job: a trace's id, once a span of the trace named its job
+    (``traceviz.job_id``). Spans that arrived before the name were stored under the trace id
+    and moved to the named job (jobs.ingest.aliases); later events stored under the trace id go
+    to the named job, and its URLs redirect there. Deleted with its job."""
+
+    alias = models.CharField(max_length=200, unique=True)  # its index serves every lookup
+    # Its index serves the cascade when the job goes, and re-pointing a re-homed job's aliases.
+    job = models.ForeignKey(Job, on_delete=models.CASCADE, related_name="aliases")
+    created_at = models.DateTimeField(default=timezone.now)
+
+    objects = JobAliasQuerySet.as_manager()
+
+    def __str__(self):
+        return f"{self.alias} -> {self.job_id}"
+
+
 class ReasonMatches(Func):
     """``to_tsvector(config, reason) @@ websearch_to_tsquery(config, query)``: served by the
     GIN index on the same expression, of the steps that have a reason (migration 0026;

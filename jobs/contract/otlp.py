@@ -10,6 +10,11 @@ mapping to the stored spans. Span events named like the planner's events (source
 become planner events of the job, so counters, the dashboard and alerts see them as if they had
 been sent to ``/api/v1/events``.
 
+The job id is what one request shows: ``traceviz.job_id`` on the span, its resource or another
+span of the trace in the request, else the trace id. A trace named in a later request than some
+of its spans is made one job by ingest (``jobs.ingest.aliases``, which ``trace_of`` tells which
+trace an event belongs to).
+
 Event ids are derived from the trace and span ids, so a resent export request stores nothing
 twice. A span is never rejected for a long string: names and ids are cut with a marker,
 inputs and outputs at 64 KiB each, the remaining attributes at 16 KiB per span. A span that
@@ -45,6 +50,9 @@ EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 KNOWN_PARENT = SpanFlags.SPAN_FLAGS_CONTEXT_HAS_IS_REMOTE_MASK
 REMOTE_PARENT = KNOWN_PARENT | SpanFlags.SPAN_FLAGS_CONTEXT_IS_REMOTE_MASK
 PREFIX = "traceviz."
+# A span's event id: "otlp:<trace id>:<span id>"; a planner event made of its span event i
+# adds ":<i>".
+EVENT_ID_PREFIX = "otlp"
 JOB_ID_KEY = PREFIX + "job_id"
 KIND_NAMES = {
     Span.SpanKind.SPAN_KIND_INTERNAL: "internal",
@@ -393,6 +401,21 @@ def span_items(
             planner = _planner_payload(event["attributes"])
             items.append(item(event["name"], job, f"{prefix}:{index}", event["ts"], planner))
     return items
+
+
+def trace_of(event: events.Event) -> str | None:
+    """The trace an event this mapping made belongs to: a ``span`` or ``log`` event's trace id,
+    and for a planner event made of a span's event its span's (its id is the span's event id and
+    the span event's index); None for any other event. Ingest keeps a trace's events in one job
+    whatever job id each request gave them (``jobs.ingest.aliases``)."""
+    if event.type in ("span", "log"):
+        trace_id = event.payload.get("trace_id")
+        return trace_id if isinstance(trace_id, str) and trace_id else None
+    if event.type in events.PLANNER_TYPES:
+        parts = event.event_id.split(":")
+        if len(parts) == 4 and parts[0] == EVENT_ID_PREFIX and parts[1]:
+            return parts[1]
+    return None
 
 
 def item(event_type: str, job: str, event_id: str, ts: str | None, payload: dict) -> dict[str, Any]:

@@ -6,6 +6,7 @@ and (for openings) the outbox notification together, whatever view, task or comm
 
 from collections.abc import Iterable
 
+from django.db.models import Max
 from django.utils import timezone
 
 from jobs.escalations import outbox
@@ -166,6 +167,67 @@ def note_recovery(job: Job, recovery: Recovery) -> None:
                 to_status=escalation.status,
                 note="The job finished completed",
             )
+
+
+def rehome(escalation: Escalation, job_pk: int, note: str) -> None:
+    """The escalation's job is now ``job_pk`` (its trace was named after its first spans were
+    stored under the trace id: ``jobs.ingest.aliases``): status, assignee, triggers and audit
+    trail stay; an audit entry says why (``note``)."""
+    if escalation.job_id != job_pk:
+        escalation.job_id = job_pk
+        escalation.save(update_fields=["job"])
+    _record(
+        escalation, "rehomed", from_status=escalation.status, to_status=escalation.status, note=note
+    )
+
+
+def _people_acted_at(escalation: Escalation):
+    """When a person last acted on the escalation (None if nobody did)."""
+    by_people = escalation.entries.exclude(actor__isnull=True, actor_name=SYSTEM_ACTOR)
+    return by_people.aggregate(last=Max("at"))["last"]
+
+
+def merge(first: Escalation, second: Escalation, job_pk: int, note: str) -> Escalation:
+    """Two escalations of one identity (kind, node) that lived apart, on a job re-homed and on
+    the job it joined, become one on ``job_pk``; returns it. The one people acted on last (else
+    the older) is kept, with its status and assignee; it takes the other's triggers, audit
+    entries and notifications, its assignee when it has none, and the earlier creation. Kept
+    resolved while the other was not, it takes the other's status back: a merge never hides
+    an open problem. The other is deleted; an audit entry says what happened (``note``)."""
+    acted = {esc.pk: _people_acted_at(esc) for esc in (first, second)}
+
+    def rank(esc: Escalation) -> tuple:
+        at = acted[esc.pk]
+        return (0, -at.timestamp()) if at else (1, esc.created_at.timestamp(), esc.pk)
+
+    kept, other = sorted((first, second), key=rank)
+    EscalationEntry.objects.filter(escalation=other).update(escalation=kept)
+    Notification.objects.filter(escalation=other).update(escalation=kept)
+    triggers = [*kept.trigger_event_ids, *other.trigger_event_ids]
+    kept.trigger_event_ids = list(dict.fromkeys(triggers))
+    kept.created_at = min(kept.created_at, other.created_at)
+    kept.triggered_at = min(kept.triggered_at, other.triggered_at)
+    kept.assignee_id = kept.assignee_id or other.assignee_id
+    kept.job_id = job_pk
+    other_pk, other_status = other.pk, other.status
+    other.delete()  # first: the kept one takes its (job, kind, node)
+    kept.save()
+    _record(
+        kept,
+        "merged",
+        from_status=kept.status,
+        to_status=kept.status,
+        note=f"{note}. Escalation {other_pk} ({other_status}) had the same kind and node on the "
+        "other job: its audit trail and notifications are here now",
+    )
+    if kept.status == Status.RESOLVED and other_status != Status.RESOLVED:
+        _change_status(
+            kept,
+            other_status,
+            "reopened",
+            note=f"Escalation {other_pk}, merged into this one, was still {other_status}",
+        )
+    return kept
 
 
 def acknowledge(escalation: Escalation, user, note: str = "") -> None:

@@ -14,7 +14,7 @@ Callers hold the jobs' locks (``locks.lock_jobs``) inside their transaction.
 """
 
 from collections import Counter
-from collections.abc import Iterable, Sequence
+from collections.abc import Collection, Iterable, Sequence
 from dataclasses import dataclass, field, fields
 from datetime import date, datetime
 from decimal import Decimal
@@ -114,6 +114,7 @@ def project_jobs(
     days: dict[str, date] | None = None,
     existing: dict[str, dict] | None = None,
     full: bool = False,
+    whole: Collection[str] = (),
 ) -> Counter:
     """Project these jobs and write their Job, Step and Escalation rows; returns how many jobs
     went each path (``INCREMENTAL``, ``FULL``), for the ``projections`` counter.
@@ -124,7 +125,8 @@ def project_jobs(
     having arrived (the stall clock); a rebuild passes None and keeps each job's receive time.
     ``days`` are the partition days the caller stored new jobs' events under (a job with a row
     keeps its own). ``existing`` is ``read_jobs`` of at least these jobs, when the caller read
-    it already (under the jobs' locks).
+    it already (under the jobs' locks). ``whole``: jobs replayed from every stored event
+    whatever their new events (a job that received a re-homed job's events, ``aliases``).
     """
     if not job_ids:
         return Counter()
@@ -133,10 +135,11 @@ def project_jobs(
     if existing is None:
         existing = read_jobs(job_ids)
     existing = {job_id: existing[job_id] for job_id in job_ids if job_id in existing}
-    projected = {} if full else _fold_onto_snapshots(existing, new_events, config)
+    foldable = {job_id: events for job_id, events in new_events.items() if job_id not in whole}
+    projected = {} if full else _fold_onto_snapshots(existing, foldable, config)
     replay_whole = [job_id for job_id in job_ids if job_id not in projected]
     # A job without a row has no other events than the new ones: no need to read them back.
-    to_load = [j for j in replay_whole if j in existing or j not in new_events]
+    to_load = [j for j in replay_whole if j in existing or j not in new_events or j in whole]
     days = {
         **(days or {}),
         **event_days([j for j in to_load if j not in existing]),

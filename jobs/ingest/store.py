@@ -1,8 +1,10 @@
 """Store a batch of events and project the jobs it touched (DESIGN.md section 2).
 
 Knows no HTTP: the ingest view, the import command, the demo loader and the OTLP endpoint all
-call ``store_batch``. One transaction per batch: the batch's job locks, event rows (unique per
-job + event_id), then ``projection.project_jobs`` over the jobs that got new events.
+call ``store_batch``. One transaction per batch: the batch's job locks and each event's job
+(a trace's events go to the job that names it, ``aliases``, which also re-homes a job stored
+under the trace id before the name came), event rows (unique per job + event_id), then
+``projection.project_jobs`` over the jobs that got new events.
 """
 
 import gc
@@ -18,8 +20,7 @@ from django.utils import timezone
 from jobs.contract.bodies import ParsedBatch
 from jobs.contract.events import Event
 from jobs.contract.redaction import redact_payload
-from jobs.ingest import counters, database
-from jobs.ingest.locks import lock_jobs
+from jobs.ingest import aliases, counters, database
 from jobs.ingest.projection import project_jobs, read_jobs, unseen_jobs
 from jobs.models import Event as EventRow
 from jobs.models import IngestToken, json_text
@@ -104,32 +105,58 @@ def store_batch(
     # exist before the batch's transaction writes to them.
     today = received_at.astimezone(UTC).date()
     database.ensure_partitions([today])
-    with transaction.atomic():
-        job_ids = sorted({job_id for job_id, _ in events})
-        lock_jobs(job_ids)
-        existing = read_jobs(job_ids)
-        days = dict.fromkeys(job_ids, today)
-        days.update((job_id, row["partition_day"]) for job_id, row in existing.items())
-        by_job: dict[str, list[Event]] = {}
-        for (job_id, _), event in events.items():
-            by_job.setdefault(job_id, []).append(event)
-        new_keys = _insert_events(
-            events.values(), days, token, received_at, unseen=unseen_jobs(existing, by_job)
-        )
-        touched = sorted({job_id for job_id, _ in new_keys})
-        new_events: dict[str, list[Event]] = {}
-        for key in new_keys:
-            new_events.setdefault(key[0], []).append(events[key])
-        paths = project_jobs(
-            touched, received_at=received_at, new_events=new_events, days=days, existing=existing
-        )
-        counters.record_batch((events[key] for key in new_keys), projections=paths)
-        if token is not None and not _used_lately(token, received_at):
-            IngestToken.objects.filter(pk=token.pk).update(last_used_at=received_at)
-    result.stored = len(new_keys)
+    while True:
+        try:
+            with transaction.atomic():
+                stored, touched = _store_locked(events, token, received_at, today)
+        except aliases.LockedTooFew:
+            continue  # an alias recorded meanwhile: start again, locking its job too
+        break
+    result.stored = stored
     result.duplicates = len(batch.events) - result.stored
     result.job_ids = touched
     return result
+
+
+def _store_locked(
+    events: dict[tuple[str, str], Event],
+    token: IngestToken | None,
+    received_at: datetime,
+    today: date,
+) -> tuple[int, list[str]]:
+    """``store_batch``'s transaction: the batch's job locks and each event's job (a trace's
+    name, ``aliases``), the jobs its traces re-home, the event rows, their projection; returns
+    how many events were new and the jobs projected. Raises ``aliases.LockedTooFew``."""
+    homes = aliases.locked_homes(events)
+    events = homes.events
+    rehomed = aliases.rehome(homes.named)
+    job_ids = sorted({job_id for job_id, _ in events} | rehomed)
+    existing = read_jobs(job_ids)
+    days = dict.fromkeys(job_ids, today)
+    days.update((job_id, row["partition_day"]) for job_id, row in existing.items())
+    by_job: dict[str, list[Event]] = {}
+    for (job_id, _), event in events.items():
+        by_job.setdefault(job_id, []).append(event)
+    # A re-homed job's stored events are not all folded into its snapshot: look them up.
+    unseen = unseen_jobs(existing, by_job) - rehomed
+    new_keys = _insert_events(events.values(), days, token, received_at, unseen=unseen)
+    touched = sorted({job_id for job_id, _ in new_keys} | rehomed)
+    new_events: dict[str, list[Event]] = {}
+    for key in new_keys:
+        new_events.setdefault(key[0], []).append(events[key])
+    paths = project_jobs(
+        touched,
+        received_at=received_at,
+        new_events=new_events,
+        days=days,
+        existing=existing,
+        whole=rehomed,
+    )
+    aliases.record(homes.named)
+    counters.record_batch((events[key] for key in new_keys), projections=paths)
+    if token is not None and not _used_lately(token, received_at):
+        IngestToken.objects.filter(pk=token.pk).update(last_used_at=received_at)
+    return len(new_keys), touched
 
 
 def _used_lately(token: IngestToken, now: datetime) -> bool:

@@ -11,6 +11,7 @@ from opentelemetry.proto.trace.v1.trace_pb2 import Span, SpanFlags, Status
 
 from jobs.contract import otlp
 from jobs.contract.bodies import BodyError
+from jobs.contract.events import Event
 from jobs.replay import walk
 from tests.otlp_spans import (
     CHILD_ID,
@@ -135,6 +136,20 @@ def test_planner_span_events_become_planner_events_of_the_job():
         "reason": "bad json",
     }
     assert items[1]["ts"] == "2026-03-02T09:00:00.005000Z"
+
+
+def test_a_spans_events_and_the_planner_events_made_of_it_name_its_trace():
+    planner = Span.Event(
+        name="graph.next_step.degraded",
+        time_unix_nano=START + 5_000_000,
+        attributes=attrs(provider="anthropic", model="claude-x"),
+    )
+    traces = otlp.to_batch(request(span(span_events=[planner])), max_events=10)
+    stored = [event for _index, event in traces.batch.events]
+    assert [event.type for event in stored] == ["span", "graph.next_step.degraded"]
+    assert [otlp.trace_of(event) for event in stored] == [TRACE_ID.hex()] * 2
+    sent = Event("graph.next_step.degraded", "j1", "e1", None, None, {})
+    assert otlp.trace_of(sent) is None
 
 
 def test_end_before_start_is_read_as_ending_at_once():
