@@ -332,8 +332,9 @@ class JobQuerySet(models.QuerySet):
     def ids_by_trace(self, trace_ids: Iterable[str]) -> dict[str, str]:
         """The job id holding each of these OpenTelemetry trace ids, for those that are here
         (one query): the job named by the trace id, or the job whose metadata records the
-        trace (``otel.trace_id``, a job named by ``traceviz.job_id``). Where two jobs hold
-        one trace, the first stored."""
+        trace (``otel.trace_id``, a job named by ``traceviz.job_id``), else the job the trace id
+        is an alias of (a trace re-homed into its named job). Where two jobs hold one trace, the
+        first stored."""
         wanted = {trace_id for trace_id in trace_ids if trace_id}
         if not wanted:
             return {}
@@ -349,6 +350,8 @@ class JobQuerySet(models.QuerySet):
             for trace_id in (job_id, trace_of_job):
                 if trace_id in wanted:
                     found.setdefault(trace_id, job_id)
+        if missing := wanted - found.keys():
+            found.update(JobAlias.objects.jobs_of(missing))
         return found
 
     def findings_by_kind(self) -> list[tuple[str, int]]:

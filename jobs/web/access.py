@@ -4,7 +4,9 @@ A user's roles are the groups of ``models.Role`` they belong to (migration 0002 
 staff hold every role. They are looked up once per request and cached on the user object, so
 a page that asks several questions costs one query. Views get the objects they show through
 ``get_job_for_user`` and ``get_escalation_for_user``, which decide what the user may see and
-act on; views with no object use ``role_required``.
+act on; views with no object use ``role_required``. A job asked for by an alias (a trace id
+whose trace named its job) is ``JobMoved``, which ``follows_job_aliases`` answers with a
+redirect.
 """
 
 from collections.abc import Callable
@@ -13,9 +15,11 @@ from functools import wraps
 from django.contrib.auth.decorators import login_required
 from django.core.exceptions import PermissionDenied
 from django.db.models import QuerySet
-from django.shortcuts import get_object_or_404
+from django.http import Http404
+from django.shortcuts import get_object_or_404, redirect
+from django.urls import reverse
 
-from jobs.models import Escalation, Job, Role
+from jobs.models import Escalation, Job, JobAlias, Role
 
 EVERY_ROLE = frozenset(Role.values)
 ROLES_CACHE = "_traceviz_roles"
@@ -67,6 +71,15 @@ def role_required(check: Callable[[object], bool]):
     return decorator
 
 
+class JobMoved(Http404):
+    """The id asked for is an alias of the job ``job_id`` (a trace's id, once a span of the
+    trace named its job): ``follows_job_aliases`` redirects there; uncaught, a 404."""
+
+    def __init__(self, job_id: str):
+        super().__init__(f"the job is {job_id!r} now")
+        self.job_id = job_id
+
+
 def get_job_for_user(
     request, job_id: str, *, need: Callable[[object], bool] = can_view, jobs: QuerySet | None = None
 ) -> Job:
@@ -77,7 +90,36 @@ def get_job_for_user(
         raise PermissionDenied
     # The fold's snapshot is replay's, never shown: left in the database.
     jobs = Job.objects.defer("fold") if jobs is None else jobs
-    return get_object_or_404(jobs, job_id=job_id)
+    try:
+        return get_object_or_404(jobs, job_id=job_id)
+    except Http404:
+        if (named := JobAlias.objects.job_of(job_id)) is not None:
+            raise JobMoved(named) from None
+        raise
+
+
+def follows_job_aliases(url_name: str):
+    """A view of one job (URL ``url_name``, the job id its argument) that answers a
+    ``JobMoved`` with a redirect (302) to the same URL of the named job, query string kept:
+    deep links made of a trace id keep working once the trace is named."""
+
+    def decorator(view):
+        @wraps(view)
+        def wrapper(request, job_id: str, *args, **kwargs):
+            try:
+                return view(request, job_id, *args, **kwargs)
+            except JobMoved as moved:
+                return redirect(moved_url(request, url_name, moved.job_id))
+
+        return wrapper
+
+    return decorator
+
+
+def moved_url(request, url_name: str, job_id: str) -> str:
+    """The URL ``url_name`` of the job ``job_id``, with the request's query string."""
+    query = request.META.get("QUERY_STRING", "")
+    return reverse(url_name, args=[job_id]) + (f"?{query}" if query else "")
 
 
 def get_escalation_for_user(request, escalation_id: int, *, for_action: bool = False) -> Escalation:

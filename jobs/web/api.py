@@ -6,7 +6,7 @@ from datetime import datetime
 
 from django.conf import settings
 from django.db import connection
-from django.http import Http404, JsonResponse
+from django.http import Http404, HttpResponseRedirect, JsonResponse
 from django.shortcuts import get_object_or_404
 from django.views.decorators.cache import never_cache
 from django.views.decorators.csrf import csrf_exempt
@@ -14,9 +14,10 @@ from django.views.decorators.http import require_GET, require_POST
 
 from jobs.contract import bodies
 from jobs.ingest import store
-from jobs.models import Job
+from jobs.models import Job, JobAlias
 from jobs.replay.failures import RunStatus
 from jobs.web import schemas
+from jobs.web.access import moved_url
 from jobs.web.decorators import (
     RETRY_AFTER_SECONDS,
     database_unavailable_is_503,
@@ -148,10 +149,13 @@ def jobs_list(request):
 @token_or_login_required
 def job_detail(request, job_id: str):
     """GET /api/v1/jobs/<job_id>: replayed state, steps in event order with their calls, the
-    job's metadata and totals, escalations."""
+    job's metadata and totals, escalations. An alias of a job (a trace id whose trace named its
+    job) answers 307 to that job's URL."""
     try:
         job = get_object_or_404(Job.objects.defer("fold"), job_id=job_id)
     except Http404:
+        if (named := JobAlias.objects.job_of(job_id)) is not None:
+            return HttpResponseRedirect(moved_url(request, "api-job", named), status=307)
         return json_error(404, f"no job {job_id!r}")
     return json_response(schemas.Job.from_job(job))
 

@@ -419,6 +419,7 @@ def _step_window(
 
 @require_GET
 @login_required
+@access.follows_job_aliases("job")
 @vary_on_headers("HX-Request")
 @in_display_time_zone
 def job_detail(request, job_id: str):

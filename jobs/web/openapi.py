@@ -192,6 +192,11 @@ def _get_job() -> dict:
         ],
         "responses": {
             "200": _json(ref("Job"), "the job"),
+            "307": {
+                "description": "the id is a trace id whose trace named its job "
+                "(traceviz.job_id): Location is that job's URL",
+                "headers": {"Location": {"schema": {"type": "string"}}},
+            },
             "404": _json(ERROR, "no such job"),
             "401": _json(ERROR, "missing, invalid or revoked bearer token"),
             "403": _json(ERROR, "signed in, but the account holds no role"),

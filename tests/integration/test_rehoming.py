@@ -374,6 +374,80 @@ def test_any_split_in_any_order_named_on_any_span_gives_the_whole_traces_rows(db
     assert rows() == whole
 
 
+# --- the trace id as a URL ------------------------------------------------------------------
+
+
+@pytest.fixture
+def rehomed(client):
+    for child in children():
+        store_spans(child)
+    store_spans(root(end_ms=100, attributes=NAMED))
+    client.force_login(user("erin", "engineer"))
+    return client
+
+
+def test_the_trace_id_job_page_redirects_to_the_named_job_with_its_query(rehomed):
+    response = rehomed.get(f"/jobs/{TRACE}/?step=upload:1&node=up")
+    assert response.status_code == 302
+    assert response["Location"] == "/jobs/release-42/?step=upload:1&node=up"
+    page = rehomed.get(response["Location"])
+    assert page.status_code == 200
+    assert "upload" in page.content.decode()
+
+
+def test_the_trace_id_step_panel_fragment_redirects_too(rehomed):
+    response = rehomed.get(f"/jobs/{TRACE}/?step=upload:1", HTTP_HX_REQUEST="true")
+    assert (response.status_code, response["Location"]) == (
+        302,
+        "/jobs/release-42/?step=upload:1",
+    )
+
+
+def test_the_trace_id_exports_redirect(rehomed):
+    response = rehomed.get(f"/jobs/{TRACE}/events.ndjson")
+    assert (response.status_code, response["Location"]) == (
+        302,
+        "/jobs/release-42/events.ndjson",
+    )
+
+
+def test_the_trace_id_api_url_redirects_to_the_named_jobs(rehomed, ingest_token):
+    auth = {"HTTP_AUTHORIZATION": f"Bearer {ingest_token}"}
+    response = rehomed.get(f"/api/v1/jobs/{TRACE}", **auth)
+    assert (response.status_code, response["Location"]) == (307, "/api/v1/jobs/release-42")
+    assert rehomed.get(response["Location"], **auth).json()["job_id"] == "release-42"
+
+
+def test_an_unknown_id_stays_a_404(rehomed, ingest_token):
+    assert rehomed.get("/jobs/no-such-job/").status_code == 404
+    auth = {"HTTP_AUTHORIZATION": f"Bearer {ingest_token}"}
+    assert rehomed.get("/api/v1/jobs/no-such-job", **auth).status_code == 404
+
+
+def test_someone_without_a_role_learns_nothing_of_an_alias(rehomed):
+    rehomed.force_login(user("nobody"))
+    assert rehomed.get(f"/jobs/{TRACE}/").status_code == 403
+
+
+def test_a_link_to_a_named_trace_points_at_its_job_before_its_root_arrives(client):
+    running = children()
+    running[0].attributes.extend(NAMED)
+    store_spans(*running)
+    assert job_ids() == ["release-42"]
+    other_trace = bytes.fromhex("0af7651916cd43dd8448eb211c80319c")
+    follow_up = [
+        span(name="follow-up", span_id=sid(8), parent=b"", start_ms=200, end_ms=300),
+        span(name="notify", span_id=sid(9), parent=sid(8), start_ms=210, end_ms=290),
+    ]
+    follow_up[1].links.append(Span.Link(trace_id=TRACE_ID, span_id=sid(1)))
+    for one in follow_up:
+        one.trace_id = other_trace
+    store_spans(*follow_up)
+    client.force_login(user("erin", "engineer"))
+    page = client.get(f"/jobs/{other_trace.hex()}/?step=notify:1")
+    assert '<a href="/jobs/release-42/">job release-42</a>' in page.content.decode()
+
+
 # --- concurrency ----------------------------------------------------------------------------
 
 
