@@ -121,3 +121,31 @@ def test_handled_tool_failure_shows_as_a_failed_call_of_a_successful_step(
     assert "lookup" in call.inner_text()
     assert "ValueError: lookup service down: 503" in call.inner_text()
     assert "Result type success" in panel.inner_text()
+
+
+@pytest.fixture
+def rehomed_trace(transactional_db):
+    """A run whose children arrived before its root, which alone names the job."""
+    for child in (
+        span(name="fetch", span_id=sid(1), start_ms=0, end_ms=400),
+        span(name="upload", span_id=sid(2), start_ms=500, end_ms=900, status=ERROR),
+    ):
+        store_spans(child, resource=attrs(service__name="release-bot"))
+    store_spans(
+        root(name="release", end_ms=1000, attributes=attrs(traceviz__job_id="release-42")),
+        resource=attrs(service__name="release-bot"),
+    )
+    factories.user("eng", "engineer")
+
+
+def test_a_deep_link_made_of_the_trace_id_opens_the_named_job(page, live_server, rehomed_trace):
+    log_in(page, live_server, "eng", f"/jobs/{TRACE_ID.hex()}/?step=upload:1")
+    assert page.url == f"{live_server.url}/jobs/release-42/?step=upload:1"
+    assert "release-42" in page.locator(".job-head").inner_text()
+    assert "upload" in page.locator("#step-panel").inner_text()
+    steps = page.locator("#step-list [data-step-key]")
+    assert [steps.nth(i).get_attribute("data-step-key") for i in range(steps.count())] == [
+        "fetch:1",
+        "upload:1",
+    ]
+    screenshot(page, "otel-trace-id-redirects-to-named-job")

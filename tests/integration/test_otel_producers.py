@@ -13,6 +13,7 @@ from typing import Annotated, Any, TypedDict
 
 import pytest
 from celery import Celery
+from django.contrib.auth.models import User
 from langchain_core.language_models.fake_chat_models import FakeMessagesListChatModel
 from langchain_core.messages import AIMessage, HumanMessage
 from langchain_core.tools import tool
@@ -463,6 +464,32 @@ def test_a_run_still_going_is_running_and_grows_span_by_span(exporting):
     assert projected == {"full": 2, "incremental": 10}
     assert Call.objects.filter(job=job).count() == 4
     assert escalation_kinds(job) == []
+
+
+def test_a_job_named_on_its_root_alone_holds_the_children_exported_before_it(exporting, client):
+    """A SimpleSpanProcessor exports each span as it ends, the root last: the children arrive
+    under the trace id, the root names the job, and the trace is re-homed whole into it."""
+    tracer = exporting("release").get_tracer("release")
+    with tracer.start_as_current_span(
+        "release", context=Context(), attributes={"traceviz.job_id": "release-7"}
+    ) as root:
+        trace_id = format(root.get_span_context().trace_id, "032x")
+        for node in ("build", "test", "upload"):
+            with tracer.start_as_current_span(node):
+                pass
+        assert list(Job.objects.values_list("job_id", flat=True)) == [trace_id]
+    assert list(Job.objects.values_list("job_id", flat=True)) == ["release-7"]
+    job = Job.objects.get()
+    assert (job.status, job.name, job.workflow) == ("completed", "release", "release")
+    assert steps_of(job) == [
+        ("build", 1, "success"),
+        ("test", 1, "success"),
+        ("upload", 1, "success"),
+    ]
+    assert parity.differences("release-7") == []
+    client.force_login(User.objects.create_user("erin", is_staff=True))
+    response = client.get(f"/jobs/{trace_id}/?step=test:1")
+    assert (response.status_code, response["Location"]) == (302, "/jobs/release-7/?step=test:1")
 
 
 def _link(context):
