@@ -53,6 +53,7 @@ PREFIX = "traceviz."
 # A span's event id: "otlp:<trace id>:<span id>"; a planner event made of its span event i
 # adds ":<i>".
 EVENT_ID_PREFIX = "otlp"
+TRACE_ID = events.hex_id(32)  # a trace id as ingest writes it: 32 lowercase hex digits
 JOB_ID_KEY = PREFIX + "job_id"
 KIND_NAMES = {
     Span.SpanKind.SPAN_KIND_INTERNAL: "internal",
@@ -413,7 +414,7 @@ def trace_of(event: events.Event) -> str | None:
         return trace_id if isinstance(trace_id, str) and trace_id else None
     if event.type in events.PLANNER_TYPES:
         parts = event.event_id.split(":")
-        if len(parts) == 4 and parts[0] == EVENT_ID_PREFIX and parts[1]:
+        if len(parts) == 4 and parts[0] == EVENT_ID_PREFIX and TRACE_ID(parts[1]) is None:
             return parts[1]
     return None
 

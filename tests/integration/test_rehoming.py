@@ -136,6 +136,15 @@ def test_the_first_name_recorded_wins_and_the_rest_of_the_trace_follows_it():
     assert parity.differences("release-42") == []
 
 
+def test_in_one_export_naming_a_trace_twice_the_first_span_that_names_it_decides():
+    store_spans(
+        span(name="fetch", span_id=sid(1), start_ms=0, end_ms=40, attributes=NAMED),
+        root(end_ms=100, attributes=attrs(traceviz__job_id="other-name")),
+    )
+    assert job_ids() == ["release-42"]
+    assert Job.objects.get().step_count == 1
+
+
 def test_planner_events_of_a_span_naming_a_second_job_follow_the_first_name():
     store_spans(span(name="fetch", span_id=sid(1), start_ms=0, end_ms=40, attributes=NAMED))
     degraded = Span.Event(

@@ -148,8 +148,9 @@ def test_a_spans_events_and_the_planner_events_made_of_it_name_its_trace():
     stored = [event for _index, event in traces.batch.events]
     assert [event.type for event in stored] == ["span", "graph.next_step.degraded"]
     assert [otlp.trace_of(event) for event in stored] == [TRACE_ID.hex()] * 2
-    sent = Event("graph.next_step.degraded", "j1", "e1", None, None, {})
-    assert otlp.trace_of(sent) is None
+    for event_id in ("e1", "otlp:not-a-trace-id:eee19b7ec3c1b173:0"):
+        sent = Event("graph.next_step.degraded", "j1", event_id, None, None, {})
+        assert otlp.trace_of(sent) is None
 
 
 def test_end_before_start_is_read_as_ending_at_once():
