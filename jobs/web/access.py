@@ -11,6 +11,7 @@ redirect.
 
 from collections.abc import Callable
 from functools import wraps
+from urllib.parse import urlsplit
 
 from django.contrib.auth.decorators import login_required
 from django.core.exceptions import PermissionDenied
@@ -18,6 +19,7 @@ from django.db.models import QuerySet
 from django.http import Http404
 from django.shortcuts import get_object_or_404, redirect
 from django.urls import reverse
+from django_htmx.http import HttpResponseClientRedirect
 
 from jobs.models import Escalation, Job, JobAlias, Role
 
@@ -101,7 +103,9 @@ def get_job_for_user(
 def follows_job_aliases(url_name: str):
     """A view of one job (URL ``url_name``, the job id its argument) that answers a
     ``JobMoved`` with a redirect (302) to the same URL of the named job, query string kept:
-    deep links made of a trace id keep working once the trace is named."""
+    deep links made of a trace id keep working once the trace is named. An HTMX request (a
+    page of the trace id's job polling for updates, a step opened in it) moves the whole page
+    there instead, keeping the page's own query: the job it shows is the named one now."""
 
     def decorator(view):
         @wraps(view)
@@ -109,6 +113,11 @@ def follows_job_aliases(url_name: str):
             try:
                 return view(request, job_id, *args, **kwargs)
             except JobMoved as moved:
+                if getattr(request, "htmx", False):
+                    page = urlsplit(request.htmx.current_url or "").query
+                    return HttpResponseClientRedirect(
+                        moved_url(request, url_name, moved.job_id, query=page)
+                    )
                 return redirect(moved_url(request, url_name, moved.job_id))
 
         return wrapper
@@ -116,9 +125,10 @@ def follows_job_aliases(url_name: str):
     return decorator
 
 
-def moved_url(request, url_name: str, job_id: str) -> str:
-    """The URL ``url_name`` of the job ``job_id``, with the request's query string."""
-    query = request.META.get("QUERY_STRING", "")
+def moved_url(request, url_name: str, job_id: str, *, query: str | None = None) -> str:
+    """The URL ``url_name`` of the job ``job_id``, with ``query`` (the request's query string
+    when None)."""
+    query = request.META.get("QUERY_STRING", "") if query is None else query
     return reverse(url_name, args=[job_id]) + (f"?{query}" if query else "")
 
 

@@ -3,6 +3,7 @@ calls with their transcript, tokens and cost, a failed tool call, and the stack 
 away from the one-line reason. Screenshots land in test-artifacts/."""
 
 import pytest
+from opentelemetry.proto.trace.v1.trace_pb2 import SpanFlags
 
 from tests import factories
 from tests.browser.conftest import axe_violations, log_in, screenshot
@@ -149,3 +150,17 @@ def test_a_deep_link_made_of_the_trace_id_opens_the_named_job(page, live_server,
         "upload:1",
     ]
     screenshot(page, "otel-trace-id-redirects-to-named-job")
+
+
+def test_a_running_traces_page_moves_to_the_named_job_when_its_name_arrives(page, live_server):
+    local = SpanFlags.SPAN_FLAGS_CONTEXT_HAS_IS_REMOTE_MASK
+    store_spans(span(name="fetch", span_id=sid(1), start_ms=0, end_ms=400, flags=local))
+    factories.user("eng", "engineer")
+    log_in(page, live_server, "eng", f"/jobs/{TRACE_ID.hex()}/")
+    assert "Live: this page updates" in page.locator("#job-live").inner_text()
+    store_spans(span(name="upload", span_id=sid(2), start_ms=500, end_ms=900, flags=local))
+    store_spans(root(name="release", end_ms=1000, attributes=attrs(traceviz__job_id="release-42")))
+    page.wait_for_url(f"{live_server.url}/jobs/release-42/", timeout=10_000)
+    assert "release-42" in page.locator(".job-head").inner_text()
+    assert page.locator("#step-list [data-step-key]").count() == 2
+    screenshot(page, "otel-running-trace-page-moves-to-named-job")

@@ -404,10 +404,15 @@ def test_the_trace_id_job_page_redirects_to_the_named_job_with_its_query(rehomed
     assert "upload" in page.content.decode()
 
 
-def test_the_trace_id_step_panel_fragment_redirects_too(rehomed):
-    response = rehomed.get(f"/jobs/{TRACE}/?step=upload:1", HTTP_HX_REQUEST="true")
-    assert (response.status_code, response["Location"]) == (
-        302,
+def test_a_fragment_asked_for_by_the_trace_ids_page_moves_the_whole_page(rehomed):
+    response = rehomed.get(
+        f"/jobs/{TRACE}/?live=1&first=0",
+        HTTP_HX_REQUEST="true",
+        HTTP_HX_CURRENT_URL=f"http://testserver/jobs/{TRACE}/?step=upload:1",
+    )
+    # The page it polls for moves, with the page's own query, not the poll's.
+    assert (response.status_code, response["HX-Redirect"]) == (
+        200,
         "/jobs/release-42/?step=upload:1",
     )
 
