@@ -22,7 +22,13 @@ from jobs.contract.redaction import contains_secret
 
 MAX_ID_CHARS = 200
 MAX_REASON_BYTES = 64 * 1024
+# The contract's numeric bounds, in one place: validation refuses what falls outside them (a
+# field error), and what reads stored values (replay, pages, periodic tasks) may rely on them.
+# docs/contract.md lists them.
 MAX_SMALL_INT = 2**62
+MAX_ATTEMPT = 1_000_000
+MAX_STEP_INDEX = 10_000_000
+MAX_DURATION_MS = 10**12
 # Payloads nest at most this deep (the payload object is level 1): deeper ones are refused, so
 # redaction, storage and pages never recurse without bound.
 MAX_PAYLOAD_DEPTH = 64
@@ -74,8 +80,9 @@ class Event:
 
     @property
     def attempt(self) -> int:
+        """The payload's attempt (validation bounds it on every type), else 1."""
         value = self.payload.get("attempt")
-        return value if isinstance(value, int) else 1
+        return value if _is_int(value) else 1
 
 
 @dataclass(frozen=True, slots=True)
@@ -191,12 +198,13 @@ IDENT = string(1)
 NAME = string()
 SEQ = integer(0)
 RESULT_TYPES = one_of("success", "retryable_failure", "permanent_failure", "compensatable_failure")
+ATTEMPT = integer(1, MAX_ATTEMPT)
 REQUIRED = "required"
 
 NODE_FIELDS: dict[str, Check] = {
     "node_id": IDENT,
-    "step_index": integer(0, 10_000_000),
-    "attempt": integer(1, 1_000_000),
+    "step_index": integer(0, MAX_STEP_INDEX),
+    "attempt": ATTEMPT,
     "trace_span_id": NAME,
     "parent_span_id": NAME,
     "epoch": integer(0),
@@ -205,8 +213,8 @@ NODE_FIELDS: dict[str, Check] = {
 PLANNER_FIELDS: dict[str, Check] = {
     "correlation_id": NAME,
     "cycle": integer(0),
-    "attempt": integer(1, 1_000_000),
-    "attempts": integer(0, 1_000_000),
+    "attempt": ATTEMPT,
+    "attempts": integer(0, MAX_ATTEMPT),
     "provider": NAME,
     "model": NAME,
     "parse_error_type": NAME,
@@ -234,7 +242,7 @@ PAYLOAD_FIELDS: dict[str, dict[str, Check]] = {
     "node_finished": {
         **NODE_FIELDS,
         "payload_results": obj,
-        "duration_ms": number(0, 10**12),
+        "duration_ms": number(0, MAX_DURATION_MS),
         "state": NAME,
         "result_type": RESULT_TYPES,
         "reason": text,
@@ -252,7 +260,7 @@ PAYLOAD_FIELDS: dict[str, dict[str, Check]] = {
     "state_checkpointed": {"node_id": NAME, "state": anything},
     "compensation_finished": {
         "node_id": IDENT,
-        "attempt": integer(1, 1_000_000),
+        "attempt": ATTEMPT,
         "result_type": one_of("success", "permanent_failure"),
         "reason": text,
     },
@@ -304,6 +312,14 @@ PAYLOAD_FIELDS: dict[str, dict[str, Check]] = {
         "scope": obj,
         "dropped": obj,
     },
+}
+# An event's attempt orders it among events of equal ts, seq and type, whatever its type (event
+# order), and is stored in a column of its own: every type that carries one gets its check, the
+# types the table does not name too.
+OTHER_TYPE_FIELDS: dict[str, Check] = {"attempt": ATTEMPT}
+PAYLOAD_FIELDS = {
+    event_type: {**checks, "attempt": checks.get("attempt", ATTEMPT)}
+    for event_type, checks in PAYLOAD_FIELDS.items()
 }
 REQUIRED_PAYLOAD_FIELDS: dict[str, tuple[str, ...]] = {
     "span": ("trace_id", "span_id", "end"),
@@ -537,7 +553,7 @@ def validate(item: Any, check_text: bool = True) -> tuple[Event | None, list[Fie
 
 
 def _payload_errors(event_type: str, payload: dict[str, Any]) -> Iterable[FieldError]:
-    checks = PAYLOAD_FIELDS.get(event_type, {})
+    checks = PAYLOAD_FIELDS.get(event_type, OTHER_TYPE_FIELDS)
     for name in REQUIRED_PAYLOAD_FIELDS.get(event_type, ()):
         if name not in payload:
             yield FieldError(f"payload.{name}", REQUIRED)

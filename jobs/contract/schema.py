@@ -46,6 +46,12 @@ def payload_schema(event_type: str) -> dict[str, Any]:
     return {**schema, "additionalProperties": True}
 
 
+def _other_payload_schema() -> dict[str, Any]:
+    """The payload of any other type: open, with the fields every type's payload is checked on."""
+    properties = {name: dict(check.json_schema) for name, check in events.OTHER_TYPE_FIELDS.items()}
+    return {"type": "object", "properties": properties, "additionalProperties": True}
+
+
 def _envelope(type_schema: dict[str, Any], payload: dict[str, Any]) -> dict[str, Any]:
     required = list(events.REQUIRED_ENVELOPE_FIELDS)
     if "required" in payload:
@@ -75,7 +81,7 @@ def event_schema() -> dict[str, Any]:
     other_type = {**_no_nul(events.IDENT.json_schema), "not": {"enum": list(events.PAYLOAD_FIELDS)}}
     other = {
         "title": "any other type (stored and shown raw)",
-        **_envelope(other_type, {"type": "object", "additionalProperties": True}),
+        **_envelope(other_type, _other_payload_schema()),
     }
     return {
         "description": "An event of contract v1. Text may not contain NUL characters.",

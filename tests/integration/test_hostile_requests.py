@@ -56,6 +56,22 @@ def test_bad_job_id_is_refused_at_ingest_with_a_field_error(send, job_id):
     assert not Event.objects.exists()
 
 
+@pytest.mark.parametrize("event_type", ["job_started", "cancel_requested", "custom.thing"])
+@pytest.mark.parametrize("attempt", [2**62, True])
+def test_attempt_out_of_bounds_on_any_type_is_a_field_error_and_the_batch_is_kept(
+    send, event_type, attempt
+):
+    bad = event(event_type, "j1", 0, attempt=attempt)
+    response = send([started("n1", "j1", 0), bad])
+    assert response.status_code == 207, response.content
+    (rejected,) = response.json()["errors"]
+    assert rejected == {
+        "index": 1,
+        "errors": [{"field": "payload.attempt", "message": "must be an integer from 1 to 1000000"}],
+    }
+    assert list(Event.objects.values_list("type", "attempt")) == [("node_started", 1)]
+
+
 @pytest.mark.parametrize("job_id", ["bad\njob", "a/../b", "tab\tjob"])
 def test_stored_bad_job_id_keeps_every_page_working(engineer, job_id):
     store_unchecked(job_id)

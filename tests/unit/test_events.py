@@ -228,6 +228,34 @@ def test_attempt_outside_1_to_1000000_is_a_field_error(attempt):
     ]
 
 
+@pytest.mark.parametrize(
+    "event_type",
+    ["job_started", "cancel_requested", "job_finished", "state_checkpointed", "span", "custom.x"],
+)
+@pytest.mark.parametrize("attempt", [2**62, True, 0, "2"])
+def test_attempt_is_checked_on_every_event_type(event_type, attempt):
+    item = {"type": event_type, "job_id": "j1", "payload": {"attempt": attempt}}
+    errors = errors_of(item)
+    assert {"field": "payload.attempt", "message": "must be an integer from 1 to 1000000"} in (
+        errors
+    )
+
+
+@pytest.mark.parametrize("event_type", ["job_started", "cancel_requested", "custom.x"])
+def test_attempt_within_bounds_orders_any_event_type(event_type):
+    item = {"type": event_type, "job_id": "j1", "payload": {"attempt": 1_000_000}}
+    event, errors = events.validate(item)
+    assert (errors, event.attempt) == ([], 1_000_000)
+
+
+def test_the_contract_bounds_are_those_its_checks_apply():
+    checks = events.PAYLOAD_FIELDS["node_finished"]
+    assert checks["attempt"].json_schema["maximum"] == events.MAX_ATTEMPT == 1_000_000
+    assert checks["step_index"].json_schema["maximum"] == events.MAX_STEP_INDEX == 10_000_000
+    assert checks["duration_ms"].json_schema["maximum"] == events.MAX_DURATION_MS == 10**12
+    assert events.PAYLOAD_FIELDS["job_started"]["attempt"] is checks["attempt"]
+
+
 @pytest.mark.parametrize("duration_ms", [-1, "5", None, float("inf"), 10**12 + 1])
 def test_duration_ms_negative_or_not_a_number_is_a_field_error(duration_ms):
     assert errors_of(node_finished(duration_ms=duration_ms)) == [
