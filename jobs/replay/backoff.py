@@ -4,6 +4,7 @@ The same curve times our own notification retries and tells support when a pause
 job's producer should have retried.
 """
 
+import math
 import random
 from collections.abc import Callable
 from datetime import datetime, timedelta
@@ -11,6 +12,9 @@ from datetime import datetime, timedelta
 BASE_SECONDS = 1.0
 CAP_SECONDS = 5 * 60.0
 JITTER = 0.3
+# Past this many retries the doubled wait is over the cap: the exponent stops there, so any
+# retry count (the contract allows a million attempts) gives a wait, never an overflow.
+CAPPED_AFTER_RETRIES = math.ceil(math.log2(CAP_SECONDS / BASE_SECONDS))
 
 
 def backoff_seconds(retry_count: int, *, rand: Callable[[], float] = random.random) -> float:
@@ -18,7 +22,8 @@ def backoff_seconds(retry_count: int, *, rand: Callable[[], float] = random.rand
     already made, 0 for the first retry): 1 s doubling per retry, capped at 5 min, plus 0-30 %
     jitter on top of the capped value, so the longest wait is 6.5 min. ``rand`` returns a
     float in [0, 1)."""
-    exponential = min(BASE_SECONDS * 2 ** max(retry_count, 0), CAP_SECONDS)
+    exponent = min(max(retry_count, 0), CAPPED_AFTER_RETRIES)
+    exponential = min(BASE_SECONDS * 2**exponent, CAP_SECONDS)
     return exponential + rand() * JITTER * exponential
 
 

@@ -182,6 +182,30 @@ def test_stall_on_paused_transient_says_when_the_retry_was_due(settings):
     assert "next attempt was due between 09:00:06 and 09:00:07 UTC" in message
 
 
+def test_stall_of_a_job_retrying_at_the_attempt_bound_is_opened_and_worked(settings, client):
+    settings.TRACEVIZ_STALL_AFTER = timedelta(minutes=30)
+    store_at(
+        [
+            event("job_started", "j1", 0),
+            started("n1", "j1", 1, attempt=1_000_000),
+            finished("n1", "retryable_failure", "j1", 2, attempt=1_000_000, error_type="network"),
+        ],
+        T0,
+    )
+    assert stalls.check_stalls(T0 + timedelta(hours=1)) == 1
+    stalled = Escalation.objects.get(kind="stalled")
+    # The backoff is capped at 5 min (6.5 with jitter) however many retries were made.
+    assert "next attempt was due between 09:05:02 and 09:06:32 UTC" in stalled.message
+    client.force_login(factories.user("pat", "support"))
+    page = client.get(f"/escalations/{stalled.pk}/")
+    assert page.status_code == 200
+    assert b"attempt 1000000" in page.content
+    acknowledged = client.post(f"/escalations/{stalled.pk}/acknowledge/")
+    assert acknowledged.status_code == 303
+    stalled.refresh_from_db()
+    assert stalled.status == "acknowledged"
+
+
 def test_finished_and_paused_for_approval_jobs_never_stall(settings):
     settings.TRACEVIZ_STALL_AFTER = timedelta(minutes=30)
     store_at(

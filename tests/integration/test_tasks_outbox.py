@@ -70,7 +70,8 @@ def pending(channel: str = "webhook", **fields) -> Notification:
 
 
 @pytest.mark.parametrize(
-    ("retries", "seconds"), [(0, 1), (1, 2), (2, 4), (5, 32), (8, 256), (9, 300), (40, 300)]
+    ("retries", "seconds"),
+    [(0, 1), (1, 2), (2, 4), (5, 32), (8, 256), (9, 300), (40, 300), (1024, 300), (10**6, 300)],
 )
 def test_backoff_doubles_from_one_second_to_a_five_minute_cap(retries, seconds):
     assert backoff_seconds(retries, rand=lambda: 0.0) == seconds
