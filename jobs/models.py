@@ -7,9 +7,11 @@ Escalation rows add what people did (acknowledge, assign, resolve), which a rebu
 import hashlib
 import hmac
 import json
+import logging
 import secrets
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from datetime import UTC, date, datetime
+from typing import TypeVar
 
 import orjson
 from django.conf import settings
@@ -55,6 +57,91 @@ def json_value(text: str):
         return orjson.loads(text)
     raw = text.encode()
     return json.loads(text) if LONG_DIGITS in raw.translate(DIGITS_AS_ZERO) else orjson.loads(raw)
+
+
+T = TypeVar("T")
+R = TypeVar("R")
+
+
+def contained(logger: logging.Logger, what: str, work: Callable[[], T], default: T) -> T:
+    """``work()`` in a transaction of its own, or ``default`` when it raises.
+
+    The periodic tasks (stall check, alert evaluation, dashboard rollup, retention) go through
+    many jobs, rules or hours each run: one they cannot handle (a row no check foresaw) is
+    logged with its traceback, naming ``what``, and skipped, so it never stops the others, run
+    after run. A lost database is nobody's row: that is raised, and the run fails as a whole."""
+    try:
+        with transaction.atomic():
+            return work()
+    except Exception:
+        # Only a connection that no longer answers means the database is gone (SQLite reports
+        # an integer overflow as an OperationalError too).
+        if not connection.is_usable():
+            raise
+        logger.exception("%s failed and was skipped; the others went on", what)
+        return default
+
+
+FAILED = object()
+
+
+def contained_batch(
+    logger: logging.Logger,
+    what: Callable[[list[T]], str],
+    items: list[T],
+    work: Callable[[list[T]], R],
+) -> tuple[list[R], list[T]]:
+    """``work(items)``, ``contained``; when it fails, ``work([item])`` for each item, each
+    contained, so that one item nothing can handle costs only itself. Returns the results of
+    the work that went through and the items that failed alone. ``what`` names a list of
+    items in the log."""
+    done = contained(logger, what(items), lambda: work(items), FAILED)
+    if done is not FAILED or len(items) == 1:
+        return ([done], []) if done is not FAILED else ([], list(items))
+    results, failed = [], []
+    for item in items:
+        alone = contained(logger, what([item]), lambda item=item: work([item]), FAILED)
+        if alone is FAILED:
+            failed.append(item)
+        else:
+            results.append(alone)
+    return results, failed
+
+
+MAX_BIGINT = 2**63 - 1
+
+
+class BoundedSum(models.Aggregate):
+    """SUM of an integer column held at the largest 64-bit integer, null when every value is
+    null (as SUM's). Token counts as large as their column holds, stored before ingest bounded
+    them, add up past what a BIGINT holds: PostgreSQL's sum then fails its cast or insert and
+    SQLite's SUM raises (its TOTAL does not: a float, exact below 2^53). ``sql`` writes the
+    same for the dashboard rollup's raw SQL."""
+
+    function = "SUM"
+    name = "BoundedSum"
+    output_field = models.BigIntegerField()
+    TEMPLATES = {
+        "postgresql": (
+            f"CAST(CASE WHEN SUM(<x>) > {MAX_BIGINT} THEN {MAX_BIGINT} ELSE SUM(<x>) END AS BIGINT)"
+        ),
+        "sqlite": (
+            "CASE WHEN COUNT(<x>) = 0 THEN NULL "
+            f"ELSE CAST(MIN(TOTAL(<x>), {MAX_BIGINT}.0) AS INTEGER) END"
+        ),
+    }
+
+    @classmethod
+    def sql(cls, vendor: str, expression: str) -> str:
+        return cls.TEMPLATES[vendor].replace("<x>", expression)
+
+    def as_sql(self, compiler, connection, **extra_context):
+        source, where = self.get_source_expressions()
+        if where is not None:
+            raise ValueError("BoundedSum takes no filter")
+        inner, params = compiler.compile(source)
+        uses = self.TEMPLATES[connection.vendor].count("<x>")
+        return self.sql(connection.vendor, inner), tuple(params) * uses
 
 
 class JSONField(models.JSONField):

@@ -17,7 +17,7 @@ from django.db.models.functions import Trunc
 from jobs.dashboard import rollup
 from jobs.dashboard.charts import PLANNER_COLORS, _bucket_bar, _figure, _layout, _time_axis
 from jobs.dashboard.window import Window, jobs_url, wall
-from jobs.models import Call
+from jobs.models import BoundedSum, Call
 
 EMPTY = (
     "No LLM calls in this range. Export traces from an instrumented LLM client (OpenInference "
@@ -47,8 +47,8 @@ def _from_calls(window: Window) -> list[dict]:
         .values("provider", "model", "bucket")
         .annotate(
             calls=Count("id"),
-            input_tokens=Sum("input_tokens"),
-            output_tokens=Sum("output_tokens"),
+            input_tokens=BoundedSum("input_tokens"),
+            output_tokens=BoundedSum("output_tokens"),
             cost=Sum("cost"),
         )
         .order_by("provider", "model", "bucket")

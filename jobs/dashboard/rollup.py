@@ -44,10 +44,12 @@ theirs too.
 """
 
 import json
+import logging
 from collections.abc import Collection, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from decimal import Decimal
+from functools import partial
 
 from django.db import connection, transaction
 from django.db.models import Count, Exists, Q, Sum
@@ -56,9 +58,20 @@ from django.utils import timezone
 
 from jobs.dashboard import histograms, planner_rollup, spans
 from jobs.ingest import database
-from jobs.models import Call, DashboardDirtyHour, DashboardRollup, Job, Step, hour_floor
+from jobs.models import (
+    BoundedSum,
+    Call,
+    DashboardDirtyHour,
+    DashboardRollup,
+    Job,
+    Step,
+    contained,
+    contained_batch,
+    hour_floor,
+)
 from jobs.replay.failures import RunStatus
 
+logger = logging.getLogger(__name__)
 Kind = DashboardRollup.Kind
 HOUR = timedelta(hours=1)
 DAY = timedelta(days=1)
@@ -67,8 +80,10 @@ HOUR_KINDS = (Kind.JOBS, Kind.SEGMENT, Kind.FAILURE_CODE, Kind.ERROR_TYPE, Kind.
 DAY_KIND = {kind: Kind(f"{kind}_day") for kind in HOUR_KINDS}
 HOUR_KIND = {day_kind: kind for kind, day_kind in DAY_KIND.items()}
 DAY_KINDS = (*DAY_KIND.values(), Kind.DAY)
-# What a day row adds up from its hours (SUM: null when every hour's is).
+# What a day row adds up from its hours (SUM: null when every hour's is); token counts held at
+# the largest a BIGINT holds, as the hours' own sums are.
 SUMMED = ("steps", "jobs", "input_tokens", "output_tokens", "cost")
+SUM_OF = dict.fromkeys(SUMMED, Sum) | {"input_tokens": BoundedSum, "output_tokens": BoundedSum}
 # Kinds whose cells are never summed over provider and model: duration rows (the caller merges
 # their histograms) and LLM rows (their provider and model are the calls', shown per series).
 UNGROUPED_KINDS = frozenset({Kind.DURATION, Kind.LLM})
@@ -132,15 +147,33 @@ def refresh_pending(
     batch_hours: int = TASK_BATCH_HOURS, max_batches: int = TASK_MAX_BATCHES
 ) -> int:
     """Recompute dirty hours, newest first, ``batch_hours`` per transaction, then compile the
-    day rows of past days that lack them; returns how many hours."""
-    done = 0
+    day rows of past days that lack them; returns how many hours. A batch that fails is
+    recomputed hour by hour, and an hour that fails alone is logged and left dirty (its panels
+    read it raw) while the others are refreshed (``contained``)."""
+    done, failed = 0, set()
     for _ in range(max_batches):
-        hours = dirty_hours()[:batch_hours]
-        if not hours or not recompute(hours):
+        hours = [hour for hour in dirty_hours() if hour not in failed][:batch_hours]
+        if not hours:
             break
-        done += len(hours)
-    compile_days()
+        counts, unhandled = contained_batch(logger, _hours_label, hours, _recompute_counted)
+        failed.update(unhandled)
+        done += sum(count for count in counts if count)
+        if None in counts:  # another refresh holds the lock
+            break
+    contained(logger, "compiling the rollup's day rows", compile_days, 0)
     return done
+
+
+def _recompute_counted(hours: list[datetime]) -> int | None:
+    """``recompute``: how many hours, None when another refresh holds the lock."""
+    return len(hours) if recompute(hours) else None
+
+
+def _hours_label(hours: list[datetime]) -> str:
+    first, last = min(hours), max(hours)
+    if first == last:
+        return f"rollup of the hour {first:%Y-%m-%d %H:00}"
+    return f"rollup of {len(hours)} hours from {first:%Y-%m-%d %H:00} to {last:%Y-%m-%d %H:00}"
 
 
 def compile_days(now: datetime | None = None, limit: int = TASK_MAX_DAYS) -> int:
@@ -149,7 +182,8 @@ def compile_days(now: datetime | None = None, limit: int = TASK_MAX_DAYS) -> int
     returns how many. A week then reads 7 rows per cell instead of 168, the durations 7
     histograms per node and provider/model. Recomputing any hour of a day deletes that day's
     day rows again. The planner's day rows are compiled in the same transaction
-    (``planner_rollup.compile_days``)."""
+    (``planner_rollup.compile_days``). A day that cannot be compiled is logged and left to be
+    read from its hours (``contained``)."""
     before = spans.day_floor(now or timezone.now())
     with transaction.atomic():
         if not _lock(wait=False):
@@ -160,41 +194,49 @@ def compile_days(now: datetime | None = None, limit: int = TASK_MAX_DAYS) -> int
         days -= set(DashboardRollup.objects.filter(kind=Kind.DAY).values_list("hour", flat=True))
         dirty_days = {spans.day_floor(hour) for hour in dirty_hours(until=before)}
         days = sorted(days - dirty_days, reverse=True)[:limit]
+        compiled = 0
         for day in days:
-            in_day = hours.filter(hour__gte=day, hour__lt=day + DAY)
-            rows = [DashboardRollup(hour=day, kind=Kind.DAY)]
-            for row in (
-                in_day.exclude(kind=Kind.DURATION)
-                .values("kind", "provider", "model", "dimension", "status")
-                .annotate(**{f"sum_{name}": Sum(name) for name in SUMMED})
-                .order_by()
-            ):
-                kind = DAY_KIND[row.pop("kind")]
-                sums = {name: row.pop(f"sum_{name}") for name in SUMMED}
-                rows.append(DashboardRollup(hour=day, kind=kind, **row, **sums))
-            merged: dict[tuple[str, str, str], list] = {}
-            for provider, model, node, steps, histogram in in_day.filter(
-                kind=Kind.DURATION
-            ).values_list("provider", "model", "dimension", "steps", "histogram"):
-                entry = merged.setdefault((provider, model, node), [0, []])
-                entry[0] += steps
-                entry[1].append(histogram)
-            for (provider, model, node), (steps, hour_histograms) in merged.items():
-                histogram = histograms.merge(hour_histograms)
-                rows.append(
-                    DashboardRollup(
-                        hour=day,
-                        kind=Kind.DURATION_DAY,
-                        provider=provider,
-                        model=model,
-                        dimension=node,
-                        steps=steps,
-                        histogram={"b": list(histogram), "n": list(histogram.values())},
-                    )
-                )
-            DashboardRollup.objects.bulk_create(rows, batch_size=1000)
+            what = f"compiling the rollup's day {day:%Y-%m-%d}"
+            compiled += contained(logger, what, partial(_compile_day, hours, day), 0)
         planner_rollup.compile_days(before, dirty_days, limit)
-    return len(days)
+    return compiled
+
+
+def _compile_day(hours, day: datetime) -> int:
+    """Write one day's day rows from its ``hours`` rows; returns 1 (a day compiled)."""
+    in_day = hours.filter(hour__gte=day, hour__lt=day + DAY)
+    rows = [DashboardRollup(hour=day, kind=Kind.DAY)]
+    for row in (
+        in_day.exclude(kind=Kind.DURATION)
+        .values("kind", "provider", "model", "dimension", "status")
+        .annotate(**{f"sum_{name}": SUM_OF[name](name) for name in SUMMED})
+        .order_by()
+    ):
+        kind = DAY_KIND[row.pop("kind")]
+        sums = {name: row.pop(f"sum_{name}") for name in SUMMED}
+        rows.append(DashboardRollup(hour=day, kind=kind, **row, **sums))
+    merged: dict[tuple[str, str, str], list] = {}
+    for provider, model, node, steps, histogram in in_day.filter(kind=Kind.DURATION).values_list(
+        "provider", "model", "dimension", "steps", "histogram"
+    ):
+        entry = merged.setdefault((provider, model, node), [0, []])
+        entry[0] += steps
+        entry[1].append(histogram)
+    for (provider, model, node), (steps, hour_histograms) in merged.items():
+        histogram = histograms.merge(hour_histograms)
+        rows.append(
+            DashboardRollup(
+                hour=day,
+                kind=Kind.DURATION_DAY,
+                provider=provider,
+                model=model,
+                dimension=node,
+                steps=steps,
+                histogram={"b": list(histogram), "n": list(histogram.values())},
+            )
+        )
+    DashboardRollup.objects.bulk_create(rows, batch_size=1000)
+    return 1
 
 
 def recompute(hours: Sequence[datetime]) -> bool:
@@ -325,8 +367,8 @@ def _select(
         "GROUP BY t.hour, t.provider, t.model, t.node_id",
         # The calls' own provider and model (a job may call several), as the LLM panels show.
         Kind.LLM: "SELECT j.hour, 'llm', c.provider, c.model, '', '', count(*), "
-        f"count(DISTINCT c.job_id), {no_histogram}, CAST(sum(c.input_tokens) AS BIGINT), "
-        f"CAST(sum(c.output_tokens) AS BIGINT), sum(c.cost) "
+        f"count(DISTINCT c.job_id), {no_histogram}, {database.sql_bounded_sum('c.input_tokens')}, "
+        f"{database.sql_bounded_sum('c.output_tokens')}, sum(c.cost) "
         f"FROM jr j {database.sql_job_rows(call, 'c', 'j', partitioned=False)}"
         f"{named_llm} GROUP BY 1, 3, 4",
     }

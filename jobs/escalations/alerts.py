@@ -8,10 +8,12 @@ resolves when the rule stops holding. At most one unresolved episode per (rule, 
 new trigger, which reopens a resolved escalation and notifies again.
 """
 
+import hashlib
 import logging
 from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
+from functools import partial
 
 from django.db import IntegrityError, transaction
 from django.db.models import Count, Exists, OuterRef, Q
@@ -30,10 +32,14 @@ from jobs.models import (
     FailureGroup,
     Job,
     Step,
+    contained,
 )
 from jobs.replay.state import EscalationTrigger
 
 logger = logging.getLogger(__name__)
+# An alert escalation's node_id names its subject, in at most the column's characters.
+SUBJECT_CHARS = Escalation._meta.get_field("node_id").max_length
+SUBJECT_HASH = 16
 
 Kind = AlertRule.Kind
 RATE_KINDS = frozenset({Kind.PLANNER_DEGRADED_RATE, Kind.FAILURE_CODE_RATE})
@@ -162,29 +168,57 @@ def describe(rule: AlertRule, measurement: Measurement) -> str:
 
 
 def evaluate(now: datetime | None = None) -> Outcome:
-    """Evaluate every rule at ``now`` (default: the current time); returns what changed."""
+    """Evaluate every rule at ``now`` (default: the current time); returns what changed. A rule
+    it cannot evaluate (or a subject it cannot fire for) is logged and skipped, leaving its
+    episodes as they were: the other rules are evaluated (``contained``)."""
     now = now or timezone.now()
     outcome = Outcome(fired=[], resolved=[])
     firing = {(e.rule_id, e.subject): e for e in AlertEpisode.objects.filter(resolved_at=None)}
     for rule in AlertRule.objects.all():
-        held: set[str] = set()
-        if rule.enabled:
-            for measurement in measure(rule, now):
-                if not holds(rule, measurement):
-                    continue
-                held.add(measurement.subject)
-                episode = firing.get((rule.pk, measurement.subject))
-                if episode is None:
-                    episode = _fire(rule, measurement, now)
-                    if episode is not None:
-                        outcome.fired.append(episode)
-                else:
-                    AlertEpisode.objects.filter(pk=episode.pk).update(
-                        value=measurement.value, jobs=measurement.jobs, last_evaluated_at=now
-                    )
-        stopped = [e for (rule_pk, s), e in firing.items() if rule_pk == rule.pk and s not in held]
-        outcome.resolved.extend(_resolve(stopped, now))
+        changed = contained(
+            logger,
+            f"alert rule {rule.pk} ({rule.name})",
+            partial(_evaluate, rule, now, firing),
+            None,
+        )
+        if changed is not None:
+            outcome.fired.extend(changed.fired)
+            outcome.resolved.extend(changed.resolved)
     return outcome
+
+
+def _evaluate(rule: AlertRule, now: datetime, firing: dict) -> Outcome:
+    """One rule's evaluation: fire the subjects that newly hold, resolve those that stopped."""
+    outcome = Outcome(fired=[], resolved=[])
+    held: set[str] = set()
+    if rule.enabled:
+        for measurement in measure(rule, now):
+            if not holds(rule, measurement):
+                continue
+            held.add(measurement.subject)
+            episode = firing.get((rule.pk, measurement.subject))
+            if episode is None:
+                what = f"alert rule {rule.pk} ({rule.name}) firing for {measurement.subject!r}"
+                episode = contained(logger, what, partial(_fire, rule, measurement, now), None)
+                if episode is not None:
+                    outcome.fired.append(episode)
+            else:
+                AlertEpisode.objects.filter(pk=episode.pk).update(
+                    value=measurement.value, jobs=measurement.jobs, last_evaluated_at=now
+                )
+    stopped = [e for (rule_pk, s), e in firing.items() if rule_pk == rule.pk and s not in held]
+    outcome.resolved.extend(_resolve(stopped, now))
+    return outcome
+
+
+def escalation_subject(subject: str) -> str:
+    """The node_id of a subject's escalation: the subject, or where it is longer than that
+    column (a provider and a model of 200 characters each), its start and a hash of the whole,
+    so that each subject still has an escalation of its own."""
+    if len(subject) <= SUBJECT_CHARS:
+        return subject
+    digest = hashlib.sha256(subject.encode("utf-8", "surrogatepass")).hexdigest()[:SUBJECT_HASH]
+    return f"{subject[: SUBJECT_CHARS - SUBJECT_HASH - 1]}…{digest}"
 
 
 def _fire(rule: AlertRule, measurement: Measurement, now: datetime) -> AlertEpisode | None:
@@ -203,16 +237,17 @@ def _fire(rule: AlertRule, measurement: Measurement, now: datetime) -> AlertEpis
                 jobs=measurement.jobs,
                 last_evaluated_at=now,
             )
+            node_id = escalation_subject(measurement.subject)
             trigger = EscalationTrigger(
                 "raised",
-                measurement.subject,
+                node_id,
                 rule.severity,
                 message,
                 f"alert:{rule.pk}:{measurement.subject}:{now.isoformat()}",
                 now,
             )
             existing = Escalation.objects.filter(
-                alert_rule=rule, kind="raised", node_id=measurement.subject
+                alert_rule=rule, kind="raised", node_id=node_id
             ).first()
             escalation = actions.apply_trigger(
                 trigger, job=None, existing=existing, source=f"alert: {rule.name}"

@@ -5,18 +5,21 @@ Whether a job is stalled is decided in one place, ``Job.objects.stalled`` / ``Jo
 (jobs.models); this module turns each stall episode into its escalation trigger.
 """
 
+import logging
 from datetime import datetime, timedelta
+from functools import partial
 
 from django.db import transaction
 from django.db.models import Exists, OuterRef, Q
 from django.utils import timezone
 
 from jobs.escalations.actions import apply_trigger
-from jobs.models import Escalation, Job, Step
+from jobs.models import Escalation, Job, Step, contained
 from jobs.replay import backoff
 from jobs.replay.failures import ResultType, RunStatus
 from jobs.replay.state import EscalationTrigger
 
+logger = logging.getLogger(__name__)
 STALLED = "stalled"
 STALL_BATCH = 200
 STALL_MAX_BATCHES = 50
@@ -83,7 +86,8 @@ def check_stalls(now: datetime | None = None, *, batch_size: int = STALL_BATCH) 
     TRACEVIZ_STALL_AFTER while running, cancelling or paused:transient (DESIGN.md section 4).
 
     Works in bounded batches, longest silence first, and skips in the query the jobs whose
-    current stall episode already opened or reopened their escalation. Returns how many
+    current stall episode already opened or reopened their escalation. A job it cannot handle
+    is logged and skipped (``contained``): every other job is still checked. Returns how many
     escalations it opened or reopened.
     """
     now = now or timezone.now()
@@ -100,7 +104,10 @@ def check_stalls(now: datetime | None = None, *, batch_size: int = STALL_BATCH) 
     page = stalled
     for _ in range(STALL_MAX_BATCHES):
         batch = list(page[:batch_size])
-        changed += sum(_apply_stall(job.pk, now) for job in batch)
+        changed += sum(
+            contained(logger, f"stall check of job {job.pk}", partial(_apply_stall, job.pk, now), 0)
+            for job in batch
+        )
         if len(batch) < batch_size:
             break
         # Keyset: an escalation still open from an earlier episode only records the new one,

@@ -21,7 +21,7 @@ from django.db.models.expressions import RawSQL
 from psycopg.adapt import Loader
 from psycopg.pq import Format
 
-from jobs.models import JSONTextField, json_text
+from jobs.models import BoundedSum, JSONTextField, json_text
 
 POSTGRES = "postgresql"
 
@@ -537,6 +537,11 @@ def sql_hours_since_epoch(column: str) -> str:
     if connection.vendor == POSTGRES:
         return f"(EXTRACT(EPOCH FROM {column}) / 3600)::bigint"
     return f"(CAST(strftime('%%s', {column}) AS INTEGER) / 3600)"
+
+
+def sql_bounded_sum(column: str) -> str:
+    """SUM of an integer column held at the largest 64-bit integer (``models.BoundedSum``)."""
+    return BoundedSum.sql(connection.vendor, column)
 
 
 def sql_json_null() -> str:

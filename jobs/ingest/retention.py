@@ -16,11 +16,15 @@ days the cutoff falls in (and every expired job on SQLite) are deleted row by ro
 
 Everything works in bounded batches of jobs, each under the jobs' ingest locks, so one run never
 holds long locks or a huge transaction, and an event arriving meanwhile either lands before
-its job is looked at (and the job no longer expires) or after (and starts the job afresh).
+its job is looked at (and the job no longer expires) or after (and starts the job afresh). A
+batch that fails goes again one job at a time; a job that fails alone is logged and kept (with
+its day's partitions), and every other job goes (``jobs.models.contained_batch``).
 """
 
+import logging
 from dataclasses import dataclass
 from datetime import UTC, date, datetime, timedelta
+from functools import partial
 
 from django.db import transaction
 from django.db.models import Exists, OuterRef, QuerySet
@@ -28,8 +32,9 @@ from django.utils import timezone
 
 from jobs.ingest import database, failure_groups
 from jobs.ingest.locks import lock_jobs
-from jobs.models import DashboardDirtyHour, Escalation, Event, Job, Step
+from jobs.models import DashboardDirtyHour, Escalation, Event, Job, Step, contained_batch
 
+logger = logging.getLogger(__name__)
 JOB_BATCH = 100
 EVENT_BATCH = 5000
 MAX_BATCHES = 50
@@ -77,23 +82,20 @@ def apply_retention(
             break
         _drop_day(day, today, cutoff, result)
     stale = expired(cutoff).order_by("last_received_at", "pk")
+    failed: set[str] = set()
     for _ in range(max_batches):
-        candidates = list(stale.values_list("job_id", flat=True)[:job_batch])
+        candidates = list(
+            stale.exclude(job_id__in=failed).values_list("job_id", flat=True)[:job_batch]
+        )
         if not candidates:
             break
-        with transaction.atomic():
-            lock_jobs(candidates)
-            job_ids = list(stale.filter(job_id__in=candidates).values_list("job_id", flat=True))
-            # The planner panels count events by their own hour: those hours change too.
-            planner_hours = Event.objects.filter(job_id__in=job_ids).planner_hours()
-            result.events += _delete_events(job_ids, event_batch)
-            doomed = Job.objects.filter(job_id__in=job_ids)
-            DashboardDirtyHour.objects.mark(
-                [*doomed.values_list("started_at", flat=True), *planner_hours]
-            )
-            failure_groups.forget_jobs(sorted(doomed.values_list("pk", flat=True)))
-            doomed.delete_with_steps()
-        result.jobs += len(job_ids)
+        done, unhandled = contained_batch(
+            logger, _jobs_label, candidates, partial(_delete_jobs, stale, event_batch)
+        )
+        failed.update(unhandled)
+        for jobs, events in done:
+            result.jobs += jobs
+            result.events += events
     old_resolved = Escalation.objects.filter(
         job__isnull=True, status=Escalation.Status.RESOLVED, resolved_at__lt=cutoff
     ).order_by("resolved_at", "pk")
@@ -104,6 +106,30 @@ def apply_retention(
         Escalation.objects.filter(pk__in=ids).delete()
         result.escalations += len(ids)
     return result
+
+
+def _jobs_label(job_ids: list[str]) -> str:
+    if len(job_ids) == 1:
+        return f"retention of job {job_ids[0]!r}"
+    return f"retention of {len(job_ids)} jobs ({job_ids[0]!r} to {job_ids[-1]!r})"
+
+
+def _delete_jobs(stale: QuerySet, event_batch: int, candidates: list[str]) -> tuple[int, int]:
+    """Delete those of ``candidates`` that are still expired (``stale``) under their ingest
+    locks, with their events and rows; returns how many jobs and events."""
+    with transaction.atomic():
+        lock_jobs(candidates)
+        job_ids = list(stale.filter(job_id__in=candidates).values_list("job_id", flat=True))
+        # The planner panels count events by their own hour: those hours change too.
+        planner_hours = Event.objects.filter(job_id__in=job_ids).planner_hours()
+        events = _delete_events(job_ids, event_batch)
+        doomed = Job.objects.filter(job_id__in=job_ids)
+        DashboardDirtyHour.objects.mark(
+            [*doomed.values_list("started_at", flat=True), *planner_hours]
+        )
+        failure_groups.forget_jobs(sorted(doomed.values_list("pk", flat=True)))
+        doomed.delete_with_steps()
+    return len(job_ids), events
 
 
 def _delete_events(job_ids: list[str], batch: int) -> int:
@@ -121,20 +147,22 @@ def _drop_day(day: date, today: date, cutoff: datetime, result: RetentionResult)
     the day's partitions with every event and step in them."""
     database.ensure_partitions([today])
     of_day = Job.objects.filter(partition_day=day).order_by("pk")
-    while batch := list(of_day.values_list("job_id", flat=True)[:DAY_JOB_BATCH]):
-        with transaction.atomic():
-            lock_jobs(batch)
-            jobs = Job.objects.filter(job_id__in=batch, partition_day=day)
-            doomed = set(expired(cutoff).filter(pk__in=jobs).values_list("pk", flat=True))
-            kept = list(jobs.exclude(pk__in=doomed).values_list("pk", "job_id"))
-            _move(kept, day, today)
-            gone = Job.objects.filter(pk__in=doomed)
-            DashboardDirtyHour.objects.mark(gone.values_list("started_at", flat=True))
-            failure_groups.forget_jobs(sorted(doomed))
-            # Their steps and events stay until the partitions go (no row-by-row deletes).
-            gone.delete()
-        result.jobs += len(doomed)
-        result.moved += len(kept)
+    failed: set[str] = set()
+    while batch := list(
+        of_day.exclude(job_id__in=failed).values_list("job_id", flat=True)[:DAY_JOB_BATCH]
+    ):
+        done, unhandled = contained_batch(
+            logger, _jobs_label, batch, partial(_empty_day, day, today, cutoff)
+        )
+        failed.update(unhandled)
+        for gone, kept in done:
+            result.jobs += gone
+            result.moved += kept
+    if failed:
+        # Its partitions hold the rows of jobs that are still there: the day stays, and the
+        # next run tries those jobs again.
+        logger.error("retention kept the day %s: %d of its jobs could not go", day, len(failed))
+        return
     with transaction.atomic():
         of_partition = Event.objects.filter(partition_day=day)
         result.events += of_partition.count()
@@ -142,6 +170,23 @@ def _drop_day(day: date, today: date, cutoff: datetime, result: RetentionResult)
         DashboardDirtyHour.objects.mark(of_partition.planner_hours())
         database.drop_partitions(day)
     result.days += 1
+
+
+def _empty_day(day: date, today: date, cutoff: datetime, batch: list[str]) -> tuple[int, int]:
+    """Of these jobs of ``day``, delete the expired ones' Job rows and move the others to
+    ``today``'s partitions; returns how many of each."""
+    with transaction.atomic():
+        lock_jobs(batch)
+        jobs = Job.objects.filter(job_id__in=batch, partition_day=day)
+        doomed = set(expired(cutoff).filter(pk__in=jobs).values_list("pk", flat=True))
+        kept = list(jobs.exclude(pk__in=doomed).values_list("pk", "job_id"))
+        _move(kept, day, today)
+        gone = Job.objects.filter(pk__in=doomed)
+        DashboardDirtyHour.objects.mark(gone.values_list("started_at", flat=True))
+        failure_groups.forget_jobs(sorted(doomed))
+        # Their steps and events stay until the partitions go (no row-by-row deletes).
+        gone.delete()
+    return len(doomed), len(kept)
 
 
 def _move(jobs: list[tuple[int, str]], day: date, today: date) -> None:

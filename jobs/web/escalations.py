@@ -312,7 +312,9 @@ def alert_subject(escalation: Escalation, now: datetime) -> AlertSubject | None:
         since = episode.firing_since - timedelta(minutes=rule.window_minutes)
         params.append(("since", iso(since)))
         params.append(("until", iso(episode.resolved_at or now)))
-    return AlertSubject(label=label, value=escalation.node_id, jobs_url="/?" + urlencode(params))
+    # The episode names the whole subject; the escalation's node_id may be cut to its column.
+    subject = episode.subject if episode is not None else escalation.node_id
+    return AlertSubject(label=label, value=subject, jobs_url="/?" + urlencode(params))
 
 
 def _detail_context(request, escalation: Escalation, *, error: str = "", note: str = "") -> dict:
