@@ -82,6 +82,8 @@ QUERY_NAMES = [
 PAGES = [
     "/",
     "/dashboard/",
+    "/failures/",
+    "/failures/{job}/",
     "/escalations/",
     "/escalations/{esc}/",
     "/jobs/{job}/",
@@ -108,6 +110,33 @@ ODD_AUTHORIZATION = [
     "Token abc",
 ]
 ACTIONS = ["acknowledge", "resolve", "reopen", "unassign", "..", "x" * 300]
+# Issue 34's causes of a 500, each as its request: session cookies with an escaped NUL (any
+# page, the login page, the read API even with a token), escalation ids past any row (assign,
+# bulk, detail), numbers past every row on the job page, and attempts out of bounds on types
+# that do not use them.
+ODD_COOKIES = [
+    'sessionid="a\\000b"',
+    'sessionid="abcdefgh\\000ijklmnop"',
+    'sessionid="\\377\\376abcdefgh"',
+    'csrftoken="a\\000b"',
+]
+COOKIE_PAGES = ["/", "/accounts/login/", "/api/v1/jobs", "/escalations/", "/jobs/{job}/"]
+ODD_ROW_IDS = ["9" * 20, "9" * 5000, "²", "١٢"]
+JOB_PAGE_QUERIES = [
+    "more=steps&from=1e%2B30",
+    f"more=steps&from={10**30}",
+    f"more=waterfall&from={10**30}",
+    f"more=narrative&from={10**30}",
+    f"more=steps&from=0&to={'9' * 5000}",
+    "more=steps&from=0&to=%C2%B2",
+    f"rows={10**30}",
+    "rows=1e%2B30",
+    f"first={10**30}",
+    "first=%C2%B2",
+    "step=n1:%C2%B2",
+    f"step=n1:{'9' * 5000}",
+]
+ODD_ATTEMPTS = [2**62, True, 0, "2"]
 
 
 def auth_headers(role: str, world: dict) -> dict:
@@ -233,6 +262,17 @@ def ingest_bodies() -> list[tuple[str, str, bytes, dict]]:
         bodies.append(
             (f"seq={value[:20]!r}", "application/json", json.dumps(event(seq=value)).encode(), {})
         )
+    for event_type in ("job_started", "cancel_requested", "job_finished", "custom.thing"):
+        for attempt in ODD_ATTEMPTS:
+            body = event(type=event_type, payload={"attempt": attempt, "status": "completed"})
+            bodies.append(
+                (
+                    f"{event_type} payload.attempt={attempt!r}",
+                    "application/json",
+                    json.dumps([event(job_id="fz-ok"), body]).encode(),
+                    {},
+                )
+            )
     return bodies
 
 
@@ -259,6 +299,20 @@ def otlp_bodies() -> list[tuple[str, str, bytes, dict]]:
         node = child
     bodies = [
         ("otlp deep attributes", "application/json", deep_json(span, deep), {}),
+        *(
+            (
+                f"otlp {name} as JSON nested {depth} deep",
+                "application/json",
+                span(
+                    spanId="b7ad6b7169203332",
+                    parentSpanId="b7ad6b7169203331",
+                    attributes=[{"key": name, "value": {"stringValue": nested(depth)}}],
+                ).encode(),
+                {},
+            )
+            for name in ("traceviz.payload_results", "traceviz.context", "input.value")
+            for depth in (500, 5000)
+        ),
         ("otlp not protobuf", "application/x-protobuf", b"\xff\x00garbage", {}),
         ("otlp not json", "application/json", b"{", {}),
         ("otlp empty", "application/json", b"{}", {}),
@@ -304,6 +358,36 @@ def hand_made(world: dict) -> list[tuple[str, str, str, bytes, dict, str]]:
                     segment = value if value in RAW_SEGMENTS else q(value)
                     hostile = page.replace("{job}", segment).replace("{esc}", esc)
                     cases.append((f"GET {page} hostile id", "GET", hostile, b"", auth, role))
+        for cookie in ODD_COOKIES:
+            for page in COOKIE_PAGES:
+                path = page.replace("{job}", job)
+                header = {**auth, "Cookie": cookie}
+                cases.append((f"GET {page} odd cookie", "GET", path, b"", header, role))
+        for query in JOB_PAGE_QUERIES:
+            for extra in ({}, {"HX-Request": "true"}):
+                path = f"/jobs/{job}/?{query}"
+                label = f"GET /jobs/<id>/?{query[:24]}"
+                cases.append((label, "GET", path, b"", {**auth, **extra}, role))
+        form = {**auth, "Content-Type": "application/x-www-form-urlencoded"}
+        for raw_id in ODD_ROW_IDS:
+            segment = q(raw_id)
+            cases.append(
+                ("GET /escalations/<odd id>/", "GET", f"/escalations/{segment}/", b"", auth, role)
+            )
+            for action in ("assign", "acknowledge"):
+                path = f"/escalations/{segment}/{action}/"
+                cases.append(
+                    (f"POST /escalations/<odd id>/{action}/", "POST", path, b"", form, role)
+                )
+            data = urlencode({"assignee": raw_id}).encode()
+            path = f"/escalations/{esc}/assign/"
+            cases.append(("POST /escalations/<id>/assign/ odd id", "POST", path, data, form, role))
+            data = urlencode(
+                {"ids": [esc, raw_id], "action": "acknowledge", "confirm": "1"}, doseq=True
+            ).encode()
+            cases.append(
+                ("POST /escalations/bulk/ odd id", "POST", "/escalations/bulk/", data, form, role)
+            )
         for value in ODD_AUTHORIZATION:
             header = {**auth, "Authorization": value}
             for page in ("/metrics", "/api/v1/jobs", "/api/v1/events"):
@@ -316,7 +400,6 @@ def hand_made(world: dict) -> list[tuple[str, str, str, bytes, dict, str]]:
         for label, content_type, body, extra in otlp_bodies():
             headers = {**auth, "Content-Type": content_type, **extra}
             cases.append((f"POST /v1/traces {label}", "POST", "/v1/traces", body, headers, role))
-        form = {**auth, "Content-Type": "application/x-www-form-urlencoded"}
         for value in HOSTILE:
             raw = value.encode("utf-8", "surrogatepass")
             for action in ACTIONS:

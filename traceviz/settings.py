@@ -81,6 +81,8 @@ INSTALLED_APPS = [
 MIDDLEWARE = [
     "django.middleware.security.SecurityMiddleware",
     "whitenoise.middleware.WhiteNoiseMiddleware",
+    # A cookie holding a NUL is dropped before the session and CSRF middleware read it.
+    "traceviz.bad_requests.NulInCookiesMiddleware",
     "django.contrib.sessions.middleware.SessionMiddleware",
     "django.middleware.common.CommonMiddleware",
     "django.middleware.csrf.CsrfViewMiddleware",
@@ -92,7 +94,7 @@ MIDDLEWARE = [
     "csp.middleware.CSPMiddleware",
     # A lost database answers 503 with Retry-After (views; handler500 covers the rest).
     "traceviz.outage.DatabaseOutageMiddleware",
-    "traceviz.bad_requests.NulInQueryMiddleware",
+    "traceviz.bad_requests.NulInRequestMiddleware",
     # Last, as django-axes asks: it turns a locked-out sign-in into the lockout response.
     "axes.middleware.AxesMiddleware",
 ]

@@ -489,6 +489,20 @@ def nesting_depth(value: Any, limit: int = MAX_PAYLOAD_DEPTH) -> int:
     return deepest
 
 
+def loads_within_depth(text: str, limit: int = MAX_PAYLOAD_DEPTH) -> Any:
+    """The JSON value ``text`` holds, or None when it is not JSON or its objects and arrays
+    nest over ``limit`` deep: such a value, stored, could not be read back (the JSON writers
+    of the columns and the API give up at a few hundred levels, Python's parser near a
+    thousand). The caller keeps the text itself instead."""
+    try:
+        value = json.loads(text)
+    except (ValueError, RecursionError):
+        return None
+    if text.count("{") + text.count("[") > limit and nesting_depth(value, limit) > limit:
+        return None
+    return value
+
+
 def validate(item: Any, check_text: bool = True) -> tuple[Event | None, list[FieldError]]:
     """Validate one decoded item: an ``Event`` and no errors, or None and its field errors.
 

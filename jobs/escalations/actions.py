@@ -271,8 +271,19 @@ def reopen(escalation: Escalation, user, note: str = "") -> None:
     _notify(escalation, "reopened")
 
 
+def note_problem(note: str) -> str | None:
+    """Why ``note`` cannot be kept with an action (None when it can): notes are stored as text,
+    which holds no NUL."""
+    if "\x00" in note:
+        return "A note may not contain NUL characters"
+    return None
+
+
 def apply_action(action: str, escalation: Escalation, user, note: str = "") -> None:
-    """Run a status-changing action by name (the bulk form and the action views share this)."""
+    """Run a status-changing action by name (the bulk form and the action views share this).
+    ActionError for a note that cannot be kept (``note_problem``)."""
+    if problem := note_problem(note):
+        raise ActionError(problem)
     if action == "acknowledge":
         acknowledge(escalation, user, note)
     elif action == "resolve":

@@ -16,6 +16,8 @@ from typing import Any
 
 from genai_prices import Usage, calc_price
 
+from jobs.contract.events import loads_within_depth
+
 OPENINFERENCE_KIND = "openinference.span.kind"
 # OpenInference's span kinds, and what gen_ai.operation.name says, as one vocabulary.
 KIND_BY_OPENINFERENCE = {
@@ -333,10 +335,7 @@ def gen_ai_slots(attrs: dict[str, Any]) -> Slots:
 
 def _json_list(value: Any) -> list:
     if isinstance(value, str):
-        try:
-            value = json.loads(value)
-        except ValueError:
-            return []
+        value = loads_within_depth(value)
     return value if isinstance(value, list) else []
 
 

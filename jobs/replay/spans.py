@@ -23,14 +23,21 @@ First match wins, and an explicit ``traceviz.*`` attribute always beats an infer
 a live trace's new spans onto that summary when it can show the whole trace would give the same.
 """
 
-import json
 import re
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
-from jobs.contract.events import MAX_ID_CHARS, Event, parse_timestamp, truncate_text
+from jobs.contract.events import (
+    MAX_ID_CHARS,
+    MAX_PAYLOAD_DEPTH,
+    Event,
+    loads_within_depth,
+    nesting_depth,
+    parse_timestamp,
+    truncate_text,
+)
 from jobs.replay import calls as call_data
 from jobs.replay import content
 from jobs.replay.failures import ResultType
@@ -291,10 +298,7 @@ def _is_explicit_step(span: SpanView) -> bool:
 def _is_langgraph_node(span: SpanView) -> bool:
     metadata = span.attrs.get("metadata")
     if isinstance(metadata, str) and "langgraph_node" in metadata:
-        try:
-            metadata = json.loads(metadata)
-        except ValueError:
-            return False
+        metadata = loads_within_depth(metadata)
     return isinstance(metadata, dict) and metadata.get("langgraph_node") == span.name
 
 
@@ -483,11 +487,12 @@ def step_events(
 
 
 def _json_object(value: Any) -> dict | None:
+    """An object, as the attribute carries it or as JSON text; None for anything else, and for
+    an object nested too deep to store and read back (the attribute keeps it as text)."""
     if isinstance(value, str):
-        try:
-            value = json.loads(value)
-        except ValueError:
-            return None
+        value = loads_within_depth(value)
+    elif isinstance(value, dict) and nesting_depth(value) > MAX_PAYLOAD_DEPTH:
+        return None
     return value if isinstance(value, dict) else None
 
 

@@ -32,10 +32,12 @@ from jobs.replay import backoff
 from jobs.replay.failures import RunStatus
 from jobs.web import access
 from jobs.web.access import get_escalation_for_user
-from jobs.web.rendering import in_display_time_zone, step_query, wants_fragment
+from jobs.web.rendering import bounded_int, in_display_time_zone, step_query, wants_fragment
 
 Status = Escalation.Status
 PAGE_SIZE = 50
+# Row ids are 64-bit: a longer number names no row.
+MAX_ROW_ID = 2**63 - 1
 # The queue's order within a status: the most severe first.
 SEVERITY_ORDER = (
     Escalation.Severity.CRITICAL,
@@ -439,9 +441,7 @@ def escalation_assign(request, escalation_id: int):
         elif raw == "":
             assignee = None
         else:
-            assignee = (
-                _support_users().filter(pk=int(raw) if is_ascii_number(raw) else None).first()
-            )
+            assignee = _support_users().filter(pk=bounded_int(raw, MAX_ROW_ID)).first()
             if assignee is None:
                 return _action_response(
                     request, escalation, error="Assign to someone in the support group"
@@ -472,6 +472,8 @@ def bulk_plan(action: str, selected: list[Escalation], note: str) -> tuple[list[
         return [], "Select at least one escalation"
     if action == "resolve" and not note.strip():
         return [], "A resolution needs a note: say what was done or why nothing is needed"
+    if problem := actions.note_problem(note):
+        return [], problem
     items = [
         BulkItem(
             escalation,
@@ -487,18 +489,13 @@ def bulk_plan(action: str, selected: list[Escalation], note: str) -> tuple[list[
     return items, ""
 
 
-def is_ascii_number(raw: str) -> bool:
-    """Whether ``raw`` is a row id as forms send it: ASCII digits only (``str.isdigit`` also
-    accepts '²' and '١٢', which ``int`` refuses or reads as another id)."""
-    return raw.isascii() and raw.isdecimal()
-
-
 def _selected_ids(request) -> list[int] | None:
-    """The selected escalation ids, or None when one of them is not an id."""
-    raw_ids = request.POST.getlist("ids")
-    if not all(is_ascii_number(raw) for raw in raw_ids):
+    """The selected escalation ids, or None when one of them is not an id (ASCII digits of a
+    64-bit row id: ``int`` also reads '²' or '١٢')."""
+    ids = [bounded_int(raw, MAX_ROW_ID) for raw in request.POST.getlist("ids")]
+    if None in ids:
         return None
-    return sorted({int(raw) for raw in raw_ids})[:BULK_MAX]
+    return sorted(set(ids))[:BULK_MAX]
 
 
 @require_POST

@@ -355,10 +355,7 @@ def _window(request, name: str = "rows") -> int:
 
 
 def _more_from(request) -> int:
-    try:
-        return max(int(request.GET.get("from", 0)), 0)
-    except ValueError:
-        return 0
+    return step_list.parse_offset(request.GET.get("from")) or 0
 
 
 def _more_links(request, part: str, end: int, total: int, step_key: str) -> dict:

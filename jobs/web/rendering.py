@@ -35,9 +35,24 @@ def step_query(node_id: str, attempt: int) -> str:
     return f"step={quote(node_id, safe='')}:{attempt}"
 
 
+# The largest attempt a Step row holds (a 32-bit column).
+MAX_STEP_ATTEMPT = 2**31 - 1
+
+
+def bounded_int(raw: str | None, largest: int) -> int | None:
+    """A non-negative integer written in ASCII digits, at most ``largest``; None for anything
+    else. ``int`` alone also reads '²' (refused) or '١٢' (another number) and refuses past
+    4,300 digits, and an offset or id past 64 bits fails the query it goes into."""
+    if raw is None or not (raw.isascii() and raw.isdecimal()) or len(raw) > len(str(largest)):
+        return None
+    value = int(raw)
+    return value if value <= largest else None
+
+
 def parse_step_key(raw: str) -> tuple[str, int] | None:
     """``node:attempt`` split at the last colon (node ids may contain colons); None if malformed."""
     node_id, sep, attempt = raw.rpartition(":")
-    if not sep or not node_id or not attempt.isdigit():
+    number = bounded_int(attempt, MAX_STEP_ATTEMPT)
+    if not sep or not node_id or number is None:
         return None
-    return node_id, int(attempt)
+    return node_id, number

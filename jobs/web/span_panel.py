@@ -11,6 +11,7 @@ from typing import Any
 
 from django.urls import reverse
 
+from jobs.contract.events import loads_within_depth
 from jobs.models import Call, Job, Step
 from jobs.web.narrative import format_duration_ms
 
@@ -132,12 +133,13 @@ def _io(value: Any) -> dict[str, str] | None:
 
 def _pretty_text(value: Any) -> str:
     if isinstance(value, str):
-        try:
-            value = json.loads(value)
-        except ValueError:
-            return value
-        if isinstance(value, str):
-            return value
+        parsed = loads_within_depth(value)
+        if isinstance(parsed, str):
+            return parsed
+        if parsed is None:
+            # JSON's null; else not JSON, or nested too deep to print: the text as it came.
+            return "" if value.strip() == "null" else value
+        value = parsed
     if value is None:
         return ""
     return json.dumps(value, indent=2, ensure_ascii=False, sort_keys=True, default=str)

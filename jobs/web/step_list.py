@@ -10,6 +10,9 @@ from django.utils.http import urlencode
 from jobs.replay.failures import Segment
 
 ROWS_WINDOW = 200
+# The largest row offset a URL gives: past the end of every list, and still a 64-bit OFFSET
+# with a window added.
+MAX_OFFSET = 2**62
 # Rows kept above the selected step when the window opens around it (context, and the step is
 # not the list's very first line).
 ROWS_BEFORE_SELECTED = 20
@@ -69,10 +72,14 @@ def parse_filter(query) -> tuple[StepFilter, StepFilterForm]:
 
 
 def parse_offset(raw: str | None) -> int | None:
-    """A non-negative row offset from the query, None when absent or not a number."""
-    if raw is None or not raw.strip().isdigit():
+    """A non-negative row offset in ASCII digits, held at MAX_OFFSET (past every row: SQL's
+    OFFSET is 64-bit, and ``int`` refuses past 4,300 digits); None when absent or not one."""
+    if raw is None:
         return None
-    return int(raw)
+    raw = raw.strip()
+    if not (raw.isascii() and raw.isdecimal()):
+        return None
+    return MAX_OFFSET if len(raw) > len(str(MAX_OFFSET)) else min(int(raw), MAX_OFFSET)
 
 
 def window_start(total: int, selected_index: int | None, first: int | None, size: int) -> int:

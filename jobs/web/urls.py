@@ -23,7 +23,7 @@ class JobIdConverter:
     """A job id in a path: any text but NUL, slashes and newlines included, so that reversing
     the URL of any stored job id works (``path``'s ``.+`` stops at a newline, and a job stored
     before ingest refused such ids would break every page that links it). A NUL, which no
-    database text holds, matches no URL: a 404."""
+    database text holds, never gets here: a path with one is a 400 (traceviz.bad_requests)."""
 
     regex = "[^\\x00]+"
 

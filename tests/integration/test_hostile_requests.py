@@ -91,11 +91,6 @@ def test_stored_bad_job_id_keeps_every_page_working(engineer, job_id):
     assert response.context["job"].job_id == job_id
 
 
-@pytest.mark.parametrize("path", ["/jobs/a%00b/", "/jobs/a%00b/events.json", "/api/v1/jobs/a%00b"])
-def test_nul_in_a_job_id_path_is_a_404(engineer, path):
-    assert engineer.get(path).status_code == 404
-
-
 @pytest.mark.parametrize(
     "path",
     [
@@ -278,3 +273,131 @@ def test_outage_outside_a_view_answers_503_and_other_errors_500(rf):
     except KeyError:
         response = server_error(rf.get("/dashboard/"))
     assert response.status_code == 500
+
+
+# --- issue 34: cookies, paths, ids, offsets and nesting that cost a 500 -----------------------
+
+NUL_SESSION_COOKIES = ['sessionid="a\\000b"', 'sessionid="abcdefgh\\000ijklmnop"']
+
+
+@pytest.mark.parametrize("cookie", NUL_SESSION_COOKIES)
+def test_a_session_cookie_with_a_nul_counts_as_no_session(db, ingest_token, cookie):
+    client = Client(raise_request_exception=False)
+    client.cookies.load(cookie)
+    assert "\x00" in client.cookies["sessionid"].value
+    assert client.get("/").status_code == 302
+    assert client.get("/accounts/login/").status_code == 200
+    response = client.get("/api/v1/jobs", HTTP_AUTHORIZATION=f"Bearer {ingest_token}")
+    assert response.status_code == 200
+    login = user("cookie-user", "operator")
+    signed_in = client.post(
+        "/accounts/login/", {"username": login.username, "password": "pw-traceviz-1"}
+    )
+    assert signed_in.status_code == 302
+    assert client.get("/").status_code == 200
+
+
+@pytest.mark.parametrize(
+    "path", ["/failures/a%00b/", "/jobs/a%00b/", "/jobs/a%00b/events.json", "/api/v1/jobs/a%00b"]
+)
+def test_nul_in_a_path_is_a_400(engineer, path):
+    response = engineer.get(path)
+    assert response.status_code == 400
+    assert b"NUL" in response.content
+
+
+@pytest.mark.parametrize("action", ["acknowledge", "resolve"])
+def test_nul_in_an_escalation_note_is_a_form_error(engineer, action):
+    escalation = _escalation()
+    response = engineer.post(f"/escalations/{escalation.pk}/{action}/", {"note": "fixed\x00it"})
+    assert response.status_code == 400
+    assert b"NUL" in response.content
+    escalation.refresh_from_db()
+    assert (escalation.status, escalation.entries.count()) == ("open", 1)
+
+
+def test_nul_in_a_bulk_note_is_a_form_error(engineer):
+    escalation = _escalation()
+    response = engineer.post(
+        "/escalations/bulk/",
+        {"action": "resolve", "ids": [str(escalation.pk)], "note": "a\x00b", "confirm": "1"},
+        HTTP_HX_REQUEST="true",
+    )
+    assert response.status_code == 200
+    assert b"A note may not contain NUL characters" in response.content
+    escalation.refresh_from_db()
+    assert escalation.status == "open"
+
+
+@pytest.mark.parametrize("raw", ["9" * 5000, "9" * 20, "²"])
+def test_an_assignee_past_any_row_id_is_a_400(engineer, raw):
+    escalation = _escalation()
+    response = engineer.post(f"/escalations/{escalation.pk}/assign/", {"assignee": raw})
+    assert response.status_code == 400
+    escalation.refresh_from_db()
+    assert escalation.assignee is None
+
+
+@pytest.mark.parametrize("raw", ["9" * 5000, "9" * 20])
+def test_a_bulk_id_past_any_row_id_is_a_400(engineer, raw):
+    escalation = _escalation()
+    response = engineer.post(
+        "/escalations/bulk/",
+        {"action": "acknowledge", "ids": [str(escalation.pk), raw], "confirm": "1"},
+    )
+    assert response.status_code == 400
+    escalation.refresh_from_db()
+    assert escalation.status == "open"
+
+
+@pytest.mark.parametrize("raw", ["9" * 5000, "9" * 20, "%C2%B2"])
+@pytest.mark.parametrize("suffix", ["", "assign/", "acknowledge/"])
+def test_an_escalation_path_id_past_any_row_id_is_a_404(engineer, raw, suffix):
+    _escalation()
+    method = engineer.post if suffix else engineer.get
+    assert method(f"/escalations/{raw}/{suffix}").status_code == 404
+
+
+@pytest.mark.parametrize(
+    "query",
+    [
+        "more=steps&from=1e%2B30",
+        f"more=steps&from={10**30}",
+        f"more=waterfall&from={10**30}",
+        f"more=narrative&from={10**30}",
+        f"more=steps&from=0&to={'9' * 5000}",
+        "more=steps&from=0&to=%C2%B2",
+        f"rows={10**30}",
+        "rows=1e%2B30",
+        "first=%C2%B2",
+        f"first={10**30}",
+        "step=n1:%C2%B2",
+        f"step=n1:{'9' * 5000}",
+    ],
+)
+def test_numbers_past_any_row_in_a_job_page_query_answer_the_page(engineer, query):
+    store([started("n1", "j1", 0), finished("n1", "success", "j1", 1)])
+    for headers in ({}, {"HTTP_HX_REQUEST": "true"}):
+        response = engineer.get(f"/jobs/j1/?{query}", **headers)
+        assert response.status_code in (200, 404), (query, headers)
+
+
+@pytest.mark.parametrize("depth", [500, 5000])
+def test_a_json_attribute_nested_too_deep_is_kept_as_text_and_the_job_reads_back(engineer, depth):
+    from tests.otlp_spans import attrs, root, span, store_spans
+
+    deep = '{"a":' * depth + "1" + "}" * depth
+    store_spans(root(), span(attributes=attrs(traceviz__payload_results=deep, input__value=deep)))
+    job = Job.objects.get()
+    (step,) = job.steps.all()
+    assert step.payload_results == {}
+    if len(deep) < 16 * 1024:  # longer, the mapping cuts the span's attributes
+        assert step.span["attributes"]["traceviz.payload_results"] == deep
+    response = engineer.get(f"/api/v1/jobs/{job.job_id}")
+    assert response.status_code == 200
+    assert response.json()["steps"][0]["node_id"] == "fetch"
+    assert engineer.get(f"/jobs/{job.job_id}/?step=fetch:1").status_code == 200
+    assert engineer.get(f"/jobs/{job.job_id}/events.json").status_code == 200
+    # The step's input is shown as the text it came as.
+    panel = engineer.get(f"/jobs/{job.job_id}/?step=fetch:1", HTTP_HX_REQUEST="true")
+    assert escape(deep[:60]).encode() in panel.content

@@ -489,3 +489,19 @@ def test_non_finite_literals_are_not_json(literal):
         400,
         f"body is not JSON: {literal.decode()} is not valid JSON",
     )
+
+
+@pytest.mark.parametrize(
+    ("depth", "readable"), [(1, True), (64, True), (65, False), (500, False), (100_000, False)]
+)
+def test_json_text_is_read_only_within_the_payload_depth(depth, readable):
+    text = '{"a":' * (depth - 1) + "[1]" + "}" * (depth - 1)
+    value = events.loads_within_depth(text)
+    assert (value is not None) == readable
+    if readable:
+        assert events.nesting_depth(value) == depth
+
+
+@pytest.mark.parametrize("text", ["{not json", "", "[" * 10])
+def test_text_that_is_not_json_reads_as_none(text):
+    assert events.loads_within_depth(text) is None
