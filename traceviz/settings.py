@@ -81,6 +81,8 @@ INSTALLED_APPS = [
 MIDDLEWARE = [
     "django.middleware.security.SecurityMiddleware",
     "whitenoise.middleware.WhiteNoiseMiddleware",
+    # Every answer after whitenoise's static files: private, no-store.
+    "traceviz.cache_control.PrivateNoStoreMiddleware",
     # A cookie holding a NUL is dropped before the session and CSRF middleware read it.
     "traceviz.bad_requests.NulInCookiesMiddleware",
     "django.contrib.sessions.middleware.SessionMiddleware",
