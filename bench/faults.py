@@ -5,9 +5,10 @@
     500) while it is down, the producers recover, and afterwards every acknowledged event is
     stored exactly once and every job's rows equal its replay.
 (b) Redis (the Celery broker) is stopped and started during a run, with a Celery worker and an
-    escalation webhook (a local http.server that counts deliveries per notification id):
-    ingest keeps accepting, and after the broker is back and the outbox sweep has run, every
-    notification is delivered exactly once.
+    escalation webhook (a local http.server that counts deliveries per notification id, and
+    drops a resend whose Idempotency-Key it has processed, as a receiver should): ingest keeps
+    accepting, and after the broker is back and the outbox sweep has run, every notification
+    is delivered exactly once as the receiver sees it.
 (c) The worker process running a delivery is killed (SIGKILL) while the webhook holds the
     request unanswered: the task message is redelivered (acks late) and runs again, and the
     notification is delivered once, after its lease lapses.
@@ -171,14 +172,19 @@ def redis_outage(seconds: float) -> tuple[float, float]:
 
 
 class Webhook(ThreadingHTTPServer):
-    """Counts deliveries per notification id. While ``hold`` is set, the next request is read
-    and then left unanswered until ``release`` (and not counted: nothing was processed)."""
+    """Counts deliveries per notification id as a receiver processes them: a POST whose
+    Idempotency-Key (the notification id) it has processed before is dropped, and counted in
+    ``resent`` (traceviz sends again when it could not record an outcome); one without the key
+    is processed every time. While ``hold`` is set, the next request is read and then left
+    unanswered until ``release`` (and not counted: nothing was processed)."""
 
     daemon_threads = True
 
     def __init__(self):
         super().__init__(("127.0.0.1", 0), WebhookHandler)
         self.deliveries: Counter = Counter()
+        self.resent: Counter = Counter()
+        self.processed_keys: set[str] = set()
         self.lock = threading.Lock()
         self.hold = threading.Event()
         self.held = threading.Event()
@@ -201,8 +207,14 @@ class WebhookHandler(BaseHTTPRequestHandler):
             server.release.wait(timeout=120)
             self.close_connection = True
             return  # no answer: the sender died waiting; the request was never processed
+        key = self.headers.get("Idempotency-Key")
         with server.lock:
-            server.deliveries[body["notification_id"]] += 1
+            if key is not None and key in server.processed_keys:
+                server.resent[body["notification_id"]] += 1
+            else:
+                if key == str(body["notification_id"]):
+                    server.processed_keys.add(key)
+                server.deliveries[body["notification_id"]] += 1
         self.send_response(200)
         self.send_header("Content-Length", "0")
         self.end_headers()
@@ -329,16 +341,19 @@ def sweep_until_settled(seconds: float) -> bool:
     return False
 
 
-def delivery_report(webhook: Webhook) -> tuple[int, int, int, int]:
+def delivery_report(webhook: Webhook) -> tuple[int, int, int, int, int]:
+    """Notifications, then those the receiver processed once, more than once, never, and the
+    resends it dropped by their Idempotency-Key."""
     from jobs.models import Notification
 
     ids = list(Notification.objects.filter(channel="webhook").values_list("pk", flat=True))
     with webhook.lock:
         counts = dict(webhook.deliveries)
+        resent = sum(webhook.resent.values())
     once = sum(1 for pk in ids if counts.get(pk) == 1)
     twice = sum(1 for pk in ids if counts.get(pk, 0) > 1)
     never = sum(1 for pk in ids if pk not in counts)
-    return len(ids), once, twice, never
+    return len(ids), once, twice, never, resent
 
 
 def scenario_broker(args, url: str, token: str, webhook: Webhook) -> bool:
@@ -349,10 +364,11 @@ def scenario_broker(args, url: str, token: str, webhook: Webhook) -> bool:
     stats, elapsed, window = load_with_outage(args, url, token, redis_outage, "brokerfault")
     print_load(stats, elapsed, window, "broker")
     settled = sweep_until_settled(180)
-    total, once, twice, never = delivery_report(webhook)
+    total, once, twice, never, resent = delivery_report(webhook)
     print(
         f"  notifications: {total}; delivered once: {once}, more than once: {twice}, "
-        f"never: {never} (outbox settled: {settled})"
+        f"never: {never}; resends dropped by their Idempotency-Key: {resent} "
+        f"(outbox settled: {settled})"
     )
     return settled and twice == 0 and never == 0
 

@@ -7,6 +7,13 @@ changed exactly one row, so two workers never send the same notification at once
 attempt number fences the outcome: a worker whose lease lapsed while it was stuck cannot record
 over the worker that took the row after it. Failures are retried on the source 003 backoff up
 to TRACEVIZ_NOTIFY_MAX_ATTEMPTS, then the row is marked failed; every error is kept on the row.
+
+Exactly once, as the receiver sees it: an attempt's outcome is recorded after the destination
+answered, so a worker killed, or a database lost, between the two leaves the row claimed with
+no outcome; once its lease lapses the notification is sent again (it may never have arrived).
+Every attempt carries the same key, the notification id: the webhook's ``Idempotency-Key``
+header (and the body's ``notification_id``), the email's ``Message-ID``. A receiver that drops
+a key it has processed sees each notification once, and the row says it was sent again.
 """
 
 import json
@@ -20,9 +27,9 @@ from datetime import datetime, timedelta
 
 from celery import current_app
 from django.conf import settings
-from django.core.mail import send_mail
+from django.core.mail import EmailMessage
 from django.db import transaction
-from django.db.models import F, Q
+from django.db.models import Case, F, Q, TextField, Value, When
 from django.utils import timezone
 
 from jobs.models import Notification
@@ -37,6 +44,10 @@ DELIVER_TASK = "jobs.tasks.deliver_notification"
 # behind the one that scheduled it; it still counts as due.
 CLAIM_SLACK = timedelta(seconds=2)
 ERROR_CHARS = 2000
+UNRECORDED = (
+    "the previous attempt ended without recording whether it was delivered (its worker stopped "
+    "or lost the database): sent again with the same Idempotency-Key"
+)
 
 
 class DeliveryError(Exception):
@@ -85,11 +96,17 @@ def claimable(now: datetime) -> Q:
 
 def claim(notification_id: int, now: datetime) -> int | None:
     """Take the row for one delivery attempt. Returns the attempt number (1-based), or None
-    when the row is gone, delivered, failed, not due, or held by another worker."""
+    when the row is gone, delivered, failed, not due, or held by another worker. Taking a row
+    whose last attempt never recorded an outcome says so on the row."""
     claimed = Notification.objects.filter(claimable(now), pk=notification_id).update(
         status=Status.SENDING,
         lease_until=now + settings.TRACEVIZ_NOTIFY_LEASE,
         attempts=F("attempts") + 1,
+        last_error=Case(
+            When(status=Status.SENDING, then=Value(UNRECORDED)),
+            default=F("last_error"),
+            output_field=TextField(),
+        ),
     )
     if claimed != 1:
         return None
@@ -177,12 +194,19 @@ def send(notification: Notification) -> None:
         if not recipients:
             raise DeliveryError("no TRACEVIZ_ESCALATION_EMAILS configured any more")
         subject, body = email_message(notification)
-        send_mail(subject, body, settings.DEFAULT_FROM_EMAIL, recipients, fail_silently=False)
+        EmailMessage(
+            subject,
+            body,
+            settings.DEFAULT_FROM_EMAIL,
+            recipients,
+            headers={"Message-ID": message_id(notification)},
+        ).send(fail_silently=False)
     elif notification.channel == Channel.WEBHOOK:
         url = settings.TRACEVIZ_ESCALATION_WEBHOOK_URL
         if not url:
             raise DeliveryError("no TRACEVIZ_ESCALATION_WEBHOOK_URL configured any more")
-        post_json(url, webhook_body(notification), settings.TRACEVIZ_WEBHOOK_TIMEOUT)
+        body = webhook_body(notification)
+        post_json(url, body, settings.TRACEVIZ_WEBHOOK_TIMEOUT, key=str(notification.pk))
     else:
         raise DeliveryError(f"unknown channel {notification.channel!r}")
 
@@ -236,6 +260,13 @@ def email_message(notification: Notification) -> tuple[str, str]:
     return subject, body
 
 
+def message_id(notification: Notification) -> str:
+    """The email's Message-ID: the same for every attempt of the notification, so a mail
+    reader can tell a resend from a new message."""
+    host = urllib.parse.urlsplit(settings.TRACEVIZ_SITE_URL).hostname or "traceviz"
+    return f"<traceviz-notification-{notification.pk}@{host}>"
+
+
 def escalation_url(escalation) -> str:
     """The escalation's page, absolute (TRACEVIZ_SITE_URL): a notification is read outside the
     site, where a path alone leads nowhere."""
@@ -254,15 +285,20 @@ WEBHOOK_OPENER = urllib.request.build_opener(RefuseRedirects)
 WEBHOOK_SCHEMES = ("http", "https")
 
 
-def post_json(url: str, body: dict, timeout: float) -> None:
-    """POST ``body`` as JSON to an http or https URL; any answer other than 2xx raises, and so
-    does a redirect (never followed) or another scheme (file:, ftp: are never opened)."""
+def post_json(url: str, body: dict, timeout: float, key: str) -> None:
+    """POST ``body`` as JSON to an http or https URL, with ``key`` as its Idempotency-Key; any
+    answer other than 2xx raises, and so does a redirect (never followed) or another scheme
+    (file:, ftp: are never opened)."""
     if urllib.parse.urlsplit(url).scheme.lower() not in WEBHOOK_SCHEMES:
         raise DeliveryError("the webhook URL must be http or https")
     request = urllib.request.Request(
         url,
         data=json.dumps(body).encode("utf-8"),
-        headers={"Content-Type": "application/json", "User-Agent": "traceviz-webhook/1"},
+        headers={
+            "Content-Type": "application/json",
+            "User-Agent": "traceviz-webhook/1",
+            "Idempotency-Key": key,
+        },
         method="POST",
     )
     with WEBHOOK_OPENER.open(request, timeout=timeout) as response:

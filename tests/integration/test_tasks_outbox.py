@@ -36,7 +36,7 @@ def webhook_calls(monkeypatch):
 
     calls = Calls()
 
-    def fake_post(url, body, timeout):
+    def fake_post(url, body, timeout, key):
         calls.append((url, body, timeout))
         if calls.fail is not None:
             raise calls.fail
@@ -176,7 +176,7 @@ def test_worker_whose_lease_lapsed_cannot_record_over_the_next_one(channels):
     outcome = outbox._record_failure(row.pk, 1, "late", T0 + timedelta(minutes=4), lambda: 0.0)
     assert outcome == outbox.Outcome(claimed=True)
     row.refresh_from_db()
-    assert (row.status, row.attempts, row.last_error) == ("sending", 2, "")
+    assert (row.status, row.attempts, row.last_error) == ("sending", 2, outbox.UNRECORDED)
 
 
 @pytest.mark.django_db
@@ -231,10 +231,10 @@ def test_success_after_a_failure_is_sent(channels, webhook_calls):
 
 @pytest.mark.django_db
 def test_email_failure_is_recorded(channels, monkeypatch):
-    def broken_send_mail(*args, **kwargs):
+    def broken_send(message, fail_silently=False):
         raise ConnectionRefusedError(111, "Connection refused")
 
-    monkeypatch.setattr(outbox, "send_mail", broken_send_mail)
+    monkeypatch.setattr(outbox.EmailMessage, "send", broken_send)
     row = pending(channel="email")
     assert outbox.deliver(row.pk, T0).status == "pending"
     row.refresh_from_db()

@@ -1,12 +1,20 @@
 """Webhook delivery goes to http or https only and never follows a redirect; links in every
-notification are absolute, built on TRACEVIZ_SITE_URL."""
+notification are absolute, built on TRACEVIZ_SITE_URL; every delivery carries its notification's
+Idempotency-Key, so a receiver counting distinct keys sees each notification once, even when a
+database outage at the moment of delivery makes traceviz send it again."""
 
 import json
 import threading
+from contextlib import contextmanager
+from datetime import timedelta
 from http.server import BaseHTTPRequestHandler, HTTPServer
+from unittest import mock
 
 import pytest
 from django.core import mail
+from django.db import OperationalError
+from django.db.backends.utils import CursorWrapper
+from django.utils import timezone
 
 from jobs.escalations import outbox
 from jobs.models import Escalation, Notification
@@ -24,6 +32,7 @@ class Recorder(BaseHTTPRequestHandler):
     def do_POST(self):
         length = int(self.headers.get("Content-Length") or 0)
         type(self).received.append((self.path, self.rfile.read(length)))
+        type(self).keys.append(self.headers.get("Idempotency-Key"))
         self.send_response(self.status)
         if self.location:
             self.send_header("Location", self.location)
@@ -35,7 +44,11 @@ class Recorder(BaseHTTPRequestHandler):
 
 
 def serve(status: int = 204, location: str = ""):
-    handler = type("Handler", (Recorder,), {"status": status, "location": location, "received": []})
+    handler = type(
+        "Handler",
+        (Recorder,),
+        {"status": status, "location": location, "received": [], "keys": []},
+    )
     server = HTTPServer(("127.0.0.1", 0), handler)
     threading.Thread(target=server.serve_forever, daemon=True).start()
     return server, handler
@@ -115,3 +128,67 @@ def test_the_email_links_to_the_escalation_absolutely(settings):
     outbox.deliver(row.pk)
     (message,) = mail.outbox
     assert f"https://traceviz.example.com/escalations/{row.escalation_id}/" in message.body
+
+
+@pytest.mark.django_db
+def test_a_webhook_carries_its_notification_id_as_the_idempotency_key(settings, servers):
+    base, handler = servers()
+    row = webhook_row(settings, f"{base}/hook")
+    outbox.deliver(row.pk)
+    ((_path, body),) = handler.received
+    assert handler.keys == [str(row.pk)] == [str(json.loads(body)["notification_id"])]
+
+
+@contextmanager
+def database_lost_after_sending():
+    """The database goes away between the POST and the row being marked sent."""
+    lost = threading.Event()
+    post, execute = outbox.post_json, CursorWrapper.execute
+
+    def post_then_lose(*args, **kwargs):
+        post(*args, **kwargs)
+        lost.set()
+
+    def execute_unless_lost(self, *args, **kwargs):
+        if lost.is_set():
+            raise OperationalError("server closed the connection unexpectedly")
+        return execute(self, *args, **kwargs)
+
+    with (
+        mock.patch.object(outbox, "post_json", post_then_lose),
+        mock.patch.object(CursorWrapper, "execute", execute_unless_lost),
+    ):
+        yield
+
+
+# Autocommit, as a worker runs: the claim is committed before the POST.
+@pytest.mark.django_db(transaction=True)
+def test_a_database_outage_at_delivery_resends_under_the_same_key(settings, servers):
+    base, handler = servers()
+    with mock.patch.object(outbox, "deliver_after_commit"):  # delivered by hand below
+        row = webhook_row(settings, f"{base}/hook")
+    with database_lost_after_sending(), pytest.raises(OperationalError):
+        outbox.deliver(row.pk)
+    row.refresh_from_db()
+    assert (row.status, row.attempts) == ("sending", 1)
+    # Its lease lapses; the next sweep cannot know the POST went through, and sends it again.
+    later = timezone.now() + settings.TRACEVIZ_NOTIFY_LEASE + timedelta(seconds=1)
+    assert outbox.deliver(row.pk, later).status == "sent"
+    assert len(handler.received) == 2
+    # Both under one key: a receiver that drops a key it has processed sees one delivery.
+    assert handler.keys == [str(row.pk), str(row.pk)]
+    row.refresh_from_db()
+    assert (row.status, row.attempts) == ("sent", 2)
+    assert "same Idempotency-Key" in row.last_error
+
+
+@pytest.mark.django_db
+def test_an_email_sent_again_keeps_its_message_id(settings):
+    settings.TRACEVIZ_ESCALATION_EMAILS = ["support@example.com"]
+    settings.TRACEVIZ_ESCALATION_WEBHOOK_URL = ""
+    row = escalation().notifications.get(channel="email")
+    outbox.send(row)
+    outbox.send(row)
+    first, second = (message.message()["Message-ID"] for message in mail.outbox)
+    assert first == second
+    assert first.startswith(f"<traceviz-notification-{row.pk}@")
