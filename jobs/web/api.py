@@ -38,8 +38,18 @@ def read_body(request, limit: int) -> bytes:
 
     A chunked body (no Content-Length) is read when the server decodes chunked input and says
     so (``wsgi.input_terminated``, as gunicorn does); a server that does not would hand over
-    nothing, so such a body is refused (411) with a message saying why.
+    nothing, so such a body is refused (411) with a message saying why. A body that stops
+    arriving (gunicorn's body timeout, deploy/gunicorn.conf.py) is a 408.
     """
+    try:
+        return _read_body(request, limit)
+    except OSError as error:  # Django's UnreadablePostError is one
+        raise bodies.BodyError(
+            408, f"the request body stopped arriving before its end ({error}): send it again"
+        ) from None
+
+
+def _read_body(request, limit: int) -> bytes:
     raw_length = request.META.get("CONTENT_LENGTH") or ""
     if not raw_length and "chunked" in request.META.get("HTTP_TRANSFER_ENCODING", "").lower():
         if not request.META.get("wsgi.input_terminated"):

@@ -221,3 +221,111 @@ def test_pages_carry_a_csp_without_inline_or_eval_script(client, settings, path)
     assert "'unsafe-eval'" not in script
     assert policy["object-src"] == ["'none'"]
     assert policy["frame-ancestors"] == ["'none'"]
+
+
+# --- the buffering proxy and the workers behind it ---------------------------------------------
+
+NGINX_EXAMPLE = ROOT / "deploy" / "nginx.conf.example"
+NGINX_SIZE = {"k": 1024, "m": 1024**2, "g": 1024**3}
+
+
+def nginx_directives() -> dict[str, list[str]]:
+    """The example's directives (comments left out): name -> the values it is given."""
+    found: dict[str, list[str]] = {}
+    for line in NGINX_EXAMPLE.read_text().splitlines():
+        statement = line.split("#", 1)[0].strip()
+        if statement.endswith(";"):
+            name, _, value = statement[:-1].partition(" ")
+            found.setdefault(name, []).append(value.strip())
+    return found
+
+
+def seconds(value: str) -> int:
+    return int(value.removesuffix("s"))
+
+
+def gunicorn_config(**env: str) -> dict:
+    import runpy
+
+    with pytest.MonkeyPatch.context() as patch:
+        for name, value in env.items():
+            patch.setenv(name, value)
+        return runpy.run_path(str(ROOT / "deploy" / "gunicorn.conf.py"))
+
+
+def test_nginx_reads_every_request_whole_before_gunicorn_sees_it():
+    nginx = nginx_directives()
+    assert nginx["proxy_request_buffering"] == ["on"]
+    assert nginx["proxy_buffering"] == ["on"]
+    # A client that stalls while sending headers or its body is dropped by nginx, not waited on.
+    assert 0 < seconds(nginx["client_header_timeout"][0]) <= 30
+    assert 0 < seconds(nginx["client_body_timeout"][0]) <= 30
+
+
+def test_nginx_admits_the_largest_body_traceviz_accepts_and_little_more():
+    size = nginx_directives()["client_max_body_size"][0]
+    allowed = int(size[:-1]) * NGINX_SIZE[size[-1].lower()]
+    limit = int(example_env()["TRACEVIZ_MAX_BODY_BYTES"])
+    # A little above it, so a body just over the limit gets traceviz's own 413 and message.
+    assert limit <= allowed <= limit * 1.25
+
+
+def test_nginx_waits_on_gunicorn_as_long_as_gunicorn_lets_a_request_run():
+    timeout = gunicorn_config()["timeout"]
+    assert seconds(nginx_directives()["proxy_read_timeout"][0]) >= timeout
+
+
+def test_gunicorn_defaults_to_sync_workers_on_the_loopback_behind_the_proxy():
+    config = gunicorn_config()
+    assert (config["worker_class"], config["threads"]) == ("sync", 1)
+    assert config["bind"].startswith("127.0.0.1:")
+    assert config["body_timeout"] <= seconds(nginx_directives()["client_body_timeout"][0])
+
+
+def test_gunicorn_exposed_directly_runs_threads_that_free_a_slow_client():
+    config = gunicorn_config(GUNICORN_WORKER_CLASS="gthread")
+    assert (config["worker_class"], config["threads"]) == ("gthread", 8)
+
+
+def test_a_request_whose_body_stops_arriving_times_out():
+    import socket
+    from types import SimpleNamespace
+
+    from gunicorn.http.unreader import SocketUnreader
+
+    config = gunicorn_config(GUNICORN_BODY_TIMEOUT="7")
+    ours, theirs = socket.socketpair()
+    with ours, theirs:
+        config["pre_request"](None, SimpleNamespace(unreader=SocketUnreader(ours)))
+        assert ours.gettimeout() == 7
+
+
+def test_sync_workers_on_a_public_address_are_warned_about():
+    from types import SimpleNamespace
+    from unittest import mock
+
+    config = gunicorn_config()
+    for bind, warned in ((["0.0.0.0:8000"], True), (["127.0.0.1:8000"], False)):
+        log = mock.Mock()
+        server = SimpleNamespace(cfg=SimpleNamespace(bind=bind, worker_class_str="sync"), log=log)
+        config["on_starting"](server)
+        assert log.warning.called == warned, bind
+
+
+def test_a_body_that_stops_arriving_is_a_408(client, ingest_token):
+    import io
+
+    class Stalled(io.RawIOBase):
+        def readinto(self, buffer):
+            raise TimeoutError("timed out")
+
+    response = client.post(
+        "/api/v1/events",
+        b"",
+        content_type="application/json",
+        HTTP_AUTHORIZATION=f"Bearer {ingest_token}",
+        CONTENT_LENGTH="100",
+        **{"wsgi.input": Stalled()},
+    )
+    assert response.status_code == 408
+    assert "stopped arriving" in response.json()["error"]
