@@ -18,7 +18,7 @@ from typing import Any
 
 import orjson
 
-from jobs.contract.redaction import contains_secret
+from jobs.contract.secret_text import contains_token
 
 MAX_ID_CHARS = 200
 MAX_REASON_BYTES = 64 * 1024
@@ -335,7 +335,7 @@ CONTEXT_FIELDS: dict[str, Check] = {
 }
 # Free text that may be long: kept, but cut at MAX_REASON_BYTES with a visible marker.
 LONG_TEXT_FIELDS = ("reason", "message", "stack")
-# Ids are stored and shown as sent, in URLs and filters: unlike text they cannot be masked.
+# Ids are stored and shown as sent, in URLs and filters: unlike text they are not masked.
 ID_PAYLOAD_FIELDS = (
     "node_id",
     "retry_of",
@@ -443,9 +443,12 @@ def _bad_text(value: str) -> str | None:
 # start and finish): their answers are remembered.
 @functools.lru_cache(maxsize=8192)
 def id_problem(value: str) -> str | None:
-    """Why ``value`` cannot be an id (job, event, node, type...), or None: control characters
-    and '.' or '..' path segments break the URLs pages build from ids, and an id carrying a
-    secret would be stored and shown unmasked."""
+    """Why ``value`` cannot be an id (job, event, node, type...), or None. Only what breaks an
+    id is refused: control characters and '.' or '..' path segments break the URLs pages build
+    from ids, and a credential in a format nothing else has (``secret_text.contains_token``: a
+    ghp_ or sk- key, an AKIA key id, a JWT, a private key, a URL password) would be stored and
+    shown unmasked. Anything else an id may look like (digits that pass the Luhn check, a
+    base64 word, ``session:1234``) is an ordinary id."""
     # Every character of CONTROL_CATEGORIES is unprintable: most ids skip the walk.
     if not value.isprintable() and any(
         unicodedata.category(char) in CONTROL_CATEGORIES for char in value
@@ -453,8 +456,11 @@ def id_problem(value: str) -> str | None:
         return "must not contain control characters (newline, tab, ...)"
     if any(segment in (".", "..") for segment in value.split("/")):
         return "must not be '.' or '..' (nor have them as a '/' segment)"
-    if contains_secret(value):
-        return "looks like it carries a secret (token, key, password): send an id without one"
+    if contains_token(value):
+        return (
+            "carries a secret in a known credential format (an API key or token, a JWT, a "
+            "private key, a URL password): send an id without it"
+        )
     return None
 
 

@@ -1,4 +1,4 @@
-"""Secrets found inside free text (DESIGN.md section 8): which spans of a string to mask.
+"""Secrets inside free text (docs/contract.md, "Redaction"): which spans of a string to mask.
 
 Pure. Token formats with a maintained detector come from ``detect-secrets``' plugins (used as a
 library: their ``denylist`` patterns, never their scanner or network checks); the formats it
@@ -167,21 +167,40 @@ BASIC_CREDENTIALS = re.compile(r"[\w.@+\-]{1,64}:[!-~]{1,128}")
 def mask_tokens(text: str) -> str:
     """``text`` with every token-shaped secret, PEM block, URL password, card number and base64
     credential replaced by ``MASK``."""
+    longest_word = max(map(len, text.split()), default=0)
+    text = _mask_formats(text, longest_word)
+    text = CARD_NUMBER.sub(_mask_card, text)
+    if longest_word >= MIN_BASE64_CHARS:
+        text = BASE64_WORD.sub(_mask_basic_credentials, text)
+    return text
+
+
+def mask_formats(text: str) -> str:
+    """``text`` with every credential in a format nothing else has masked: token formats, PEM
+    private keys, URL passwords. Not card numbers nor base64 words: digits and base64 are also
+    what ordinary ids are made of."""
+    return _mask_formats(text, max(map(len, text.split()), default=0))
+
+
+def contains_token(text: str) -> bool:
+    """Whether ``mask_formats`` would mask something in ``text``."""
+    return mask_formats(text) != text
+
+
+def _mask_formats(text: str, longest_word: int) -> str:
+    """``text`` with every token-shaped secret, PEM block and URL password masked.
+    ``longest_word``: the length of its longest run without a space."""
     if "PRIVATE KEY" in text or "PuTTY" in text:
         text = PEM_BLOCK.sub(MASK, text)
     if "://" in text and "@" in text:
         text = URL_CREDENTIALS.sub(_mask_url_password, text)
-    # Every token format and base64 credential is one long word: text whose words are all
-    # short (most prose) skips their patterns.
-    longest_word = max(map(len, text.split()), default=0)
+    # Every token format is one long word: text whose words are all short (most prose) skips
+    # their patterns.
     if longest_word >= MIN_TOKEN_CHARS and not SHAPED_TEXT.fullmatch(text):
         present = set(NEEDLE.findall(text.lower()))
         for pattern, needles in TOKEN_PATTERNS:
             if not needles or not present.isdisjoint(needles):
                 text = _mask_matches(pattern, text)
-    text = CARD_NUMBER.sub(_mask_card, text)
-    if longest_word >= MIN_BASE64_CHARS:
-        text = BASE64_WORD.sub(_mask_basic_credentials, text)
     return text
 
 
