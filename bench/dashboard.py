@@ -67,7 +67,7 @@ INSERT INTO jobs_step (job_id, node_id, attempt, position, result_type, segment,
     trace_span_id, parent_span_id, failure_code, error_type, tool, source, plan_hash,
     continue_on_error, payload_results, context, audit_trail, extra, started_event_id,
     finished_event_id, exception_type, stack, handled, inferred, span, history, marks,
-    partition_day)
+    masked, partition_day)
 SELECT j.id, 'node-' || s, 1, s,
        CASE WHEN (j.id + s) %% 10 = 0 THEN 'retryable_failure'
             WHEN (j.id + s) %% 23 = 0 THEN 'permanent_failure' ELSE 'success' END,
@@ -80,20 +80,23 @@ SELECT j.id, 'node-' || s, 1, s,
        CASE WHEN (j.id + s) %% 10 = 0 THEN 'network'
             WHEN (j.id + s) %% 23 = 0 THEN 'logic' ELSE '' END,
        '', '', '', false, '{}', '{}', '[]', '{}', '', '', '', '', false, false, '{}', '[]', '{}',
-       j.partition_day
+       '[]', j.partition_day
 FROM jobs_job j CROSS JOIN generate_series(0, %(steps)s - 1) AS s
 WHERE j.job_id LIKE 'bench-%%';
 
-INSERT INTO jobs_event (job_id, event_id, type, ts, attempt, payload, received_at, partition_day)
+INSERT INTO jobs_event (job_id, event_id, type, ts, attempt, payload, received_at, partition_day,
+    masked)
 SELECT j.job_id, 'start', 'job_started', j.started_at, 1,
-       jsonb_build_object('provider', j.provider, 'model', j.model), %(now)s, j.partition_day
+       jsonb_build_object('provider', j.provider, 'model', j.model), %(now)s, j.partition_day, '[]'
 FROM jobs_job j WHERE j.job_id LIKE 'bench-%%';
 
-INSERT INTO jobs_event (job_id, event_id, type, ts, attempt, payload, received_at, partition_day)
+INSERT INTO jobs_event (job_id, event_id, type, ts, attempt, payload, received_at, partition_day,
+    masked)
 SELECT j.job_id, 'planner-' || k,
        CASE WHEN k = 2 THEN 'graph.next_step.degraded' ELSE 'graph.next_step.parse_invalid' END,
        j.started_at + make_interval(secs => k), 1,
-       jsonb_build_object('provider', j.provider, 'model', j.model), %(now)s, j.partition_day
+       jsonb_build_object('provider', j.provider, 'model', j.model), %(now)s, j.partition_day,
+       '[]'
 FROM jobs_job j CROSS JOIN generate_series(0, 2) AS k
 WHERE j.job_id LIKE 'bench-%%' AND j.id %% 20 = 0;
 """

@@ -179,7 +179,9 @@ def copy_rate(database_url: str, items: list[dict], batch: int) -> float:
     with psycopg.connect(database_url, autocommit=True) as conn:
         conn.execute("DROP TABLE IF EXISTS bench_raw_event")
         conn.execute("CREATE TABLE bench_raw_event (LIKE jobs_event INCLUDING ALL)")
-        columns = "job_id, event_id, type, ts, seq, attempt, payload, received_at, partition_day"
+        columns = (
+            "job_id, event_id, type, ts, seq, attempt, payload, received_at, partition_day, masked"
+        )
         now = datetime.now(UTC)
         rows = [
             (
@@ -192,6 +194,7 @@ def copy_rate(database_url: str, items: list[dict], batch: int) -> float:
                 json.dumps(item["payload"]),
                 now,
                 now.date(),
+                "[]",
             )
             for index, item in enumerate(items)
         ]

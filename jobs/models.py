@@ -299,6 +299,9 @@ class Event(models.Model):
     # The job's partition_day (ingest copies it from the Job row): on PostgreSQL the table is
     # partitioned by it, one partition per day, so retention drops whole days.
     partition_day = models.DateField(default=today_utc)
+    # The payload paths redaction masked at ingest (``payload_results.password``), never what
+    # was there: the step panel and the API say so.
+    masked = JSONTextField(default=list, blank=True)
 
     objects = EventQuerySet.as_manager()
 
@@ -714,6 +717,8 @@ class Step(models.Model):
     # On the step whose success completed its node: the node's place, from 0, in the job's
     # completed nodes (``Job.completed_node_ids``).
     completes = models.PositiveIntegerField(null=True, blank=True)
+    # The paths ingest masked in the step's events (``Event.masked``), in the order met.
+    masked = JSONTextField(default=list, blank=True)
     # The job's partition_day, as for events.
     partition_day = models.DateField(default=today_utc)
     # The failure group of a grouped failure (jobs.replay.signatures), set by projection. No

@@ -31,10 +31,14 @@ class BodyError(Exception):
 
 @dataclass(slots=True)
 class ParsedBatch:
-    """``events`` pairs each valid event with its index in the batch; ``errors`` the rest."""
+    """``events`` pairs each valid event with its index in the batch; ``errors`` the rest.
+    ``redacted``: the events' payloads were redacted as they were made, with their masked paths
+    (the OTLP mapping redacts a span before it bounds it); ingest then does not redact them
+    again."""
 
     events: list[tuple[int, Event]] = field(default_factory=list)
     errors: list[dict[str, Any]] = field(default_factory=list)
+    redacted: bool = False
 
     @property
     def total(self) -> int:

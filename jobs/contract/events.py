@@ -69,7 +69,8 @@ class FieldError:
 
 @dataclass(frozen=True, slots=True)
 class Event:
-    """One valid event. ``ts`` is None when the producer sent none (ingest uses receive time)."""
+    """One valid event. ``ts`` is None when the producer sent none (ingest uses receive time).
+    ``masked``: the payload paths redaction masked (``redaction.redacted``), once it ran."""
 
     type: str
     job_id: str
@@ -77,6 +78,7 @@ class Event:
     ts: datetime | None
     seq: int | None
     payload: dict[str, Any]
+    masked: tuple[str, ...] = ()
 
     @property
     def attempt(self) -> int:
@@ -333,7 +335,8 @@ CONTEXT_FIELDS: dict[str, Check] = {
     "actual_arguments": obj,
     "step_definition": obj,
 }
-# Free text that may be long: kept, but cut at MAX_REASON_BYTES with a visible marker.
+# Free text that may be long: kept, but cut at MAX_REASON_BYTES with a visible marker once
+# redacted (``bounded_long_text``).
 LONG_TEXT_FIELDS = ("reason", "message", "stack")
 # Ids are stored and shown as sent, in URLs and filters: unlike text they are not masked.
 ID_PAYLOAD_FIELDS = (
@@ -567,7 +570,7 @@ def validate(item: Any, check_text: bool = True) -> tuple[Event | None, list[Fie
         event_id=item.get("event_id") or default_event_id(item),
         ts=ts,
         seq=item.get("seq"),
-        payload=_normalized_payload(payload),
+        payload=payload,
     )
     return event, []
 
@@ -594,7 +597,10 @@ def _payload_errors(event_type: str, payload: dict[str, Any]) -> Iterable[FieldE
                 yield FieldError(f"payload.context.{name}", problem)
 
 
-def _normalized_payload(payload: dict[str, Any]) -> dict[str, Any]:
+def bounded_long_text(payload: dict[str, Any]) -> dict[str, Any]:
+    """``payload`` with its long text fields (``LONG_TEXT_FIELDS``) cut to MAX_REASON_BYTES with
+    a marker. Ingest cuts redacted payloads (``redaction.redact_payload``): a secret that
+    straddles the cut is masked whole."""
     long_text = {
         name: truncate_text(payload[name])
         for name in LONG_TEXT_FIELDS

@@ -26,7 +26,7 @@ import base64
 import json
 import math
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -39,6 +39,7 @@ from opentelemetry.proto.trace.v1.trace_pb2 import Span, SpanFlags, Status
 
 from jobs.contract import bodies, events
 from jobs.contract.bodies import BodyError, ParsedBatch
+from jobs.contract.redaction import bounded_paths, redact_into, redacted
 
 PROTOBUF = "application/x-protobuf"
 JSON = "application/json"
@@ -263,9 +264,29 @@ def ids_rewritten(item: dict[str, Any], path: str) -> dict[str, Any]:
 
 @dataclass(slots=True)
 class MappedSpan:
+    """A span's event dicts and, for each, the paths redaction masked in its payload; or why
+    the span is unreadable."""
+
     label: str
     items: list[dict[str, Any]] = field(default_factory=list)
+    masked: list[tuple[str, ...]] = field(default_factory=list)
     error: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class Resource:
+    """A resource's attributes as sent (``traceviz.job_id`` is read from them) and as its spans
+    store them: redacted, then bounded; with the paths masked."""
+
+    attributes: dict[str, Any]
+    stored: dict[str, Any]
+    masked: tuple[str, ...]
+
+    @classmethod
+    def of(cls, key_values: list[KeyValue]) -> "Resource":
+        sent = attributes(key_values)
+        clean, masked = redacted(sent, "resource")
+        return cls(sent, bounded_attributes(clean, {}), masked)
 
 
 def map_request(request: ExportTraceServiceRequest) -> list[MappedSpan]:
@@ -273,18 +294,17 @@ def map_request(request: ExportTraceServiceRequest) -> list[MappedSpan]:
     job_ids = _job_ids_by_trace(request)
     mapped = []
     for resource_spans in request.resource_spans:
-        resource = attributes(resource_spans.resource.attributes)
-        bounded_resource = bounded_attributes(resource, {})
+        resource = Resource.of(resource_spans.resource.attributes)
         for scope_spans in resource_spans.scope_spans:
             scope = {"name": scope_spans.scope.name, "version": scope_spans.scope.version}
             for span in scope_spans.spans:
                 label = _label(span)
                 try:
-                    items = span_items(span, resource, bounded_resource, scope, job_ids)
+                    items, masked = span_items(span, resource, scope, job_ids)
                 except Unreadable as error:
                     mapped.append(MappedSpan(label, error=str(error)))
                 else:
-                    mapped.append(MappedSpan(label, items=items))
+                    mapped.append(MappedSpan(label, items=items, masked=masked))
     return mapped
 
 
@@ -322,16 +342,16 @@ def to_batch(request: ExportTraceServiceRequest, max_events: int) -> OtlpBatch:
             f"request of {len(mapped)} spans maps to {event_total} events; the limit is "
             f"{max_events} events per request",
         )
-    batch = ParsedBatch()
+    batch = ParsedBatch(redacted=True)
     rejections = []
     for span in mapped:
         valid, problems = [], []
-        for item in span.items:
+        for item, masked in zip(span.items, span.masked, strict=True):
             event, errors = events.validate(item)
             if event is None:
                 problems.extend(f"{e.field}: {e.message}" for e in errors)
             else:
-                valid.append(event)
+                valid.append(replace(event, masked=masked) if masked else event)
         error = span.error or "; ".join(dict.fromkeys(problems))
         if error:
             rejections.append(f"{span.label}: {error}")
@@ -348,14 +368,14 @@ def _label(span: Span) -> str:
 
 def span_items(
     span: Span,
-    resource: dict[str, Any],
-    bounded_resource: dict[str, Any],
+    resource: Resource,
     scope: dict[str, str],
     job_ids: dict[bytes, str] | None = None,
-) -> list[dict[str, Any]]:
+) -> tuple[list[dict[str, Any]], list[tuple[str, ...]]]:
     """The event dicts of one span: its ``span`` event, and a planner event for each span event
-    named like one (source 001). ``bounded_resource``: ``resource`` within the attribute
-    bounds, as its span events store it. Raises ``Unreadable``."""
+    named like one (source 001); and for each, the paths redaction masked in its payload.
+    Every text is redacted before it is bounded, so a secret straddling a cut is masked whole.
+    Raises ``Unreadable``."""
     trace_id = required_id(span.trace_id, 16, "trace_id")
     span_id = required_id(span.span_id, 8, "span_id")
     if not span.start_time_unix_nano:
@@ -367,25 +387,40 @@ def span_items(
     )
     dropped: dict[str, Any] = {}
     attrs = attributes(span.attributes)
+    masked: list[str] = []
+    clean_attrs = redact_into(attrs, "attributes", masked)
     payload: dict[str, Any] = {"trace_id": trace_id, "span_id": span_id}
     if span.parent_span_id:
         payload["parent_span_id"] = required_id(span.parent_span_id, 8, "parent_span_id")
         payload["remote_parent"] = span.flags & REMOTE_PARENT == REMOTE_PARENT
         payload["local_parent"] = span.flags & REMOTE_PARENT == KNOWN_PARENT
     payload |= {
-        "name": cut(span.name, events.MAX_ID_CHARS),
+        "name": cut(redact_into(span.name, "name", masked), events.MAX_ID_CHARS),
         "kind": KIND_NAMES.get(span.kind, "unspecified"),
         "end": ended,
         "status": {
             "code": STATUS_NAMES.get(span.status.code, "unset"),
-            "message": cut_bytes(span.status.message, MAX_VALUE_BYTES),
+            "message": cut_bytes(
+                redact_into(span.status.message, "status.message", masked), MAX_VALUE_BYTES
+            ),
         },
-        "attributes": bounded_attributes(attrs, dropped),
-        "events": [_span_event(event, dropped) for event in span.events[-MAX_SPAN_EVENTS:]],
-        "links": [_link(link, dropped) for link in span.links[:MAX_LINKS]],
-        "resource": bounded_resource,
-        "scope": {name: cut(value, events.MAX_ID_CHARS) for name, value in scope.items() if value},
+        "attributes": bounded_attributes(clean_attrs, dropped),
+        "events": [
+            _span_event(event, f"events[{index}]", dropped, masked)
+            for index, event in enumerate(span.events[-MAX_SPAN_EVENTS:])
+        ],
+        "links": [
+            _link(link, f"links[{index}]", dropped, masked)
+            for index, link in enumerate(span.links[:MAX_LINKS])
+        ],
+        "resource": resource.stored,
+        "scope": {
+            name: cut(redact_into(value, f"scope.{name}", masked), events.MAX_ID_CHARS)
+            for name, value in scope.items()
+            if value
+        },
     }
+    masked.extend(resource.masked)
     counts = {
         "attributes": span.dropped_attributes_count,
         "events": span.dropped_events_count + max(len(span.events) - MAX_SPAN_EVENTS, 0),
@@ -394,14 +429,26 @@ def span_items(
     dropped |= {name: count for name, count in counts.items() if count}
     if dropped:
         payload["dropped"] = dropped
-    job = job_id(trace_id, attrs, resource, found=(job_ids or {}).get(span.trace_id))
-    prefix = f"otlp:{trace_id}:{span_id}"
+    job = job_id(trace_id, attrs, resource.attributes, found=(job_ids or {}).get(span.trace_id))
+    prefix = f"{EVENT_ID_PREFIX}:{trace_id}:{span_id}"
     items = [item("span", job, prefix, started, payload)]
+    item_masks = [bounded_paths(masked)]
     for index, event in enumerate(payload["events"]):
         if event["name"] in events.PLANNER_TYPES:
             planner = _planner_payload(event["attributes"])
             items.append(item(event["name"], job, f"{prefix}:{index}", event["ts"], planner))
-    return items
+            item_masks.append(_fields_masked(planner, f"events[{index}].attributes.", masked))
+    return items, item_masks
+
+
+def _fields_masked(payload: dict[str, Any], prefix: str, masked: list[str]) -> tuple[str, ...]:
+    """The fields of ``payload`` (a planner event's, from its span event's attributes) whose
+    attribute under ``prefix`` was masked."""
+    return tuple(
+        name
+        for name in payload
+        if any(path == prefix + name or path.startswith(f"{prefix}{name}.") for path in masked)
+    )
 
 
 def trace_of(event: events.Event) -> str | None:
@@ -463,19 +510,23 @@ def _json_list(value: str) -> list | None:
     return loaded if isinstance(loaded, list) else None
 
 
-def _span_event(event: Span.Event, dropped: dict[str, Any]) -> dict[str, Any]:
+def _span_event(
+    event: Span.Event, path: str, dropped: dict[str, Any], masked: list[str]
+) -> dict[str, Any]:
+    clean = redact_into(attributes(event.attributes), f"{path}.attributes", masked)
     return {
-        "name": cut(event.name, events.MAX_ID_CHARS),
+        "name": cut(redact_into(event.name, f"{path}.name", masked), events.MAX_ID_CHARS),
         "ts": nanos_timestamp(event.time_unix_nano, "events.time_unix_nano"),
-        "attributes": bounded_attributes(attributes(event.attributes), dropped),
+        "attributes": bounded_attributes(clean, dropped),
     }
 
 
-def _link(link: Span.Link, dropped: dict[str, Any]) -> dict[str, Any]:
+def _link(link: Span.Link, path: str, dropped: dict[str, Any], masked: list[str]) -> dict[str, Any]:
+    clean = redact_into(attributes(link.attributes), f"{path}.attributes", masked)
     return {
         "trace_id": link.trace_id.hex(),
         "span_id": link.span_id.hex(),
-        "attributes": bounded_attributes(attributes(link.attributes), dropped),
+        "attributes": bounded_attributes(clean, dropped),
     }
 
 

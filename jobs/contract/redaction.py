@@ -1,43 +1,131 @@
-"""Secrets masked before anything is stored (DESIGN.md section 8, source 001's redaction rules).
+"""Secrets masked before anything is stored, and where (docs/contract.md, "Redaction").
 
 Pure: plain data in, plain data out. Masks, anywhere in a payload: token-shaped secrets, PEM
 blocks, URL passwords, card numbers and base64 credentials (``secret_text``); ``Authorization``
 (any scheme) and ``Cookie``/``Set-Cookie`` headers in text; ``key=value`` pairs and the values of
-JSON keys named like a secret, also as ``[name, value]`` header lists and ``{"name": ...,
-"value": ...}`` objects; JSON documents inside strings, walked like the payload. Truncates raw
-planner output previews.
+JSON keys that name a secret (``is_secret_key``), also as ``[name, value]`` header lists and
+``{"name": ..., "value": ...}`` objects; JSON keys that are themselves a secret; JSON documents
+inside strings, walked like the payload. Values under keys that name an id are ids: masked only
+for a credential format (``names_an_id``). ``redacted`` says which paths it masked (never what
+was there). ``redact_payload`` then bounds long text, so a secret that straddles a cut is masked
+whole.
 """
 
+import enum
 import functools
 import json
 import re
-from typing import Any
+from typing import Any, NamedTuple
 
-from jobs.contract.secret_text import MASK, mask_tokens
+from jobs.contract.events import bounded_long_text
+from jobs.contract.secret_text import MASK, mask_formats, mask_tokens
 
-__all__ = ["MASK", "contains_secret", "is_secret_key", "redact", "redact_payload", "redact_text"]
+__all__ = [
+    "MASK",
+    "Redacted",
+    "bounded_paths",
+    "bounded_payload",
+    "is_secret_key",
+    "key_words",
+    "names_an_id",
+    "redact",
+    "redact_into",
+    "redact_payload",
+    "redact_text",
+    "redacted",
+]
 
-SECRET_KEY_NAME = re.compile(
-    r"(pass(word|wd)?|pwd|secret|token|api[-_]?key|apikey|access[-_]?key|private[-_]?key"
-    r"|authorization|auth[-_]?header|cookie|session[-_]?key|credential|ssh[-_]?key"
-    r"|(account|sharedaccess)[-_]?key)",
-    re.IGNORECASE,
+
+class Word(enum.Flag):
+    """What a word of a key name says about the key's value."""
+
+    NONE = 0
+    # The noun a key is about when it is the key's last word: the value is a secret.
+    SECRET = enum.auto()
+    # Makes a following key, keys or tokens a secret (api_key, refresh_tokens).
+    QUALIFIER = enum.auto()
+    # key, keys, tokens: a secret only right after a qualifier (max_tokens, sort_key are not).
+    QUALIFIED = enum.auto()
+    # A secret when it is the whole key: a bare "session" holds a session's secret (the
+    # cookie Flask, Rack and Express sign), "session_id" or "user_session" name one.
+    ALONE = enum.auto()
+    # The key's value is an id when this is its last word (order_id, requestId, user.ids):
+    # masked only for a credential format, as ids are refused only for one.
+    ID = enum.auto()
+    # Right before a last word "token": a kind of token that is text, not a credential (a
+    # tokenizer's bos_token, a pager's next_page_token).
+    TEXT = enum.auto()
+
+
+# The one table of words (lowercase) that decides whether a key names a secret.
+KEY_WORDS: dict[str, Word] = {
+    "password": Word.SECRET,
+    "passwords": Word.SECRET,
+    "passwd": Word.SECRET,
+    "pwd": Word.SECRET,
+    "passphrase": Word.SECRET,
+    "secret": Word.SECRET | Word.QUALIFIER,
+    "secrets": Word.SECRET,
+    "token": Word.SECRET,
+    "auth": Word.SECRET | Word.QUALIFIER,
+    "authorization": Word.SECRET,
+    "credential": Word.SECRET,
+    "credentials": Word.SECRET,
+    "cookie": Word.SECRET,
+    "cookies": Word.SECRET,
+    "key": Word.QUALIFIED,
+    "keys": Word.QUALIFIED,
+    "tokens": Word.QUALIFIED,
+    "api": Word.QUALIFIER,
+    "access": Word.QUALIFIER,
+    "private": Word.QUALIFIER,
+    "refresh": Word.QUALIFIER,
+    "session": Word.QUALIFIER | Word.ALONE,
+    "ssh": Word.QUALIFIER,
+    "signing": Word.QUALIFIER,
+    "encryption": Word.QUALIFIER,
+    "client": Word.QUALIFIER,
+    "bearer": Word.QUALIFIER,
+    "id": Word.QUALIFIER | Word.ID,
+    "ids": Word.ID,
+    "uuid": Word.ID,
+    "guid": Word.ID,
+    **dict.fromkeys(("bos", "eos", "pad", "unk", "sep", "cls", "mask", "page"), Word.TEXT),
+}
+# Compounds written as one word (apikey, X-AUTHTOKEN, csrftoken): read as their words.
+RUN_TOGETHER: dict[str, tuple[str, ...]] = {
+    "apikey": ("api", "key"),
+    "apikeys": ("api", "keys"),
+    "accesskey": ("access", "key"),
+    "secretkey": ("secret", "key"),
+    "privatekey": ("private", "key"),
+    "sessionkey": ("session", "key"),
+    "sshkey": ("ssh", "key"),
+    "signingkey": ("signing", "key"),
+    "authkey": ("auth", "key"),
+    "authtoken": ("auth", "token"),
+    "accesstoken": ("access", "token"),
+    "refreshtoken": ("refresh", "token"),
+    "idtoken": ("id", "token"),
+    "sessiontoken": ("session", "token"),
+    "bearertoken": ("bearer", "token"),
+    "csrftoken": ("csrf", "token"),
+    "xsrftoken": ("xsrf", "token"),
+    "clientsecret": ("client", "secret"),
+    "secretaccesskey": ("secret", "access", "key"),
+    "setcookie": ("set", "cookie"),
+}
+# A key's words: runs of capitals (API in APIKey), capitalised or lowercase words, digits.
+KEY_WORD = re.compile(r"[A-Z]+(?![a-z])|[A-Z]?[a-z]+|[0-9]+")
+# A single word ending with one of these nouns is a compound of it (PGPASSWORD, dbpassword).
+# Not token (tiktoken is a tokenizer), auth or authorization (a payment's "preauthorization"
+# is an ordinary record) nor pwd (the shell's OLDPWD is a directory).
+COMPOUND_ENDINGS = (
+    *("passwords", "password", "passwd", "passphrase", "secrets", "secret"),
+    *("credentials", "credential", "cookies", "cookie"),
 )
-# Keys that are secrets on their own although a rule below would keep them.
-SECRET_KEYS = frozenset({"auth", "session", "refresh_tokens", "refresh-tokens", "refreshtokens"})
-# A key with "auth" as one of its words (basic_auth, http.auth) holds credentials, unless its
-# last word says it only describes them.
-AUTH_WORD_DESCRIBES = frozenset(
-    {"type", "method", "methods", "scheme", "provider", "mode", "kind", "status", "url", "uri"}
-)
-# Keys that merely mention a secret-ish word but hold identifiers we must keep readable.
-NON_SECRET_KEYS = frozenset({"session_id", "token_name", "max_tokens", "tokens", "token_count"})
-# Token *counts* (max_tokens, prompt_tokens, total_tokens, ...) are usage figures, not secrets,
-# also as OpenInference nests them (llm.token_count.prompt, llm.token_count.total, ...).
-NON_SECRET_SUFFIXES = ("tokens", "token_count")
-NON_SECRET_PARTS = ("token_count.", "usage.")
+
 HEADER_NAME = re.compile(r"[A-Za-z0-9!#$%&'*+.^_`|~-]{1,64}")
-KEY_WORDS = re.compile(r"[A-Z]?[a-z0-9]+|[A-Z]+(?![a-z])")
 
 # An Authorization header (any scheme: Bearer, Basic, Token, Digest, AWS4-HMAC-SHA256, ...):
 # the scheme word kept, everything after it masked to the end of the line.
@@ -65,23 +153,91 @@ SECRET_PATTERNS: list[tuple[re.Pattern[str], str, tuple[str, ...]]] = [
         ("bearer", "basic"),
     ),
 ]
-# key=value and key: value pairs whose key names a secret, the key maybe quoted (JSON text):
-# "Authorization: Bearer x" keeps the scheme word and masks what follows it.
+# Substrings one of which every key naming a secret holds (lowercase): text without any has no
+# secret pair to look for.
+PAIR_KEYWORDS = ("pass", "pwd", "secret", "token", "auth", "credential", "cookie", "key", "session")
+# key=value and key: value pairs, the key maybe quoted (JSON text), whose key holds one of
+# PAIR_KEYWORDS; ``is_secret_key`` decides whether it names a secret. "Authorization: Bearer x"
+# keeps the scheme word and masks what follows it. "::" is a path's separator and "==" a
+# comparison, not a pair's (tests/test_login.py::TestAuth::test_password, tiktoken==0.8.0).
 SECRET_PAIR = re.compile(
-    r"(?i)\b([\w.-]*(?:password|passwd|pwd|secret|token|api[_-]?key|apikey|access[_-]?key"
-    r"|private[_-]?key|authorization|credentials?|cookie|auth|session|(?:account|sharedaccess)key)"
-    r"[\w.-]*)(\\?[\"']?\s*[=:]\s*)((?:bearer|basic)\s+|[A-Za-z][\w\-]*\s(?=\[REDACTED\]))?"
+    r"(?i)\b([\w.-]*(?:" + "|".join(PAIR_KEYWORDS) + r")[\w.-]*)"
+    r"(\\?[\"']?\s*(?:=(?!=)|:(?!:))\s*)((?:bearer|basic)\s+|[A-Za-z][\w\-]*\s(?=\[REDACTED\]))?"
     r"(\[REDACTED\]|\\\"(?:[^\"\\]|\\[^\"])*\\\"|\"(?:[^\"\\]|\\.)*\"|'[^']*'|[^\s&,;\"'}\]]+)"
-)
-# Words one of which a secret pair's key holds (SECRET_PAIR's alternatives, lowercase).
-PAIR_KEYWORDS = (
-    *("pass", "pwd", "secret", "token", "key", "authorization", "credential", "cookie"),
-    *("auth", "session"),
 )
 # JSON documents inside a string: at most this many tried per string, and no deeper than this.
 MAX_EMBEDDED_DOCUMENTS = 16
 MAX_EMBEDDED_DEPTH = 32
+# Bounds of what an event records of its masked paths: a payload of ten thousand passwords
+# records the first ones and how many more.
+MAX_MASKED_PATHS = 100
+MAX_PATH_CHARS = 200
 _JSON = json.JSONDecoder()
+
+
+class Redacted(NamedTuple):
+    """A value with its secrets masked, and the paths masked in it (``payload_results.password``,
+    ``headers[1]``, ``reason``), in the order met; never what was there."""
+
+    value: Any
+    masked: tuple[str, ...]
+
+
+# --- key names ----------------------------------------------------------------------------
+
+
+def key_words(name: str) -> list[str]:
+    """The words of a key name, lowercase: split at ``_``, ``-``, ``.``, spaces, camelCase and
+    digits (numbers are dropped: ``password2`` is about a password), run-together compounds
+    read as their words."""
+    words = []
+    for word in KEY_WORD.findall(name):
+        if word.isdigit():
+            continue
+        lowered = word.lower()
+        words.extend(RUN_TOGETHER.get(lowered) or _compound(lowered))
+    return words
+
+
+def _compound(word: str) -> tuple[str, ...]:
+    if word not in KEY_WORDS:
+        for ending in COMPOUND_ENDINGS:
+            if word.endswith(ending) and len(word) > len(ending):
+                return (word[: -len(ending)], ending)
+    return (word,)
+
+
+@functools.lru_cache(maxsize=4096)
+def is_secret_key(name: str) -> bool:
+    """Whether a key (a JSON key, a header name, the key of a ``key=value`` pair) names a
+    secret: its last word is a secret noun (``db_password``, ``clientSecret``, ``X-Auth-Token``;
+    not a token of text, ``bos_token``), or is key, keys or tokens qualified as a secret by the
+    word before it (``api_key``, ``AWS_SECRET_ACCESS_KEY``, ``refresh_tokens``), or it is only
+    a word that is a secret alone (``session``). Never when a secret word qualifies another noun
+    (``password_reset_sent``, ``token_count``) nor for a word that merely holds those letters
+    (``tokenizer``, ``bypass``)."""
+    words = key_words(name)
+    if not words:
+        return False
+    last = KEY_WORDS.get(words[-1], Word.NONE)
+    before = KEY_WORDS.get(words[-2], Word.NONE) if len(words) > 1 else Word.NONE
+    if Word.SECRET in last:
+        return not (words[-1] == "token" and Word.TEXT in before)
+    if Word.ALONE in last and len(words) == 1:
+        return True
+    return Word.QUALIFIED in last and Word.QUALIFIER in before
+
+
+@functools.lru_cache(maxsize=4096)
+def names_an_id(name: str) -> bool:
+    """Whether a key's value is an id: its last word is id, ids, uuid or guid (``order_id``,
+    ``requestId``, ``session.id``). An id is masked only for a credential format
+    (``secret_text.mask_formats``): digits that pass the Luhn check or a base64 word are ids."""
+    words = key_words(name)
+    return bool(words) and Word.ID in KEY_WORDS.get(words[-1], Word.NONE)
+
+
+# --- text ---------------------------------------------------------------------------------
 
 
 def _mask_pair(match: re.Match[str]) -> str:
@@ -99,13 +255,8 @@ def _mask_authorization(match: re.Match[str]) -> str:
 
 def redact_text(value: str) -> str:
     """``value`` with every recognised secret replaced by ``[REDACTED]``."""
-    # Short strings (ids, names, codes) repeat across events: remember their answer.
+    # Short strings (ids, names, codes, keys) repeat across events: remember their answer.
     return _redact_short(value) if len(value) <= CACHED_TEXT_CHARS else _redact_text(value)
-
-
-def contains_secret(value: str) -> bool:
-    """Whether redaction would change ``value`` (for ids, which are refused rather than masked)."""
-    return redact_text(value) != value
 
 
 def _redact_text(value: str) -> str:
@@ -173,41 +324,103 @@ CACHED_TEXT_CHARS = 200
 _redact_short = functools.lru_cache(maxsize=8192)(_redact_text)
 
 
-@functools.lru_cache(maxsize=4096)
-def is_secret_key(name: str) -> bool:
-    lowered = name.lower()
-    if lowered in SECRET_KEYS:
-        return True
-    if lowered in NON_SECRET_KEYS or lowered.endswith(NON_SECRET_SUFFIXES):
-        return lowered.replace("-", "_").endswith("refresh_tokens")
-    if any(part in lowered for part in NON_SECRET_PARTS):
-        return False
-    if SECRET_KEY_NAME.search(name):
-        return True
-    words = [word.lower() for word in KEY_WORDS.findall(name)]
-    return "auth" in words and words[-1] not in AUTH_WORD_DESCRIBES
+# --- values -------------------------------------------------------------------------------
+
+
+def redacted(value: Any, path: str = "") -> Redacted:
+    """``value`` with secrets masked at any depth (non-text values kept as they are), and the
+    paths it masked, under ``path``. Callers bound the depth (``events.validate`` refuses
+    deeper payloads)."""
+    masked: list[str] = []
+    cleaned = redact_into(value, path, masked)
+    return Redacted(cleaned, bounded_paths(masked))
 
 
 def redact(value: Any) -> Any:
-    """A copy of ``value`` with secrets masked at any depth; non-text values are kept as is.
-    Callers bound the depth (``events.validate`` refuses deeper payloads)."""
+    """``redacted(value).value``: the copy alone."""
+    return redact_into(value, "", [])
+
+
+def redact_into(value: Any, path: str, masked: list[str]) -> Any:
+    """``value`` redacted (``value`` itself at ``path``), the paths masked in it appended to
+    ``masked`` as they are met (``bounded_paths`` bounds them)."""
     if isinstance(value, str):
-        return redact_text(value)
+        cleaned = redact_text(value)
+        if cleaned != value:
+            masked.append(path)
+        return cleaned
     if isinstance(value, dict):
-        named = _named_header_value(value)
-        return {
-            key: (
-                MASK
-                if (key == named or is_secret_key(key)) and value[key] not in (None, "")
-                else redact(value[key])
-            )
-            for key in value
-        }
+        return _redact_object(value, path, masked)
     if isinstance(value, list):
-        if len(value) == 2 and _is_secret_header(value[0]) and value[1] not in (None, ""):
-            return [value[0], MASK]  # a header as [name, value]
-        return [redact(item) for item in value]
+        return _redact_array(value, path, masked)
     return value
+
+
+def _redact_object(item: dict[str, Any], path: str, masked: list[str]) -> dict[str, Any]:
+    named = _named_header_value(item)
+    cleaned: dict[str, Any] = {}
+    for key, value in item.items():
+        name = redact_text(key) if isinstance(key, str) else key
+        if name != key:
+            # A key that is itself a secret: masked, kept apart from the object's other keys.
+            name = _distinct_key(name, item, cleaned)
+            masked.append(_child(path, name))
+        if (key == named or is_secret_key(key)) and _holds_secret(value):
+            cleaned[name] = MASK
+            masked.append(_child(path, name))
+        elif isinstance(value, str | list) and names_an_id(key):
+            cleaned[name] = _redact_id(value, _child(path, name), masked)
+        elif isinstance(value, str | dict | list):
+            cleaned[name] = redact_into(value, _child(path, name), masked)
+        else:
+            cleaned[name] = value
+    return cleaned
+
+
+def _redact_array(items: list[Any], path: str, masked: list[str]) -> list[Any]:
+    if len(items) == 2 and _is_secret_header(items[0]) and _holds_secret(items[1]):
+        masked.append(path)
+        return [items[0], MASK]  # a header as [name, value]
+    return [
+        redact_into(item, f"{path}[{index}]", masked)
+        if isinstance(item, str | dict | list)
+        else item
+        for index, item in enumerate(items)
+    ]
+
+
+def _redact_id(value: str | list, path: str, masked: list[str]) -> Any:
+    """An id (or a list of them) with credential formats masked and nothing else."""
+    if isinstance(value, list):
+        return [
+            _redact_id(item, f"{path}[{index}]", masked)
+            if isinstance(item, str | list)
+            else redact_into(item, f"{path}[{index}]", masked)
+            for index, item in enumerate(value)
+        ]
+    cleaned = mask_formats(value)
+    if cleaned != value:
+        masked.append(path)
+    return cleaned
+
+
+def _holds_secret(value: Any) -> bool:
+    """Whether the value of a key naming a secret is masked: not when empty, true or false,
+    or masked already."""
+    return value not in (None, "", MASK) and not isinstance(value, bool)
+
+
+def _child(path: str, key: str) -> str:
+    return f"{path}.{key}" if path else key
+
+
+def _distinct_key(name: str, item: dict[str, Any], cleaned: dict[str, Any]) -> str:
+    """``name``, or ``name 2``, ``name 3``... the first that is no key of ``item`` nor taken."""
+    candidate, number = name, 1
+    while candidate in item or candidate in cleaned:
+        number += 1
+        candidate = f"{name} {number}"
+    return candidate
 
 
 def _is_secret_header(name: Any) -> bool:
@@ -224,12 +437,32 @@ def _named_header_value(item: dict[str, Any]) -> str | None:
     return None
 
 
-def redact_payload(payload: dict[str, Any], preview_chars: int) -> dict[str, Any]:
-    """The payload as it may be stored: secrets masked, ``raw_output_preview`` truncated."""
-    cleaned = redact(payload)
-    preview = cleaned.get("raw_output_preview")
+def bounded_paths(paths: list[str]) -> tuple[str, ...]:
+    """``paths`` without repeats, each at most ``MAX_PATH_CHARS`` characters, at most
+    ``MAX_MASKED_PATHS`` of them (the last one then says how many more)."""
+    unique = [
+        path if len(path) <= MAX_PATH_CHARS else path[: MAX_PATH_CHARS - 1] + "…"
+        for path in dict.fromkeys(paths)
+    ]
+    if len(unique) > MAX_MASKED_PATHS:
+        more = len(unique) - MAX_MASKED_PATHS + 1
+        unique = [*unique[: MAX_MASKED_PATHS - 1], f"… and {more} more"]
+    return tuple(unique)
+
+
+def redact_payload(payload: dict[str, Any], preview_chars: int) -> Redacted:
+    """The payload as it may be stored, and the paths masked in it: secrets masked, then bounded
+    (``bounded_payload``), so a secret that straddles a cut is masked whole."""
+    cleaned, masked = redacted(payload)
+    return Redacted(bounded_payload(cleaned, preview_chars), masked)
+
+
+def bounded_payload(payload: dict[str, Any], preview_chars: int) -> dict[str, Any]:
+    """A redacted payload with its long text cut (``events.bounded_long_text``) and
+    ``raw_output_preview`` truncated to ``preview_chars``."""
+    bounded = bounded_long_text(payload)
+    preview = bounded.get("raw_output_preview")
     if isinstance(preview, str) and len(preview) > preview_chars:
-        cleaned["raw_output_preview"] = (
-            preview[:preview_chars] + f"… [truncated {len(preview) - preview_chars} characters]"
-        )
-    return cleaned
+        cut = preview[:preview_chars] + f"… [truncated {len(preview) - preview_chars} characters]"
+        bounded = {**bounded, "raw_output_preview": cut}
+    return bounded

@@ -83,10 +83,10 @@ def load_events(
     if days is not None:
         rows = rows.filter(partition_day__in=sorted({days[job_id] for job_id in job_ids}))
     # A plain fetch: a server-side cursor (iterator) plans for the first rows and may scan.
-    for job_id, event_id, event_type, ts, seq, payload in rows.values_list(
-        "job_id", "event_id", "type", "ts", "seq", "payload"
+    for job_id, event_id, event_type, ts, seq, payload, masked in rows.values_list(
+        "job_id", "event_id", "type", "ts", "seq", "payload", "masked"
     ):
-        by_job[job_id].append(Event(event_type, job_id, event_id, ts, seq, payload))
+        by_job[job_id].append(Event(event_type, job_id, event_id, ts, seq, payload, tuple(masked)))
     return by_job
 
 

@@ -19,7 +19,7 @@ from django.utils import timezone
 
 from jobs.contract.bodies import ParsedBatch
 from jobs.contract.events import Event
-from jobs.contract.redaction import redact_payload
+from jobs.contract.redaction import bounded_payload, redact_payload
 from jobs.ingest import aliases, counters, database
 from jobs.ingest.projection import project_jobs, read_jobs, unseen_jobs
 from jobs.models import Event as EventRow
@@ -37,6 +37,7 @@ EVENT_COLUMNS = (
     "payload",
     "received_at",
     "token_id",
+    "masked",
 )
 
 
@@ -83,7 +84,8 @@ def collector_paused():
 def store_batch(
     batch: ParsedBatch, *, token: IngestToken | None = None, received_at: datetime | None = None
 ) -> IngestResult:
-    """Redact, store and project a parsed batch. Returns counts and the per-item errors."""
+    """Redact (unless the batch was redacted as it was made), bound, store and project a parsed
+    batch. Returns counts and the per-item errors."""
     received_at = received_at or timezone.now()
     result = IngestResult(received=batch.total, errors=list(batch.errors))
     events: dict[tuple[str, str], Event] = {}
@@ -91,13 +93,19 @@ def store_batch(
         # A batch that repeats an event stores it once; the repeat counts as a duplicate.
         key = (event.job_id, event.event_id)
         if key not in events:
+            preview_chars = settings.TRACEVIZ_PREVIEW_CHARS
+            if batch.redacted:
+                payload, masked = bounded_payload(event.payload, preview_chars), event.masked
+            else:
+                payload, masked = redact_payload(event.payload, preview_chars)
             events[key] = Event(
                 event.type,
                 event.job_id,
                 event.event_id,
                 event.ts or received_at,
                 event.seq,
-                redact_payload(event.payload, settings.TRACEVIZ_PREVIEW_CHARS),
+                payload,
+                masked,
             )
     if not events:
         return result
@@ -189,6 +197,7 @@ def _insert_events(
             json_text(event.payload),
             received,
             token_id,
+            json_text(event.masked),
         )
         for event in events
     )

@@ -72,12 +72,12 @@ def _read_spans(
             for job_id in job_ids
             for span_id in wanted[job_id]
         ]
-        rows = database.rows_by_pairs(
-            EventRow, ("job_id", "event_id"), pairs, day, ("type", "ts", "seq", "payload")
-        )
-        for job_id, event_id, event_type, ts, seq, payload in rows:
+        columns = ("type", "ts", "seq", "payload", "masked")
+        rows = database.rows_by_pairs(EventRow, ("job_id", "event_id"), pairs, day, columns)
+        for job_id, event_id, event_type, ts, seq, payload, masked in rows:
             if event_type == walk.SPAN:
-                span = spans.read_span(Event(event_type, job_id, event_id, ts, seq, payload))
+                event = Event(event_type, job_id, event_id, ts, seq, payload, tuple(masked))
+                span = spans.read_span(event)
                 if span is not None:
                     found.setdefault(job_id, {})[span.span_id] = span
     return found

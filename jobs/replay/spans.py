@@ -82,6 +82,8 @@ class SpanView:
     resource: dict[str, Any]
     scope: dict[str, Any]
     dropped: dict[str, Any]
+    # The paths ingest masked in the span (``Event.masked``).
+    masked: tuple[str, ...] = ()
     # Filled by expand.
     is_step: bool = False
     step_parent: "SpanView | None" = None
@@ -147,6 +149,7 @@ def read_span(event: Event) -> SpanView | None:
         resource=_dict(payload.get("resource")),
         scope=_dict(payload.get("scope")),
         dropped=_dict(payload.get("dropped")),
+        masked=event.masked,
     )
 
 
@@ -435,8 +438,10 @@ def failure_text(span: SpanView) -> tuple[str, str, str]:
 # --- events -------------------------------------------------------------------------------
 
 
-def _event(event_type: str, job_id: str, event_id: str, ts: datetime, payload: dict) -> Event:
-    return Event(event_type, job_id, event_id, ts, None, payload)
+def _event(
+    event_type: str, job_id: str, event_id: str, ts: datetime, payload: dict, masked: tuple = ()
+) -> Event:
+    return Event(event_type, job_id, event_id, ts, None, payload, masked)
 
 
 def step_events(
@@ -482,7 +487,7 @@ def step_events(
     prefix = f"otlp:{span.trace_id}:{span.span_id}"
     return [
         _event("node_started", job_id, f"{prefix}:started", span.start, node),
-        _event("node_finished", job_id, f"{prefix}:finished", span.end, finished),
+        _event("node_finished", job_id, f"{prefix}:finished", span.end, finished, span.masked),
     ]
 
 

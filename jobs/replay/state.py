@@ -125,6 +125,9 @@ class StepState:
     # place, from 0, in the job's completed nodes. The job's list is read off its steps, so a
     # batch writes only the step it completes, never a list as long as the job.
     completes: int | None = None
+    # The payload paths ingest masked in the attempt's events (``Event.masked``), in the order
+    # met: the step panel says "masked at ingest" for them.
+    masked: list[str] = field(default_factory=list)
 
     @property
     def segment(self) -> Segment:

@@ -259,6 +259,9 @@ class Fold:
         for name in ID_FIELDS:
             if name in event.payload:
                 setattr(step, name, event.payload[name])
+        for path in event.masked:
+            if path not in step.masked:
+                step.masked.append(path)
         return step, before
 
     def _changed(self, step: StepState, before: list | None) -> None:

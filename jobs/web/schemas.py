@@ -379,6 +379,9 @@ class Step(Body):
     events: list[SpanEvent]
     """The span's events, as timed entries of the step (empty for a step sent as events)."""
     links: list[SpanLink]
+    masked: list[str]
+    """Where ingest masked a secret in this attempt's events (``payload_results.password``,
+    ``attributes.http.request.header.authorization``), in the order met; never the values."""
 
     @classmethod
     def from_step(
@@ -421,6 +424,7 @@ class Step(Body):
             span=Span.from_stored(span) if span else None,
             events=_events(span),
             links=_links(span, jobs_by_trace),
+            masked=step.masked,
         )
 
 

@@ -5,10 +5,14 @@ every jobs_* table's text and of every page's HTML."""
 import json
 
 import pytest
+from django.core.management import call_command
 from django.db import connection
 
-from jobs.models import Escalation, Job
+from jobs.contract.events import MAX_REASON_BYTES, TRUNCATION_MARKER, truncate_text
+from jobs.ingest import parity
+from jobs.models import Escalation, Event, Job, Step
 from tests.factories import event, finished, started, user
+from tests.otlp_spans import attrs, request, root, sid, span
 
 pytestmark = pytest.mark.django_db
 
@@ -167,3 +171,75 @@ def test_no_secret_reaches_any_page(sent, client):
     paths += [f"/jobs/{JOB}/?step={step.node_id}:{step.attempt}" for step in job.steps.all()]
     assert_pages_show_none(client, paths, SECRET_VALUES)
     assert "[REDACTED]" in client.get(f"/jobs/{JOB}/?step=n1:1").content.decode()
+
+
+# --- what was masked, said; redaction before truncation; keys that are secrets -----------------
+
+
+def test_step_panel_and_api_say_which_paths_were_masked(sent, client, ingest_token):
+    client.force_login(user("masked-engineer", "engineer"))
+    panel = client.get(f"/jobs/{JOB}/?step=n1:1").content.decode()
+    assert "masked at ingest: <code>reason</code>, <code>payload_results.output</code>" in panel
+    assert "<code>payload_results.password</code>" in panel
+    answer = client.get(f"/api/v1/jobs/{JOB}", HTTP_AUTHORIZATION=f"Bearer {ingest_token}")
+    masked = {step["node_id"]: step["masked"] for step in answer.json()["steps"]}
+    assert masked["n2"] == ["reason"]
+    assert masked["n1"][:3] == ["reason", "payload_results.output", "payload_results.password"]
+    assert "context.actual_arguments.nested.list[0].access_key" in masked["n1"]
+    assert [value for value in SECRET_VALUES if value in json.dumps(masked)] == []
+    stored = Event.objects.get(job_id=JOB, type="node_finished", payload__node_id="n2")
+    assert stored.masked == ["reason"]
+
+
+def test_rebuilt_steps_keep_their_masked_paths(sent):
+    before = dict(Step.objects.values_list("node_id", "masked"))
+    call_command("rebuild_projections", stdout=None, stderr=None)
+    assert dict(Step.objects.values_list("node_id", "masked")) == before
+    assert parity.differences(JOB) == []
+
+
+def test_secret_straddling_the_64_kib_cut_of_a_reason_is_stored_masked_whole(send):
+    token, tail = "ghp_" + "StraddleGithub0123456789abcdefABCDEF", " " + "y" * 2000
+    marker = len(TRUNCATION_MARKER.format(dropped=70_000).encode())
+    filler = "x" * (MAX_REASON_BYTES - marker - len(" ghp_Straddle"))
+    reason = f"{filler} {token}{tail}"
+    # Cut first, the reason would keep "ghp_Straddle": too short to be read as a token.
+    assert truncate_text(reason).startswith(f"{filler} ghp_Straddle…")
+    response = send([finished("n1", "permanent_failure", "cut-job", 1, reason=reason)])
+    assert response.status_code == 200
+    stored = Event.objects.get(job_id="cut-job").payload["reason"]
+    assert stored.startswith(f"{filler} [REDACTED]") and "[truncated" in stored
+    assert "ghp_" not in jobs_tables_text() and "StraddleGithub" not in jobs_tables_text()
+
+
+def test_json_key_that_is_a_secret_is_stored_masked(send):
+    token = "ghp_" + "KeyGithub0123456789abcdefABCDEFGH12"
+    response = send([finished("n1", "success", "key-job", 1, payload_results={token: "repo"})])
+    assert response.status_code == 200
+    step = Job.objects.get(job_id="key-job").steps.get()
+    assert step.payload_results == {"[REDACTED]": "repo"}
+    assert step.masked == ["payload_results.[REDACTED]"]
+    assert "KeyGithub" not in jobs_tables_text()
+
+
+def test_trace_step_says_in_its_span_part_what_was_masked(client, ingest_token):
+    spans = [
+        root(attributes=attrs(traceviz__job_id="masked-trace")),
+        span(
+            name="call-api",
+            span_id=sid(2),
+            attributes=attrs(http__request__header__authorization="Bearer tvzSecretBearer0123"),
+        ),
+    ]
+    response = client.post(
+        "/v1/traces",
+        request(*spans).SerializeToString(),
+        content_type="application/x-protobuf",
+        HTTP_AUTHORIZATION=f"Bearer {ingest_token}",
+    )
+    assert response.status_code == 200
+    client.force_login(user("span-engineer", "engineer"))
+    panel = client.get("/jobs/masked-trace/?step=call-api:1").content.decode()
+    assert "masked at ingest: <code>attributes.http.request.header.authorization</code>" in panel
+    assert panel.index("masked at ingest") > panel.index("Attempts of call-api")
+    assert "tvzSecretBearer0123" not in panel

@@ -327,16 +327,22 @@ def test_surrogate_pair_in_json_is_accepted():
 
 def test_reason_over_64_kib_is_truncated_with_a_visible_marker():
     event, errors = events.validate(node_finished(reason="x" * 70_000))
-    reason = event.payload["reason"]
+    reason = events.bounded_long_text(event.payload)["reason"]
     assert errors == []
     assert len(reason.encode("utf-8")) <= 64 * 1024
     assert reason.startswith("x" * 60_000)
     assert reason.endswith(f"… [truncated {70_000 - reason.index('…')} bytes]")
 
 
+def test_validation_keeps_long_text_whole_for_redaction_to_read():
+    event, errors = events.validate(node_finished(reason="x" * 70_000))
+    assert errors == []
+    assert event.payload["reason"] == "x" * 70_000
+
+
 def test_reason_of_exactly_64_kib_is_kept_whole():
     event, _ = events.validate(node_finished(reason="x" * 64 * 1024))
-    assert event.payload["reason"] == "x" * 64 * 1024
+    assert events.bounded_long_text(event.payload)["reason"] == "x" * 64 * 1024
 
 
 def test_truncation_never_splits_a_multibyte_character():
