@@ -601,12 +601,13 @@ def bounded_long_text(payload: dict[str, Any]) -> dict[str, Any]:
     """``payload`` with its long text fields (``LONG_TEXT_FIELDS``) cut to MAX_REASON_BYTES with
     a marker. Ingest cuts redacted payloads (``redaction.redact_payload``): a secret that
     straddles the cut is masked whole."""
-    long_text = {
-        name: truncate_text(payload[name])
-        for name in LONG_TEXT_FIELDS
-        if isinstance(payload.get(name), str)
-    }
-    return {**payload, **long_text} if long_text else payload
+    cut = {}
+    for name in LONG_TEXT_FIELDS:
+        value = payload.get(name)
+        # A text of at most a quarter of the bound in characters is within it in UTF-8 bytes.
+        if isinstance(value, str) and len(value) * 4 > MAX_REASON_BYTES:
+            cut[name] = truncate_text(value)
+    return {**payload, **cut} if cut else payload
 
 
 def order_key(ts: datetime, seq: int | None, event_type: str, attempt: int, event_id: str):

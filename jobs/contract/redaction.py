@@ -333,7 +333,7 @@ def redacted(value: Any, path: str = "") -> Redacted:
     deeper payloads)."""
     masked: list[str] = []
     cleaned = redact_into(value, path, masked)
-    return Redacted(cleaned, bounded_paths(masked))
+    return Redacted(cleaned, bounded_paths(masked) if masked else ())
 
 
 def redact(value: Any) -> Any:
@@ -356,22 +356,44 @@ def redact_into(value: Any, path: str, masked: list[str]) -> Any:
     return value
 
 
+# What a key's value is (``_key_reading``).
+PLAIN, SECRET, ID = 0, 1, 2
+
+
+@functools.lru_cache(maxsize=8192)
+def _key_reading(key: str) -> tuple[str, int]:
+    """A key as it is stored (masked when it is itself a secret) and what its value is:
+    SECRET (``is_secret_key``), ID (``names_an_id``) or PLAIN. Keys repeat across events: one
+    remembered answer each."""
+    kind = SECRET if is_secret_key(key) else ID if names_an_id(key) else PLAIN
+    return redact_text(key), kind
+
+
 def _redact_object(item: dict[str, Any], path: str, masked: list[str]) -> dict[str, Any]:
     named = _named_header_value(item)
     cleaned: dict[str, Any] = {}
     for key, value in item.items():
-        name = redact_text(key) if isinstance(key, str) else key
+        name, kind = _key_reading(key) if isinstance(key, str) else (key, PLAIN)
         if name != key:
             # A key that is itself a secret: masked, kept apart from the object's other keys.
             name = _distinct_key(name, item, cleaned)
             masked.append(_child(path, name))
-        if (key == named or is_secret_key(key)) and _holds_secret(value):
+        if (kind == SECRET or key == named) and _holds_secret(value):
             cleaned[name] = MASK
             masked.append(_child(path, name))
-        elif isinstance(value, str | list) and names_an_id(key):
-            cleaned[name] = _redact_id(value, _child(path, name), masked)
-        elif isinstance(value, str | dict | list):
-            cleaned[name] = redact_into(value, _child(path, name), masked)
+        elif isinstance(value, str):
+            # Most values are text: the path is written only when something was masked.
+            text = _mask_id(value) if kind == ID else redact_text(value)
+            if text != value:
+                masked.append(_child(path, name))
+            cleaned[name] = text
+        elif isinstance(value, dict | list):
+            child = _child(path, name)
+            cleaned[name] = (
+                _redact_id(value, child, masked)
+                if kind == ID and isinstance(value, list)
+                else redact_into(value, child, masked)
+            )
         else:
             cleaned[name] = value
     return cleaned
@@ -398,10 +420,18 @@ def _redact_id(value: str | list, path: str, masked: list[str]) -> Any:
             else redact_into(item, f"{path}[{index}]", masked)
             for index, item in enumerate(value)
         ]
-    cleaned = mask_formats(value)
+    cleaned = _mask_id(value)
     if cleaned != value:
         masked.append(path)
     return cleaned
+
+
+def _mask_id(value: str) -> str:
+    """An id with its credential formats masked (``secret_text.mask_formats``)."""
+    return _mask_short_id(value) if len(value) <= CACHED_TEXT_CHARS else mask_formats(value)
+
+
+_mask_short_id = functools.lru_cache(maxsize=8192)(mask_formats)
 
 
 def _holds_secret(value: Any) -> bool:
