@@ -5,7 +5,8 @@ and per-record errors out. Each log record becomes one ``log`` event of the job 
 belongs to, decided by ``otlp.job_id`` as for spans (``traceviz.job_id`` on the record, its
 resource or another record of the trace in the request, else the trace id), so a trace's records
 and spans always land in one job. The event keeps the record, bounded like a span: its time,
-severity, body, attributes, event name, trace and span ids, resource and scope. What a record
+severity, body, attributes, event name, trace and span ids, resource and scope, redacted before
+it is bounded (the paths masked are recorded, as a span's are). What a record
 means (a message of its span's LLM call, a timed entry of its step) depends on a span that may
 arrive before or after it, so replay decides (``jobs.replay.content``).
 
@@ -17,7 +18,7 @@ show it. The other records of the request are stored.
 """
 
 import hashlib
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from opentelemetry.proto.collector.logs.v1.logs_service_pb2 import ExportLogsServiceRequest
@@ -26,6 +27,7 @@ from opentelemetry.proto.logs.v1.logs_pb2 import LogRecord, ResourceLogs, ScopeL
 from jobs.contract import events, otlp
 from jobs.contract.bodies import BodyError, ParsedBatch
 from jobs.contract.otlp import Unreadable
+from jobs.contract.redaction import bounded_paths, redact_into
 
 LOG = "log"
 NO_JOB = (
@@ -84,6 +86,8 @@ class MappedRecord:
     label: str
     item: dict[str, Any] | None = None
     error: str = ""
+    # The paths redaction masked in the item's payload.
+    masked: tuple[str, ...] = ()
 
 
 def map_request(request: ExportLogsServiceRequest) -> list[MappedRecord]:
@@ -91,24 +95,19 @@ def map_request(request: ExportLogsServiceRequest) -> list[MappedRecord]:
     job_ids = _job_ids_by_trace(request)
     mapped = []
     for resource_logs in request.resource_logs:
-        resource = otlp.attributes(resource_logs.resource.attributes)
-        bounded_resource = otlp.bounded_attributes(resource, {})
+        resource = otlp.Resource.of(resource_logs.resource.attributes)
         for scope_logs in resource_logs.scope_logs:
             scope = {"name": scope_logs.scope.name, "version": scope_logs.scope.version}
             for index, record in enumerate(scope_logs.log_records):
                 label = _label(record, index)
                 try:
-                    item = record_item(
-                        record,
-                        resource_logs,
-                        scope_logs,
-                        (resource, bounded_resource, scope),
-                        job_ids,
+                    item, masked = record_item(
+                        record, resource_logs, scope_logs, (resource, scope), job_ids
                     )
                 except Unreadable as error:
                     mapped.append(MappedRecord(label, error=str(error)))
                 else:
-                    mapped.append(MappedRecord(label, item=item))
+                    mapped.append(MappedRecord(label, item=item, masked=masked))
     return mapped
 
 
@@ -136,12 +135,13 @@ def record_item(
     record: LogRecord,
     resource_logs: ResourceLogs,
     scope_logs: ScopeLogs,
-    context: tuple[dict[str, Any], dict[str, Any], dict[str, str]],
+    context: tuple[otlp.Resource, dict[str, str]],
     job_ids: dict[bytes, str] | None = None,
-) -> dict[str, Any]:
-    """The event dict of one log record. ``context``: its resource's attributes, those within
-    the bounds (as stored), and its scope. Raises ``Unreadable``."""
-    resource, bounded_resource, scope = context
+) -> tuple[dict[str, Any], tuple[str, ...]]:
+    """The event dict of one log record, and the paths redaction masked in its payload (every
+    text is redacted before it is bounded, as a span's). ``context``: its resource and its
+    scope. Raises ``Unreadable``."""
+    resource, scope = context
     payload: dict[str, Any] = {}
     trace_id = otlp.required_id(record.trace_id, 16, "trace_id") if record.trace_id else ""
     if trace_id:
@@ -154,6 +154,8 @@ def record_item(
         payload["time_unix_nano"] = nanos
     dropped: dict[str, Any] = {}
     attrs = otlp.attributes(record.attributes)
+    masked: list[str] = []
+    clean_attrs = redact_into(attrs, "attributes", masked)
     if record.severity_text:
         payload["severity_text"] = otlp.cut(record.severity_text, events.MAX_ID_CHARS)
     if 0 < record.severity_number <= 24:
@@ -161,12 +163,11 @@ def record_item(
     if record.event_name:
         payload["event_name"] = otlp.cut(record.event_name, events.MAX_ID_CHARS)
     if record.HasField("body"):
-        payload["body"] = otlp.bounded_value(
-            otlp.json_safe(otlp.any_value(record.body)), otlp.MAX_VALUE_BYTES, dropped, "body"
-        )
+        body = redact_into(otlp.json_safe(otlp.any_value(record.body)), "body", masked)
+        payload["body"] = otlp.bounded_value(body, otlp.MAX_VALUE_BYTES, dropped, "body")
     payload |= {
-        "attributes": otlp.bounded_attributes(attrs, dropped),
-        "resource": bounded_resource,
+        "attributes": otlp.bounded_attributes(clean_attrs, dropped),
+        "resource": resource.stored,
         "scope": {k: otlp.cut(v, events.MAX_ID_CHARS) for k, v in scope.items() if v},
     }
     if record.dropped_attributes_count:
@@ -174,14 +175,15 @@ def record_item(
     if dropped:
         payload["dropped"] = dropped
     found = (job_ids or {}).get(record.trace_id)
-    job = otlp.job_id(trace_id, attrs, resource, found=found)
+    job = otlp.job_id(trace_id, attrs, resource.attributes, found=found)
     if not job:
         raise Unreadable(NO_JOB)
     digest = hashlib.sha256()
     for part in (resource_logs.resource, scope_logs.scope, record):
         digest.update(part.SerializeToString(deterministic=True))
     event_id = f"otlp-log:{trace_id or 'no-trace'}:{digest.hexdigest()[:32]}"
-    return otlp.item(LOG, job, event_id, ts, payload)
+    item = otlp.item(LOG, job, event_id, ts, payload)
+    return item, bounded_paths([*masked, *resource.masked])
 
 
 def to_batch(request: ExportLogsServiceRequest, max_events: int) -> LogsBatch:
@@ -194,14 +196,14 @@ def to_batch(request: ExportLogsServiceRequest, max_events: int) -> LogsBatch:
         raise BodyError(
             413, f"request has {len(mapped)} log records; the limit is {max_events} per request"
         )
-    batch = ParsedBatch()
+    batch = ParsedBatch(redacted=True)
     rejections = []
     for record in mapped:
         error = record.error
         if record.item is not None:
             event, errors = events.validate(record.item)
             if event is not None:
-                batch.events.append((len(batch.events), event))
+                batch.events.append((len(batch.events), replace(event, masked=record.masked)))
                 continue
             error = "; ".join(dict.fromkeys(f"{e.field}: {e.message}" for e in errors))
         rejections.append(f"{record.label}: {error}")

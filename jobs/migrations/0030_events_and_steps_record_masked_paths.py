@@ -12,7 +12,7 @@ from django.db import migrations
 class Migration(migrations.Migration):
 
     dependencies = [
-        ('jobs', '0028_event_token_unchecked_planner_type_index'),
+        ('jobs', '0029_job_aliases'),
     ]
 
     operations = [
