@@ -109,3 +109,18 @@ def test_more_records_than_a_request_may_map_is_413():
     with pytest.raises(BodyError) as raised:
         otlp_logs.to_batch(logs_request(log_record("a"), log_record("b")), max_events=1)
     assert raised.value.status == 413
+
+
+def test_a_secret_straddling_the_body_cut_is_masked_whole_and_its_paths_recorded():
+    token = "ghp_" + "A1b2C3d4E5f6G7h8I9j0K1l2M3n4O5p6Q7r8"
+    near_the_cut = "x" * (otlp.MAX_VALUE_BYTES - 60)
+    record = log_record(
+        "app.log",
+        f"{near_the_cut} {token} " + "y" * 1000,
+        attributes=attrs(db_password="hunter2", tests_passed=1843),
+    )
+    event = only_event(mapped(record))
+    assert event.payload["body"].startswith(f"{near_the_cut} [REDACTED]")
+    assert "ghp_" not in event.payload["body"]
+    assert event.payload["attributes"] == {"db_password": "[REDACTED]", "tests_passed": 1843}
+    assert set(event.masked) == {"body", "attributes.db_password"}
