@@ -11,7 +11,7 @@ start.
 
 from datetime import UTC
 
-from django.db.models import Count, Sum
+from django.db.models import Count, Q, Sum
 from django.db.models.functions import Trunc
 
 from jobs.dashboard import rollup
@@ -35,8 +35,10 @@ def usage_rows(window: Window, plan: rollup.Plan | None = None) -> list[dict]:
 
 def _from_calls(window: Window) -> list[dict]:
     """usage_rows aggregated from the window's jobs' Call rows."""
+    # The calls whose tokens the job's header counts (an embedding's too), as the rollup's.
+    counted = Q(kind="llm") | Q(input_tokens__isnull=False) | Q(output_tokens__isnull=False)
     calls = Call.objects.filter(
-        kind="llm", job__started_at__gte=window.start, job__started_at__lt=window.end
+        counted, job__started_at__gte=window.start, job__started_at__lt=window.end
     ).exclude(provider="", model="")
     if window.provider:
         calls = calls.filter(provider=window.provider)

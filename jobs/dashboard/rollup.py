@@ -344,7 +344,12 @@ def _select(
         return " WHERE " + " AND ".join(clauses) if clauses else ""
 
     typed = where("j", "j.error_type <> ''")
-    named_llm = where("c", "c.kind = 'llm'", "NOT (c.provider = '' AND c.model = '')")
+    # LLM calls, and any call with tokens (an embedding's): what the job's header counts.
+    named_llm = where(
+        "c",
+        "(c.kind = 'llm' OR c.input_tokens IS NOT NULL OR c.output_tokens IS NOT NULL)",
+        "NOT (c.provider = '' AND c.model = '')",
+    )
     counted = f"count(*), count(DISTINCT js.job_id), {no_histogram}, {no_usage}"
     selects = {
         # Split by status family (FAILED_STATUS in status, "" for every other status): the

@@ -56,7 +56,11 @@ COUNTERS: dict[str, CounterSpec] = {
         producer_labels=True,
     ),
     EVENTS_INGESTED: CounterSpec("Events stored (duplicates not counted), by type.", ("type",)),
-    STEPS: CounterSpec("node_finished events stored, by result_type.", ("result_type",)),
+    STEPS: CounterSpec(
+        "Steps finished, by result_type: node_finished events stored, and the steps "
+        "OpenTelemetry spans are (each once, when replay first makes it a step).",
+        ("result_type",),
+    ),
     REJECTIONS: CounterSpec(
         "Ingest items or requests refused, by field and message class.", ("field", "reason")
     ),
@@ -134,6 +138,18 @@ def record_batch(
     for (counter, provider, model), count in by_planner.items():
         deltas[counter, labels_key(provider=provider, model=model)] = count
     increment({**deltas, **_projection_deltas(projections or {})})
+
+
+def record_span_steps(result_types: Mapping[str, int]) -> None:
+    """Count the steps that spans became (``projection``: each once, when its Step row is
+    first written), by result type."""
+    increment(
+        {
+            (STEPS, labels_key(result_type=result_type)): count
+            for result_type, count in result_types.items()
+            if count
+        }
+    )
 
 
 def record_projections(by_path: Mapping[str, int]) -> None:

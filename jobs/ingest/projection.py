@@ -172,7 +172,8 @@ def project_jobs(
     # One upsert writes new and known jobs alike; a known job keeps its id (escalations
     # point at it).
     ids = database.upsert_rows(Job, rows, unique=("job_id",))
-    contributions, attributes, relabeled = _write_steps(projected, existing, ids, days)
+    contributions, attributes, relabeled, earlier = _write_steps(projected, existing, ids, days)
+    counters.record_span_steps(_new_span_steps(projected, earlier, new_events))
     _write_calls(projected, existing, ids)
     _apply_escalations(projected, rows, ids)
     if attributes:
@@ -225,9 +226,7 @@ def _fold_onto_snapshots(
             config=config,
         )
         if job_id in grown:
-            fold.trace, fold.state.calls = grown[job_id].summary, grown[job_id].calls
-            if grown[job_id].reopens:
-                fold.reopen_failure()
+            fold.take_growth(grown[job_id])
         try:
             for event in events:
                 fold.apply(event)
@@ -377,12 +376,12 @@ def _write_steps(
     existing: dict[str, dict],
     ids: dict[tuple, int],
     days: dict[str, date],
-) -> tuple[failure_groups.Contributions, dict[int, tuple[str, str]], set[int]]:
+) -> tuple[failure_groups.Contributions, dict[int, tuple[str, str]], set[int], dict[str, set[str]]]:
     """A full replay's steps replace the job's whole; an incremental fold's changed steps are
     upserted by (job, node, attempt). Either way the failure groups lose the replaced rows'
     failures and gain the written ones': returns those contributions, the (provider, model) of
     the jobs they concern and the jobs whose provider or model changed, for
-    ``failure_groups.apply``."""
+    ``failure_groups.apply``; and by fully replayed job, the span ids of its replaced steps."""
     written = {
         ids[(job_id,)]: (p.state.steps if p.path == FULL else p.state.changed_steps)
         for job_id, p in projected.items()
@@ -395,12 +394,19 @@ def _write_steps(
     )
     contributions = failure_groups.Contributions()
     replaced = [j for j, p in projected.items() if p.path == FULL and j in existing]
+    earlier: dict[str, set[str]] = {}
     if replaced:
         replaced_pks = [existing[j]["id"] for j in replaced]
         contributions.replaced.update(replaced_pks)
-        Step.objects.filter(
+        rows = Step.objects.filter(
             job_id__in=replaced_pks, partition_day__in=sorted({days[j] for j in replaced})
-        ).delete()
+        )
+        job_ids = {existing[j]["id"]: j for j in replaced}
+        for job_pk, span_id in rows.exclude(trace_span_id="").values_list(
+            "job_id", "trace_span_id"
+        ):
+            earlier.setdefault(job_ids[job_pk], set()).add(span_id)
+        rows.delete()
     _subtract_changed(projected, ids, contributions)
     inserted, upserted = [], []
     for job_id, p in projected.items():
@@ -426,7 +432,30 @@ def _write_steps(
         for job_id, p in projected.items()
         if ids[(job_id,)] in touched
     }
-    return contributions, attributes, relabeled
+    return contributions, attributes, relabeled, earlier
+
+
+def _new_span_steps(
+    projected: dict[str, Projected],
+    earlier: dict[str, set[str]],
+    new_events: dict[str, list[Event]],
+) -> Counter:
+    """By result type, the steps spans became in this projection (``/metrics``' steps
+    finished): a full replay's steps whose span was no step before (a span may become one
+    later than it came: an LLM call under a root that had not come yet), an incremental
+    fold's steps of its new spans (a growth makes no stored span a step)."""
+    found: Counter = Counter()
+    for job_id, p in projected.items():
+        if p.path == FULL:
+            before = earlier.get(job_id, set())
+            steps = [s for s in p.state.steps if s.trace_span_id not in before]
+        else:
+            new_spans = {
+                e.payload.get("span_id") for e in new_events.get(job_id, ()) if e.type == walk.SPAN
+            }
+            steps = [s for s in p.state.changed_steps if s.trace_span_id in new_spans]
+        found.update(s.result_type for s in steps if s.trace_span_id and s.result_type)
+    return found
 
 
 def _provider_model(row: dict) -> tuple[str, str]:

@@ -1,10 +1,12 @@
-"""Calls inside a step (DESIGN.md section 3b): what an LLM, tool, retriever... span says, in one
-shape whatever convention its producer followed (OpenInference's ``llm.*``, the ``gen_ai.*``
-semantic conventions, Celery's publishing). Pure.
+"""Calls inside a step (docs/otlp.md, "Calls"): what an LLM, tool, retriever... span says, in
+one shape whatever convention its producer followed (OpenInference's ``llm.*``, the ``gen_ai.*``
+semantic conventions, OpenLLMetry's ``traceloop.*``, Celery's publishing). Pure.
 
 Tokens come from the span; cost from genai-prices (a maintained price table with its own data,
-no network), never from prices typed here. Inputs, outputs and messages were bounded and
-redacted at ingest like every other text.
+no network), never from prices typed here. A span's usage that repeats the total of the calls
+below it (an agent's run total) is kept apart, never added to theirs (``call_record``'s
+``total``). Inputs, outputs and messages were bounded and redacted at ingest like every other
+text.
 """
 
 import functools
@@ -15,6 +17,7 @@ from datetime import datetime
 from typing import Any
 
 from genai_prices import Usage, calc_price
+from genai_prices.data_snapshot import find_provider_by_id, get_snapshot
 
 from jobs.contract.events import loads_within_depth
 
@@ -40,12 +43,27 @@ KIND_BY_GEN_AI_OPERATION = {
     "execute_tool": "tool",
     "invoke_agent": "agent",
     "create_agent": "agent",
+    # Strands' event loop cycle: a model call and the tools it asked for.
+    "execute_event_loop_cycle": "chain",
 }
+# OpenLLMetry's decorators (``@workflow``, ``@task``, ``@agent``, ``@tool``) name what a span is.
+TRACELOOP_KIND = "traceloop.span.kind"
+KIND_BY_TRACELOOP = {"tool": "tool", "agent": "agent", "task": "task", "workflow": "workflow"}
 PROVIDER_KEYS = ("gen_ai.provider.name", "llm.provider", "gen_ai.system", "llm.system")
 MODEL_KEYS = ("gen_ai.response.model", "llm.model_name", "gen_ai.request.model")
-INPUT_TOKEN_KEYS = ("gen_ai.usage.input_tokens", "llm.token_count.prompt")
-OUTPUT_TOKEN_KEYS = ("gen_ai.usage.output_tokens", "llm.token_count.completion")
-TOTAL_TOKEN_KEYS = ("llm.token_count.total",)
+# The first key a span has counts: the older ``prompt_tokens`` / ``completion_tokens`` that some
+# SDKs write beside the current names (Strands) are the same tokens, never added to them.
+INPUT_TOKEN_KEYS = (
+    "gen_ai.usage.input_tokens",
+    "llm.token_count.prompt",
+    "gen_ai.usage.prompt_tokens",
+)
+OUTPUT_TOKEN_KEYS = (
+    "gen_ai.usage.output_tokens",
+    "llm.token_count.completion",
+    "gen_ai.usage.completion_tokens",
+)
+TOTAL_TOKEN_KEYS = ("llm.token_count.total", "gen_ai.usage.total_tokens")
 OPENINFERENCE_MESSAGE = re.compile(r"^llm\.(input|output)_messages\.(\d+)\.message\.(.+)$")
 LEGACY_GEN_AI_MESSAGE = re.compile(r"^gen_ai\.(prompt|completion)\.(\d+)\.(role|content)$")
 TOOL_CALL = re.compile(r"^tool_calls\.(\d+)\.tool_call\.(?:function\.)?(name|arguments|id)$")
@@ -64,7 +82,6 @@ SHOWN_APART = frozenset(
         "output.value",
         "output.mime_type",
         "tool.name",
-        "tool.parameters",
         "gen_ai.tool.name",
         "gen_ai.tool.call.arguments",
         "gen_ai.tool.call.result",
@@ -119,6 +136,7 @@ def is_marked(span: Any) -> bool:
         or "gen_ai.operation.name" in attrs
         or any(key in attrs for key in (*PROVIDER_KEYS, *MODEL_KEYS))
         or attrs.get("celery.action") == "apply_async"
+        or attrs.get(TRACELOOP_KIND) == "tool"
     )
 
 
@@ -128,6 +146,8 @@ def kind_of(span: Any) -> str:
         return kind
     if kind := KIND_BY_GEN_AI_OPERATION.get(str(attrs.get("gen_ai.operation.name", ""))):
         return kind
+    if kind := KIND_BY_TRACELOOP.get(str(attrs.get(TRACELOOP_KIND, ""))):
+        return kind
     if attrs.get("celery.action") == "apply_async":
         return "publish"
     if any(key in attrs for key in MODEL_KEYS):
@@ -135,16 +155,29 @@ def kind_of(span: Any) -> str:
     return "span"
 
 
-def call_record(span: Any, step: Any, position: int, failure: tuple[str, str, str]) -> CallRecord:
+def has_usage(span: Any) -> bool:
+    """Whether a span states tokens (its own, or a total of calls below it)."""
+    attrs = span.attrs
+    return (
+        first_int(attrs, INPUT_TOKEN_KEYS) is not None
+        or first_int(attrs, OUTPUT_TOKEN_KEYS) is not None
+    )
+
+
+def call_record(
+    span: Any, step: Any, position: int, failure: tuple[str, str, str], total: bool = False
+) -> CallRecord:
     """``span`` as a call of ``step`` (None: of the job), ``failure`` its (reason, exception
-    type, stack)."""
+    type, stack). ``total``: the tokens the span states are the total of the calls below it
+    (an agent's run total): kept in ``detail["usage_total"]``, not as the call's own tokens,
+    so that every sum over calls counts each model call once."""
     attrs = span.attrs
     provider, model = first_text(attrs, PROVIDER_KEYS), first_text(attrs, MODEL_KEYS)
     tokens_in = first_int(attrs, INPUT_TOKEN_KEYS)
     tokens_out = first_int(attrs, OUTPUT_TOKEN_KEYS)
-    total = first_int(attrs, TOTAL_TOKEN_KEYS)
-    if total is None and tokens_in is not None and tokens_out is not None:
-        total = tokens_in + tokens_out
+    total_tokens = first_int(attrs, TOTAL_TOKEN_KEYS)
+    if total_tokens is None and tokens_in is not None and tokens_out is not None:
+        total_tokens = tokens_in + tokens_out
     reason, exception_type, stack = failure
     detail: dict[str, Any] = {
         "attributes": {k: v for k, v in attrs.items() if not _shown_apart(k)},
@@ -154,6 +187,14 @@ def call_record(span: Any, step: Any, position: int, failure: tuple[str, str, st
         detail["stack"] = stack
     if span.links:
         detail["links"] = span.links
+    if total and (tokens_in is not None or tokens_out is not None):
+        detail["usage_total"] = {
+            "input_tokens": tokens_in,
+            "output_tokens": tokens_out,
+            "total_tokens": total_tokens,
+        }
+        tokens_in = tokens_out = total_tokens = None
+    cost, provider = price(provider, model, tokens_in or 0, tokens_out or 0)
     return CallRecord(
         span_id=span.span_id,
         parent_span_id=span.parent_id,
@@ -172,10 +213,8 @@ def call_record(span: Any, step: Any, position: int, failure: tuple[str, str, st
         model=model,
         input_tokens=tokens_in,
         output_tokens=tokens_out,
-        total_tokens=total,
-        cost=cost_usd(provider, model, tokens_in or 0, tokens_out or 0)
-        if (tokens_in or tokens_out) and model
-        else None,
+        total_tokens=total_tokens,
+        cost=cost if tokens_in or tokens_out else None,
         messages=transcript(attrs),
         input=_value(attrs, "input"),
         output=_value(attrs, "output"),
@@ -207,16 +246,39 @@ def first_int(attrs: dict[str, Any], keys: tuple[str, ...]) -> int | None:
 
 
 @functools.lru_cache(maxsize=4096)
+def price(
+    provider: str, model: str, input_tokens: int, output_tokens: int
+) -> tuple[float | None, str]:
+    """The call's price in USD from genai-prices (None when it does not know the model), and
+    the provider the call is shown under: its own, or, when genai-prices knows no provider of
+    that name (an SDK naming itself, as Strands does: ``strands-agents``), the provider it
+    finds for the model (``gpt-4o-mini``: openai). When it cannot tell, the name stays."""
+    if not model:
+        return None, provider
+    usage = Usage(input_tokens=input_tokens, output_tokens=output_tokens)
+    if provider and knows_provider(provider):
+        try:
+            found = calc_price(usage, model_ref=model, provider_id=provider)
+        except LookupError:
+            pass
+        else:
+            return float(found.total_price), provider
+    try:
+        found = calc_price(usage, model_ref=model)
+    except LookupError:
+        return None, provider
+    return float(found.total_price), provider if knows_provider(provider) else found.provider.id
+
+
+@functools.lru_cache(maxsize=256)
+def knows_provider(provider: str) -> bool:
+    """Whether genai-prices has a provider of this name (its id or one of its aliases)."""
+    return bool(provider) and find_provider_by_id(get_snapshot().providers, provider) is not None
+
+
 def cost_usd(provider: str, model: str, input_tokens: int, output_tokens: int) -> float | None:
     """The call's price in USD from genai-prices, None when it does not know the model."""
-    usage = Usage(input_tokens=input_tokens, output_tokens=output_tokens)
-    for provider_id in (provider or None, None):
-        try:
-            price = calc_price(usage, model_ref=model, provider_id=provider_id)
-        except LookupError:
-            continue
-        return float(price.total_price)
-    return None
+    return price(provider, model, input_tokens, output_tokens)[0]
 
 
 def _value(attrs: dict[str, Any], side: str) -> dict[str, Any] | None:
@@ -227,16 +289,54 @@ def _value(attrs: dict[str, Any], side: str) -> dict[str, Any] | None:
 
 
 def _tool(attrs: dict[str, Any]) -> dict[str, Any] | None:
-    name = first_text(attrs, ("tool.name", "gen_ai.tool.name"))
+    """A tool span's name, arguments and result, each framework's key: ``gen_ai.tool.call.*``
+    (the GenAI conventions, Pydantic AI), ``input.value`` / ``output.value`` (OpenInference's
+    TOOL span), ``traceloop.entity.input`` / ``.output`` (OpenLLMetry's ``@tool``). Never the
+    tool's schema (``tool.parameters``, ``gen_ai.tool.json_schema``): that is what it takes,
+    not what it was given."""
+    name = first_text(attrs, ("tool.name", "gen_ai.tool.name", "traceloop.entity.name"))
     if not name:
         return None
     tool = {"name": name}
-    arguments = attrs.get("tool.parameters") or attrs.get("gen_ai.tool.call.arguments")
+    arguments = attrs.get("gen_ai.tool.call.arguments")
+    result = attrs.get("gen_ai.tool.call.result")
+    if attrs.get(TRACELOOP_KIND) == "tool":
+        arguments = _traceloop_arguments(attrs.get("traceloop.entity.input"))
+        result = _json_text(attrs.get("traceloop.entity.output"))
+    elif str(attrs.get(OPENINFERENCE_KIND, "")).upper() == "TOOL":
+        arguments = attrs.get("input.value") if arguments is None else arguments
+        result = attrs.get("output.value") if result is None else result
     if arguments is not None:
         tool["arguments"] = arguments
-    if (result := attrs.get("gen_ai.tool.call.result")) is not None:
-        tool["result"] = result
+    if result is not None:
+        # A list of content blocks ([{"text": ...}]: Strands) reads as its text.
+        tool["result"] = parts_text(result) if isinstance(result, str | list) else result
     return tool
+
+
+def _json_text(value: Any) -> Any:
+    """A JSON-encoded string (OpenLLMetry encodes a tool's return value) as the string."""
+    if isinstance(value, str) and value.startswith('"'):
+        try:
+            decoded = json.loads(value)
+        except ValueError:
+            return value
+        return decoded if isinstance(decoded, str) else value
+    return value
+
+
+def _traceloop_arguments(value: Any) -> Any:
+    """OpenLLMetry's ``{"args": [...], "kwargs": {...}}``: the keyword arguments alone when
+    there are no positional ones (JSON text as it came otherwise)."""
+    if not isinstance(value, str):
+        return value
+    try:
+        parsed = json.loads(value)
+    except ValueError:
+        return value
+    if isinstance(parsed, dict) and not parsed.get("args") and "kwargs" in parsed:
+        return json.dumps(parsed["kwargs"])
+    return value
 
 
 @dataclass(slots=True)
@@ -397,8 +497,10 @@ def _part_text(part: Any) -> str:
         return str(part)
     if text := part.get("content") or part.get("text"):
         return text if isinstance(text, str) else parts_text(text)
-    if part.get("type") == "tool_call_response" and "response" in part:
-        response = part["response"]
+    if part.get("type") == "tool_call_response" and ("response" in part or "result" in part):
+        # OpenLLMetry and Strands write the tool's answer as ``response``, Pydantic AI as
+        # ``result``.
+        response = part.get("response", part.get("result"))
         return response if isinstance(response, str) else parts_text(response)
     if isinstance(result := part.get("toolResult"), dict):
         return parts_text(result.get("content", ""))

@@ -262,11 +262,12 @@ def call_record(
     position: int,
     failure: tuple[str, str, str],
     logs: list[LogRecord],
+    total: bool = False,
 ) -> calls.CallRecord:
     """``calls.call_record`` with the content its span's events and its GenAI content log
     records ``logs`` carry: the transcript, a tool's arguments and result; the content events
-    read are left out of the call's timed entries."""
-    record = calls.call_record(span, step, position, failure)
+    read are left out of the call's timed entries. ``total``: its usage is a run's total."""
+    record = calls.call_record(span, step, position, failure, total)
     events = span_records(span.events)
     from_logs = [log.record for log in logs]
     detail = {

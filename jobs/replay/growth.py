@@ -76,6 +76,9 @@ class TraceSummary:
     # when a step of it had an explicit attempt (its iterations are then not in start order).
     # A base missing from it has one iteration at most. None: more than MAX_LOOPING such bases.
     iterations: dict[str, int | None] | None
+    # Whether a span below the root is an agent or workflow run (``spans.is_run``): once the
+    # root is here, the job's outcome can then depend on spans still to come.
+    runs: bool = False
     input_tokens: int = 0
     output_tokens: int = 0
     # The calls' costs summed in call order (None: no call was priced).
@@ -135,6 +138,7 @@ def summarize(expansion: Expansion) -> TraceSummary | None:
         correlation_key=_first_key(trace, CORRELATION_KEYS),
         iterations=_loops({}, steps),
         log_spans=sorted({*expansion.orphan_logs, *(waits & expansion.logged_spans)}),
+        runs=any(spans.is_run(span) for span in ordered if span is not root),
     )
     summary.add_calls(expansion.calls)
     return summary
@@ -215,6 +219,9 @@ class Grown:
     summary: TraceSummary
     # The new steps retry the failure the job's last event was: fold them onto it reopened.
     reopens: bool = False
+    # How many span events the growth added (each one of the job's events; ``events`` are
+    # made of them).
+    spans: int = 0
 
 
 class Growth:
@@ -247,6 +254,10 @@ class Growth:
         self.waiting_calls = None if _after(self.ordered, summary.last_call) else []
         # By base node read only in part (``step_names``), the lowest iteration read.
         self.floors: dict[str, int] = {}
+        # What the new calls' records take from the spans around them (``place``).
+        self.facts = spans.CallFacts()
+        # The new span events, read or not: each is one of the job's events.
+        self.span_events = len(new)
 
     @classmethod
     def start(
@@ -273,7 +284,9 @@ class Growth:
             ):
                 return None
             new[span.span_id] = span
-        return cls(job_id, trace, new, tuple(reopenable[:2]) if reopenable else None)
+        growing = cls(job_id, trace, new, tuple(reopenable[:2]) if reopenable else None)
+        growing.span_events = len(span_events)
+        return growing
 
     def wanted(self) -> list[str]:
         """The span ids to read from storage: the root, the new spans' parents, and the calls
@@ -320,12 +333,33 @@ class Growth:
                 if not span.local_parent and not self._after_root(span):
                     return False  # a local root before the job's: it would be the job's
         spans.classify(sorted(tree.values(), key=_order), tree, self.root)
+        if not self._keeps_outcome_and_usage(tree):
+            return False
         self.steps = [span for span in self.ordered if span.is_step]
         placed = [*self.new.values(), *(call for call, _position in self.adopted)]
         read = self.adopted if self.waiting_calls is None else self.waiting_calls
         return not any(call.is_step for call, _position in read) and (
             self.root is None or all(span.step_parent is not self.root for span in placed)
         )
+
+    def _keeps_outcome_and_usage(self, tree: dict[str, SpanView]) -> bool:
+        """Whether the new spans leave the job's outcome, the stored calls' usage and their
+        attempts as they are: with the root here, no agent or workflow run is (or comes)
+        below it (the job fails when its last run raised: ``spans.raised_run``), and no new
+        span states usage below a root that states some (the root's would turn a total); no
+        model call the new spans retry was stored."""
+        new = self.new.values()
+        if self.root is not None:
+            if self.summary.runs or any(spans.is_run(span) for span in new):
+                return False
+            if call_data.has_usage(self.root) and any(map(call_data.has_usage, new)):
+                return False
+        self.facts = spans.call_facts(sorted(tree.values(), key=_order), tree)
+        for span_id, earlier in self.facts.attempts.items():
+            chain = [span_id, *(span.span_id for span in earlier)]
+            if any(link not in self.new for link in chain):
+                return False
+        return True
 
     def _after_root(self, span: SpanView) -> bool:
         """Whether the job's root stays its root beside ``span``, a local root: a true root,
@@ -400,7 +434,9 @@ class Growth:
         for span in steps:
             result = spans.step_result(span, last_attempts, self.root)
             events.extend(spans.step_events(self.job_id, span, result))
-        calls = [spans.call_of(span, positions[span.span_id]) for span in call_spans]
+        calls = [
+            spans.call_of(span, positions[span.span_id], facts=self.facts) for span in call_spans
+        ]
         if moved and any(
             call.position < max(moved.values())
             and (call_data.names_a_model(call) or call.cost is not None)
@@ -417,7 +453,9 @@ class Growth:
         if set(rewritten_ids) & set(summary.log_spans):
             return None  # a call whose log records are part of its record
         rewritten = [
-            spans.call_of(stored[span_id][0], moved.get(span_id, stored[span_id][1]))
+            spans.call_of(
+                stored[span_id][0], moved.get(span_id, stored[span_id][1]), facts=self.facts
+            )
             for span_id in rewritten_ids
         ]
         if not self._keeps_job_fields(steps, calls, rewritten):
@@ -451,8 +489,9 @@ class Growth:
         grown.pending, grown.waiting = sorted(pending), waiting
         grown.calls = summary.calls + len(call_spans)
         grown.iterations = _loops(summary.iterations, steps)
+        grown.runs = summary.runs or any(spans.is_run(span) for span in ordered)
         grown.add_calls(calls)
-        return Grown(events, calls + rewritten, grown, reopens)
+        return Grown(events, calls + rewritten, grown, reopens, self.span_events)
 
     def _call_positions(
         self, call_spans: list[SpanView]

@@ -7,11 +7,18 @@ means can depend on spans that arrived later (its parent, a later attempt) and s
 the same in any arrival order; the fold replays a job with spans whole (``walk.Fold.of``).
 
 First match wins, and an explicit ``traceviz.*`` attribute always beats an inferred value:
-- the root span (no parent; else the earliest span whose parent is not here) is the job;
-- a span is a step when it sets ``traceviz.node_id``, is a LangGraph node, is a Celery run, or
-  is any other non-root span not marked as a call; spans OpenInference, ``gen_ai.*`` or Celery's
-  publishing mark (LLM, tool, retriever, chain...) are calls of their nearest step ancestor
-  (a marked span with no step above it is a step, so nothing goes unseen);
+- the root span (no parent; else the earliest span whose parent is not here) is the job; it
+  failed when it ended in ERROR, or when the last outermost agent or workflow run under it
+  raised and nothing after it succeeded (``raised_run``);
+- a span is a step when it sets ``traceviz.node_id``, is a LangGraph node, is a Celery run, is
+  a unit of an agent framework (a tool execution, an agent below the root, an OpenLLMetry task,
+  tool, agent or workflow: ``is_unit``), or is any other non-root span not marked as a call;
+  spans OpenInference, ``gen_ai.*`` or Celery's publishing mark (LLM, retriever, chain...) are
+  calls of their nearest step ancestor (a marked span with no step above it is a step, so
+  nothing goes unseen), but for a wrapper that only groups steps (``_grouping``), a call of
+  the job whose children are placed as if it were not there;
+- a call's usage that repeats the calls below it is a total, not counted (``usage_totals``),
+  and a model call an SDK retried is one call with attempts (``model_call_attempts``);
 - attempts: ``traceviz.attempt``, ``celery.retries`` + 1, else by order under the same parent
   (after a failed sibling of the same node: the next attempt; after a successful one: a new
   iteration, ``name #2``); two spans never share (node, attempt);
@@ -25,7 +32,7 @@ a live trace's new spans onto that summary when it can show the whole trace woul
 
 import re
 from collections.abc import Iterable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import datetime
 from typing import Any
 
@@ -90,6 +97,9 @@ class SpanView:
     under_root: bool = False
     node_id: str = ""
     attempt: int = 1
+    # On the job's root: an agent or workflow run under it raised (``raised_run``), whatever
+    # the root's own status says.
+    raised: bool = False
 
     @property
     def error(self) -> bool:
@@ -184,6 +194,8 @@ def expand(
     root = _job_root(ordered, spans)
     classify(ordered, spans, root)
     steps = [span for span in ordered if span.is_step]
+    if root is not None:
+        root.raised = raised_run(root, steps) is not None
     number_attempts(steps)
     last_attempts = latest_attempts(steps)
     results = {span.span_id: step_result(span, last_attempts, root) for span in steps}
@@ -196,14 +208,17 @@ def expand(
         step_logs = entries.get(span.span_id, [])
         expansion.events.extend(step_events(job_id, span, results[span.span_id], step_logs))
     call_spans = [span for span in ordered if span is not root and is_call(span)]
+    facts = call_facts(ordered, spans)
     expansion.calls = [
-        call_of(span, position, shown.get(span.span_id, []))
+        call_of(span, position, shown.get(span.span_id, []), facts)
         for position, span in enumerate(call_spans)
     ]
     if root is not None:
         if call_data.is_marked(root):
             root_logs = shown.get(root.span_id, [])
-            root_call = content.call_record(root, None, -1, failure_text(root), root_logs)
+            root_call = content.call_record(
+                root, None, -1, failure_text(root), root_logs, root.span_id in facts.totals
+            )
             expansion.calls.insert(0, root_call)
         expansion.events.extend(_job_events(job_id, root, steps, results, expansion.calls))
     expansion.spans, expansion.root, expansion.regular = ordered, root, regular
@@ -225,11 +240,138 @@ def is_call(span: SpanView) -> bool:
     return not span.is_step or call_data.is_marked(span)
 
 
-def call_of(span: SpanView, position: int, logs: list | None = None) -> call_data.CallRecord:
+@dataclass(frozen=True, slots=True)
+class CallFacts:
+    """What a call's record takes from the spans around it: the spans whose usage is the
+    total of calls below them (``usage_totals``), and the model calls that are attempts of
+    one call (``model_call_attempts``): by the call, its earlier attempts; by an earlier
+    attempt, the call it is one of and its number."""
+
+    totals: frozenset[str] = frozenset()
+    attempts: dict[str, list[SpanView]] = field(default_factory=dict)
+    attempt_of: dict[str, tuple[str, int]] = field(default_factory=dict)
+
+
+def call_facts(spans: list[SpanView], tree: dict[str, SpanView]) -> CallFacts:
+    """The ``CallFacts`` of classified ``spans`` (``tree``: every span known, by id)."""
+    attempts = model_call_attempts([span for span in spans if is_call(span)], tree)
+    attempt_of = {
+        earlier.span_id: (span_id, number)
+        for span_id, chain in attempts.items()
+        for number, earlier in enumerate(chain, start=1)
+    }
+    return CallFacts(usage_totals(spans, tree), attempts, attempt_of)
+
+
+def call_of(
+    span: SpanView,
+    position: int,
+    logs: list | None = None,
+    facts: CallFacts | None = None,
+) -> call_data.CallRecord:
     """A call span's record: a call of itself when it is a step, else of its step ancestor;
-    ``logs``: the GenAI content log records of its span."""
+    ``logs``: the GenAI content log records of its span; ``facts``: what the spans around it
+    say of it (``call_facts``)."""
+    facts = facts or CallFacts()
     step = span if span.is_step else span.step_parent
-    return content.call_record(span, step, position, failure_text(span), logs or [])
+    total = span.span_id in facts.totals
+    record = content.call_record(span, step, position, failure_text(span), logs or [], total)
+    detail = dict(record.detail)
+    if earlier := facts.attempts.get(span.span_id):
+        detail["attempts"] = [
+            _attempt_summary(attempt, number) for number, attempt in enumerate(earlier, start=1)
+        ]
+    if span.span_id in facts.attempt_of:
+        detail["attempt_of"], detail["attempt"] = facts.attempt_of[span.span_id]
+    return replace(record, detail=detail) if detail != record.detail else record
+
+
+def _attempt_summary(span: SpanView, number: int) -> dict[str, Any]:
+    reason, exception_type, _stack = failure_text(span)
+    return {
+        "attempt": number,
+        "span_id": span.span_id,
+        "status": span.status_code,
+        "reason": reason,
+        "exception_type": exception_type,
+        "started_at": span.start.isoformat(),
+        "duration_ms": (span.end - span.start).total_seconds() * 1000,
+    }
+
+
+def usage_totals(spans: Iterable[SpanView], tree: dict[str, SpanView]) -> frozenset[str]:
+    """The spans whose tokens are a total, not a call's own: those with a span below them
+    that states usage too. An agent's span repeats its run's total (Strands, under the same
+    ``gen_ai.usage.*`` keys as its model calls); counted beside its calls, a job's tokens and
+    cost would be counted twice."""
+    spans = list(spans)
+    above: set[str] = set()
+    for span in spans:
+        if not call_data.has_usage(span):
+            continue
+        for ancestor in _ancestors(span, tree):
+            if ancestor.span_id in above:
+                break
+            above.add(ancestor.span_id)
+    return frozenset(
+        span.span_id for span in spans if span.span_id in above and call_data.has_usage(span)
+    )
+
+
+def model_call_attempts(
+    calls: list[SpanView], tree: dict[str, SpanView]
+) -> dict[str, list[SpanView]]:
+    """By model call, the earlier attempts of the same request that an SDK retried, oldest
+    first: a model call that failed without usage, followed under the same parent by a model
+    call of the same name that starts after it ended (OpenAI Agents' runner retry, an app's
+    retry), or below the call that answered (Pydantic AI's FallbackModel: "model request
+    attempt" spans under its chat span). A chain whose every attempt failed ends in a failed
+    call, with the others its attempts. A model call that is a step of its own (no step above
+    it) is retried as its step's next attempt instead (Strands)."""
+    models = sorted(
+        (span for span in calls if call_data.kind_of(span) == "llm"),
+        key=lambda s: (s.start, s.span_id),
+    )
+    # Model calls that are steps of their own are retried as their step's attempts.
+    siblings = [span for span in models if not span.is_step]
+    attempts: dict[str, list[SpanView]] = {}
+    chains: dict[str, list[SpanView]] = {}
+    for span in siblings:
+        chain = chains.get(span.parent_id)
+        last = chain[-1] if chain else None
+        if (
+            last is not None
+            and _failed_attempt(last)
+            and last.name == span.name
+            and last.end <= span.start
+        ):
+            chain.append(span)
+            continue
+        if chain and len(chain) > 1:
+            attempts[chain[-1].span_id] = chain[:-1]
+        chains[span.parent_id] = [span]
+    for chain in chains.values():
+        if len(chain) > 1:
+            attempts[chain[-1].span_id] = chain[:-1]
+    chained = {span.span_id for chain in attempts.values() for span in chain}
+    for span in siblings:
+        parent = tree.get(span.parent_id)
+        if (
+            parent is not None
+            and _failed_attempt(span)
+            and span.span_id not in chained
+            and call_data.is_marked(parent)
+            and call_data.kind_of(parent) == "llm"
+        ):
+            attempts.setdefault(parent.span_id, []).append(span)
+    return {
+        span_id: sorted(chain, key=lambda s: (s.start, s.span_id))
+        for span_id, chain in attempts.items()
+    }
+
+
+def _failed_attempt(span: SpanView) -> bool:
+    return span.error and not call_data.has_usage(span)
 
 
 def is_canonical(event: Event, span: SpanView) -> bool:
@@ -269,6 +411,7 @@ def _ancestors(span: SpanView, spans: dict[str, SpanView]) -> Iterable[SpanView]
 def classify(ordered: list[SpanView], spans: dict[str, SpanView], root: SpanView | None) -> None:
     """Mark the steps, from the top of the trace down (a call needs its ancestors decided)."""
     depth = {span.span_id: sum(1 for _ in _ancestors(span, spans)) for span in ordered}
+    grouping = _grouping(ordered, spans, root)
     for span in sorted(ordered, key=lambda s: (depth[s.span_id], s.start, s.span_id)):
         ancestors = list(_ancestors(span, spans))
         step_ancestor = next((a for a in ancestors if a.is_step), None)
@@ -276,12 +419,60 @@ def classify(ordered: list[SpanView], spans: dict[str, SpanView], root: SpanView
         span.under_root = any(ancestor is root for ancestor in ancestors)
         if span is root:
             span.is_step = _is_explicit_step(span) and bool(span.parent_id)
-        elif _is_explicit_step(span):
+        elif _is_explicit_step(span) or is_unit(span) or not call_data.is_marked(span):
+            # A unit is a step wherever it is; plain OpenTelemetry spans are steps.
             span.is_step = True
         else:
-            span.is_step = not call_data.is_marked(span) or (
-                step_ancestor is None and not _awaits_parent(span, ancestors, spans, root)
+            span.is_step = (
+                step_ancestor is None
+                and span.span_id not in grouping
+                and not _awaits_parent(span, ancestors, spans, root)
             )
+
+
+def is_unit(span: SpanView) -> bool:
+    """A span that is a step whatever is above it (the job's root aside): a unit a person
+    would inspect or retry on its own. A tool execution (``gen_ai.operation.name``
+    execute_tool, OpenInference TOOL), an agent invocation (invoke_agent, OpenInference AGENT;
+    below the root: the root is the job), a task, tool, agent or workflow an OpenLLMetry
+    decorator made (``traceloop.span.kind``)."""
+    if span.text(call_data.TRACELOOP_KIND) in call_data.KIND_BY_TRACELOOP:
+        return True
+    return call_data.is_marked(span) and call_data.kind_of(span) in UNIT_KINDS
+
+
+# The call kinds that are steps of their own (``is_unit``).
+UNIT_KINDS = frozenset({"tool", "agent"})
+
+
+def _is_event_loop_cycle(span: SpanView) -> bool:
+    return span.text("gen_ai.operation.name") == "execute_event_loop_cycle"
+
+
+def _grouping(
+    ordered: list[SpanView], spans: dict[str, SpanView], root: SpanView | None
+) -> set[str]:
+    """The span ids of the wrappers: chains that only group steps (the OpenAI Agents SDK's
+    run span, "Agent workflow", with the agents under it), and Strands' event loop cycles (a
+    model call and the tools it asked for; always one, so that a run's model calls are each a
+    step of their own, as Pydantic AI's are). A wrapper is neither step nor the step of what
+    is under it: its children are placed as if it were not there, and it is kept as a call.
+    A chain groups steps when an explicit step or a unit (``is_unit``) is below it."""
+    above_units: set[str] = set()
+    for span in ordered:
+        if span is root or not (_is_explicit_step(span) or is_unit(span)):
+            continue
+        for ancestor in _ancestors(span, spans):
+            if ancestor.span_id in above_units:
+                break
+            above_units.add(ancestor.span_id)
+    return {
+        span.span_id
+        for span in ordered
+        if call_data.is_marked(span)
+        and call_data.kind_of(span) == "chain"
+        and (_is_event_loop_cycle(span) or span.span_id in above_units)
+    }
 
 
 def _awaits_parent(
@@ -411,7 +602,7 @@ def _handled(span: SpanView, root: SpanView | None) -> bool:
     if span.kind == "consumer" or span.remote_parent:
         return False
     parent = span.step_parent or (root if span.under_root else None)
-    return parent is not None and not _failed(parent)
+    return parent is not None and not _failed(parent) and not parent.raised
 
 
 def failure_text(span: SpanView) -> tuple[str, str, str]:
@@ -438,10 +629,26 @@ def failure_text(span: SpanView) -> tuple[str, str, str]:
 # --- events -------------------------------------------------------------------------------
 
 
+# The suffixes of the ids of the events replay makes of a span (``step_events``,
+# ``_job_events``), after the span's own ``otlp:<trace>:<span>``.
+MADE_SUFFIXES = (":started", ":finished", ":job_started", ":job_finished")
+MADE_TYPES = frozenset({"node_started", "node_finished", "job_started", "job_finished"})
+
+
 def _event(
     event_type: str, job_id: str, event_id: str, ts: datetime, payload: dict, masked: tuple = ()
 ) -> Event:
     return Event(event_type, job_id, event_id, ts, None, payload, masked)
+
+
+def made_of_a_span(event: Event) -> bool:
+    """Whether replay made ``event`` of a span: it stands for the span, which is the stored
+    event (a job's events, as its page counts them, are its stored ones)."""
+    return (
+        event.type in MADE_TYPES
+        and event.event_id.startswith("otlp:")
+        and event.event_id.endswith(MADE_SUFFIXES)
+    )
 
 
 def step_events(
@@ -582,10 +789,47 @@ def _job_finish(
         if result.result_type == ResultType.SUCCESS:
             return last.end, {"status": "completed"}
         return last.end, _failed_payload(result.reason)
-    if root.error:
-        reason, _exception_type, _stack = failure_text(root)
+    failed = root if root.error else raised_run(root, steps)
+    if failed is not None:
+        reason, _exception_type, _stack = failure_text(failed)
         return root.end, _failed_payload(reason)
     return root.end, {"status": "completed"}
+
+
+def is_run(span: SpanView) -> bool:
+    """An agent or workflow run: an agent invocation (``invoke_agent``, OpenInference AGENT) or
+    an OpenLLMetry ``@agent`` / ``@workflow``."""
+    if span.text(call_data.TRACELOOP_KIND) in ("agent", "workflow"):
+        return True
+    return call_data.is_marked(span) and call_data.kind_of(span) == "agent"
+
+
+def raised_run(root: SpanView, steps: list[SpanView]) -> SpanView | None:
+    """The run under a root that ended OK or UNSET that raised: the outermost agent or
+    workflow span under the root that starts last, when it ended in ERROR and no step that
+    starts after it ended succeeded (the run did not recover). Some instrumentations end the
+    root OK whatever happened (openinference-instrumentation-openai-agents does); the job then
+    failed with that span's reason. None: no such run. ``steps``: the trace's classified steps
+    (a run below the root is one)."""
+    if root.error or root.kind == "producer":
+        return None
+    outermost = [
+        span
+        for span in steps
+        if span.under_root and is_run(span) and not any(map(is_run, _step_ancestors(span)))
+    ]
+    last = max(outermost, key=lambda s: (s.start, s.span_id), default=None)
+    if last is None or not last.error:
+        return None
+    recovered = any(not _failed(span) and span.start >= last.end for span in steps)
+    return None if recovered else last
+
+
+def _step_ancestors(span: SpanView) -> Iterable[SpanView]:
+    parent = span.step_parent
+    while parent is not None:
+        yield parent
+        parent = parent.step_parent
 
 
 def _failed_payload(reason: str) -> dict:

@@ -37,7 +37,7 @@ from jobs.replay.state import (
 
 # Bump when the fold's meaning or the snapshot's shape changes: every job then gets a full
 # replay on its next batch (and rebuild_projections refreshes them all).
-FOLD_VERSION = 10
+FOLD_VERSION = 11
 SPAN = "span"
 # An OpenTelemetry log record: read with its trace's spans (``spans.expand``), and folded as
 # an event of the job like any other type.
@@ -155,6 +155,8 @@ class Fold:
             events = [event for event in events if event.type != SPAN] + expansion.events
             fold.state.calls = expansion.calls
             fold.trace = growth.summarize(expansion)
+            # Each span is one of the job's events; the events made of it are not.
+            fold.state.event_count += len(span_events)
         for event in sort_events(events):
             fold.apply(event)
         if fold.last_key is None and span_events:
@@ -180,7 +182,8 @@ class Fold:
         rules_before = self._rules_before(event)
         self.reopenable = None
         state = self.state
-        state.event_count += 1
+        if not spans.made_of_a_span(event):
+            state.event_count += 1
         self.linter.position += 1
         state.last_event_at = event.ts
         if state.started_at is None:
@@ -212,6 +215,15 @@ class Fold:
 
     def _holding_json(self) -> list:
         return sorted([k, n, s, m] for (k, n), (s, m) in self.holding.items())
+
+    def take_growth(self, grown: "growth.Grown") -> None:
+        """Resume a trace grown by new spans (``growth.Growth.extend``): its summary and calls,
+        its new spans among the job's events, and the failure they retry reopened; the events
+        made of them are folded next."""
+        self.trace, self.state.calls = grown.summary, grown.calls
+        self.state.event_count += grown.spans
+        if grown.reopens:
+            self.reopen_failure()
 
     def reopen_failure(self) -> None:
         """Make the failure ``reopenable`` names, the last event folded, the retryable failure a

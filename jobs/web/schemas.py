@@ -202,6 +202,54 @@ class Tool(Body):
         )
 
 
+class CallAttempt(Body):
+    """An earlier attempt of a model call an SDK retried (docs/otlp.md, "A model call an SDK
+    retried")."""
+
+    attempt: int
+    span_id: str
+    status: str
+    reason: str
+    exception_type: str
+    started_at: str
+    duration_ms: float
+
+    @classmethod
+    def from_stored(cls, attempt: Any) -> "CallAttempt | None":
+        if not isinstance(attempt, dict):
+            return None
+        try:
+            return cls(
+                attempt=int(attempt.get("attempt") or 0),
+                span_id=str(attempt.get("span_id") or ""),
+                status=str(attempt.get("status") or ""),
+                reason=str(attempt.get("reason") or ""),
+                exception_type=str(attempt.get("exception_type") or ""),
+                started_at=str(attempt.get("started_at") or ""),
+                duration_ms=float(attempt.get("duration_ms") or 0),
+            )
+        except (TypeError, ValueError):
+            return None
+
+
+class UsageTotal(Body):
+    """The usage a span states for the calls below it (an agent's run total), not counted."""
+
+    input_tokens: int | None
+    output_tokens: int | None
+    total_tokens: int | None
+
+    @classmethod
+    def from_stored(cls, total: Any) -> "UsageTotal | None":
+        if not isinstance(total, dict):
+            return None
+        return cls(**{key: _int(total.get(key)) for key in cls.model_fields})
+
+
+def _int(value: Any) -> int | None:
+    return value if isinstance(value, int) and not isinstance(value, bool) else None
+
+
 class Call(Body):
     """A call a step (or the job) made, from an OpenTelemetry span: an LLM, a tool, a
     retriever, a chain, a message published..."""
@@ -233,6 +281,13 @@ class Call(Body):
     input: SpanValue | None
     output: SpanValue | None
     tool: Tool | None
+    usage_total: UsageTotal | None
+    """The run total the span states for the calls below it (an agent's), kept apart from
+    the call's own tokens: never added to the job's."""
+    attempts: list[CallAttempt]
+    """A model call an SDK retried: its earlier attempts, oldest first."""
+    attempt_of: str | None
+    """An earlier attempt of a retried model call: the span id of the call it is one of."""
     attributes: JsonObject
     """The span's other attributes."""
     events: list[SpanEvent]
@@ -263,6 +318,13 @@ class Call(Body):
             input=SpanValue.from_stored(call.input),
             output=SpanValue.from_stored(call.output),
             tool=Tool.from_stored(call.tool),
+            usage_total=UsageTotal.from_stored(detail.get("usage_total")),
+            attempts=[
+                attempt
+                for attempt in map(CallAttempt.from_stored, _list(detail.get("attempts")))
+                if attempt is not None
+            ],
+            attempt_of=detail["attempt_of"] if isinstance(detail.get("attempt_of"), str) else None,
             attributes=_object(detail.get("attributes")),
             events=_events(detail),
             links=_links(detail, jobs_by_trace),

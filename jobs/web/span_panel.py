@@ -30,8 +30,11 @@ def span_context(job: Job, step: Step, *, read_calls: bool = True) -> dict[str, 
         return {}
     links = [link for link in span.get("links", []) if isinstance(link, dict)]
     jobs_by_trace = Job.objects.ids_by_trace(str(link.get("trace_id", "")) for link in links)
+    # A tool's step is its own call: its card shows the input and output as arguments and
+    # result, not again below it.
+    own_tool = any(c.span_id == step.trace_span_id and isinstance(c.tool, dict) for c in calls)
     return {
-        "calls": [call_item(call) for call in calls],
+        "calls": call_items(calls),
         "usage": usage(calls),
         "span": {
             "name": span.get("name", ""),
@@ -41,8 +44,8 @@ def span_context(job: Job, step: Step, *, read_calls: bool = True) -> dict[str, 
             "has_logs": any(isinstance(e, dict) and e.get("log") for e in span.get("events", [])),
             "links": [_link(link, jobs_by_trace) for link in links],
             "attributes_json": pretty(span.get("attributes")),
-            "input": _io(span.get("input")),
-            "output": _io(span.get("output")),
+            "input": None if own_tool else _io(span.get("input")),
+            "output": None if own_tool else _io(span.get("output")),
             "dropped": span.get("dropped") or {},
         },
         "stack": step.stack,
@@ -68,14 +71,38 @@ def steps_of_spans(
 
 
 def usage(calls: list[Call]) -> dict[str, Any]:
-    """Tokens and cost summed over calls; cost None when no call has a known price."""
+    """Tokens and cost summed over calls; cost None when no call has a known price. A call's
+    own tokens only: a run total an agent's span repeats is not among them (replay keeps it
+    apart), so this counts each model call once, as the job's header does."""
     costs = [call.cost for call in calls if call.cost is not None]
     return {
         "input_tokens": sum(call.input_tokens or 0 for call in calls),
         "output_tokens": sum(call.output_tokens or 0 for call in calls),
         "cost": format_cost(sum(costs, Decimal(0))) if costs else "",
-        "llm_calls": sum(1 for call in calls if call.kind == "llm"),
+        "llm_calls": sum(1 for call in calls if call.kind == "llm" and not _attempt_of(call)),
     }
+
+
+def _attempt_of(call: Call) -> str:
+    """The span id of the call an earlier attempt is one of ("" for a call of its own)."""
+    detail = call.detail if isinstance(call.detail, dict) else {}
+    value = detail.get("attempt_of")
+    return value if isinstance(value, str) else ""
+
+
+def call_items(calls: list[Call]) -> list[dict[str, Any]]:
+    """The panel's call cards, in order: a model call an SDK retried is one card, its earlier
+    attempts (failed) listed in it, never a failed call beside the one that answered."""
+    by_span = {call.span_id for call in calls}
+    earlier: dict[str, list[Call]] = {}
+    for call in calls:
+        if (of := _attempt_of(call)) and of in by_span:
+            earlier.setdefault(of, []).append(call)
+    return [
+        call_item(call, earlier.get(call.span_id, []))
+        for call in calls
+        if _attempt_of(call) not in by_span
+    ]
 
 
 def format_cost(amount: Decimal | None) -> str:
@@ -87,10 +114,23 @@ def format_cost(amount: Decimal | None) -> str:
     return "$" + (f"{amount:.6f}".rstrip("0").rstrip(".") or "0")
 
 
-def call_item(call: Call) -> dict[str, Any]:
+def call_item(call: Call, earlier: list[Call] | None = None) -> dict[str, Any]:
+    """A call's card; ``earlier``: its failed earlier attempts (``call_items``)."""
     messages = [m for m in call.messages if isinstance(m, dict)]
+    detail = call.detail if isinstance(call.detail, dict) else {}
+    total = detail.get("usage_total") if isinstance(detail.get("usage_total"), dict) else None
     return {
         "call": call,
+        "attempts": [
+            {
+                "number": number,
+                "reason": attempt.reason,
+                "duration": format_duration_ms(attempt.duration_ms),
+            }
+            for number, attempt in enumerate(earlier or [], start=1)
+        ],
+        "attempt": len(earlier or []) + 1,
+        "usage_total": total,
         "duration": format_duration_ms(call.duration_ms),
         "cost": format_cost(call.cost),
         "failed": call.status == "error",

@@ -1,5 +1,5 @@
 """A job from OpenTelemetry spans in a real browser: the step panel of an LLM call shows the
-calls with their transcript, tokens and cost, a failed tool call, and the stack trace folded
+calls with their transcript, tokens and cost, a failed tool step, and the stack trace folded
 away from the one-line reason. Screenshots land in test-artifacts/."""
 
 import pytest
@@ -113,15 +113,18 @@ def test_failed_step_shows_one_line_reason_and_folds_its_stack(page, live_server
     screenshot(page, "otel-failed-step-panel")
 
 
-def test_handled_tool_failure_shows_as_a_failed_call_of_a_successful_step(
+def test_handled_tool_failure_shows_as_a_failed_tool_step_of_a_successful_step(
     page, live_server, agent_trace
 ):
-    log_in(page, live_server, "eng", f"/jobs/{TRACE_ID.hex()}/?step=use_tool:1")
+    """The tool's execution is a step of its own, nested in use_tool's: failed, handled (the
+    step above it succeeded), its failed call in its panel."""
+    log_in(page, live_server, "eng", f"/jobs/{TRACE_ID.hex()}/?step=lookup:1")
     panel = page.locator("#step-panel")
     call = panel.locator(".call.call-failed")
     assert "lookup" in call.inner_text()
     assert "ValueError: lookup service down: 503" in call.inner_text()
-    assert "Result type success" in panel.inner_text()
+    page.goto(f"{live_server.url}/jobs/{TRACE_ID.hex()}/?step=use_tool:1")
+    assert "Result type success" in page.locator("#step-panel").inner_text()
 
 
 @pytest.fixture

@@ -11,7 +11,7 @@ from django.http import QueryDict
 
 from jobs.dashboard import charts, headlines
 from jobs.dashboard.window import Window, parse_window
-from jobs.models import AlertRule
+from jobs.models import AlertRule, Job
 from jobs.web.filters import JobFilterForm, filter_jobs
 from tests.factories import BASE_TS, event, finished, store, user
 
@@ -489,6 +489,43 @@ def test_llm_panels_sum_tokens_and_cost_per_provider_model_by_job_start(db, wind
     # A bar's link lists the jobs started in its bucket.
     link = figures["llm_tokens"]["data"][0]["customdata"][0][0]
     assert "since=2026-03-02T09%3A00%3A00" in link
+
+
+def test_llm_panels_count_every_call_the_jobs_header_counts(db, window):
+    """An embedding's tokens count in the job's header: in the LLM panels too; an agent's
+    repeated run total counts in neither."""
+    from jobs.dashboard import llm_usage
+    from tests.otlp_spans import attrs, llm_span, root, sid, span, store_spans
+
+    store_spans(
+        root(
+            end_ms=900,
+            attributes=attrs(
+                gen_ai__operation__name="invoke_agent",
+                gen_ai__usage__input_tokens=1300,
+                gen_ai__usage__output_tokens=500,
+            ),
+        ),
+        span(name="plan", span_id=sid(1), start_ms=0, end_ms=100),
+        llm_span(sid(2), sid(1), "gpt-4o-mini", 10),
+        span(
+            name="embed",
+            span_id=sid(3),
+            parent=sid(1),
+            start_ms=20,
+            end_ms=30,
+            attributes=attrs(
+                openinference__span__kind="EMBEDDING",
+                embedding__model_name="text-embedding-3-small",
+                llm__model_name="text-embedding-3-small",
+                llm__token_count__prompt=300,
+            ),
+        ),
+    )
+    job = Job.objects.get()
+    figures = llm_usage.panels(window)
+    tokens = {t["name"]: sum(t["y"]) for t in figures["llm_tokens"]["data"]}
+    assert sum(v for k, v in tokens.items() if k.endswith(" input")) == job.input_tokens == 1300
 
 
 def test_llm_panels_are_empty_with_a_hint_without_calls(db, window):

@@ -70,8 +70,8 @@ def store_upstream_job() -> None:
 
 def store_trace_job() -> None:
     """An agent run: a planning step with two LLM calls (one of a model without a known price),
-    a span event and two links; an acting step whose tool ran, a chat that asked for it, and
-    which then raised."""
+    a span event and two links; an acting step with a chat that asked for a tool, the tool's
+    execution (a step of its own, nested in it), and which then raised."""
     store_upstream_job()
     store_spans(
         root(
@@ -204,7 +204,7 @@ def test_a_trace_job_reads_back_its_calls_with_tokens_cost_and_transcript(client
     priced = cost_usd("openai", "gpt-4o", 1000, 500)
     assert (job["input_tokens"], job["output_tokens"], job["unpriced_calls"]) == (2000, 1000, 1)
     assert job["cost"] == f"{priced:.8f}"
-    plan, _act = job["steps"]
+    plan, _act, _search = job["steps"]
     gpt, house = plan["calls"]
     assert {k: gpt[k] for k in ("kind", "name", "provider", "model", "status")} == {
         "kind": "llm",
@@ -239,8 +239,11 @@ def test_a_trace_job_reads_back_its_calls_with_tokens_cost_and_transcript(client
 
 def test_a_trace_job_reads_back_its_tool_call_span_events_links_and_exception(client, ingest_token):
     store_trace_job()
-    plan, act = read_job(client, ingest_token, "agent-1")["steps"]
-    tool, chat = act["calls"]
+    plan, act, search = read_job(client, ingest_token, "agent-1")["steps"]
+    # The tool's execution is a step of its own, nested in act's, and its own call.
+    assert (search["node_id"], search["parent_span_id"]) == ("execute_tool search", sid(5).hex())
+    (tool,) = search["calls"]
+    (chat,) = act["calls"]
     assert (tool["kind"], tool["tool"]) == (
         "tool",
         {"name": "search", "arguments": '{"q": "release notes"}', "result": "3 hits"},

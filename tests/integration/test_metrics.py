@@ -6,16 +6,20 @@ import sys
 from pathlib import Path
 
 import pytest
+from django.core.management import call_command
 from django.db import connection
 from django.test.utils import CaptureQueriesContext
+from opentelemetry.proto.trace.v1.trace_pb2 import SpanFlags
 from prometheus_client.parser import text_string_to_metric_families
 
 from jobs.ingest import counters
 from jobs.models import Counter, Event
 from tests.factories import event, finished, started, store, user
+from tests.otlp_spans import ERROR, ROOT_ID, attrs, llm_span, root, sid, span, store_spans
 
 ROOT = Path(__file__).resolve().parents[2]
 ANTHROPIC = {"provider": "anthropic", "model": "claude-x"}
+STEPS_SAMPLE = counters.STEPS
 
 
 def scrape(client, **headers) -> dict:
@@ -239,3 +243,29 @@ def test_two_processes_add_to_the_same_counter_and_it_survives_them(tmp_path):
     assert float(out.strip().splitlines()[-1]) == 2 * INCREMENTS
     if connection.vendor == "postgresql":
         assert Counter.objects.get(name="pdca_next_step_degraded_total").value == 2 * INCREMENTS
+
+
+def test_a_traces_steps_are_counted_once_when_replay_makes_them_steps(client, db):
+    """A model call under a root that has not come is a call of the job until the root shows
+    no step is above it: it is counted as a step then, once, and a rebuild counts nothing."""
+    local = SpanFlags.SPAN_FLAGS_CONTEXT_HAS_IS_REMOTE_MASK
+    chat = llm_span(sid(1), ROOT_ID, "gpt-4o-mini", 5)
+    chat.flags = local
+    tool = span(
+        name="lookup",
+        span_id=sid(2),
+        start_ms=20,
+        end_ms=30,
+        status=ERROR,
+        flags=local,
+        attributes=attrs(gen_ai__operation__name="execute_tool", gen_ai__tool__name="lookup"),
+    )
+    store_spans(chat)
+    store_spans(tool)
+    assert scrape(client)[STEPS_SAMPLE, frozenset({("result_type", "permanent_failure")})] == 1
+    store_spans(root(end_ms=100))
+    store_spans(root(end_ms=100))  # a resend
+    call_command("rebuild_projections")
+    scraped = scrape(client)
+    assert scraped[STEPS_SAMPLE, frozenset({("result_type", "success")})] == 1
+    assert scraped[STEPS_SAMPLE, frozenset({("result_type", "permanent_failure")})] == 1

@@ -154,10 +154,10 @@ def test_langgraph_run_with_retries_and_a_handled_tool_error_is_told_truthfully(
     )
     assert result["tries"] == 3
     # Each span came in a request of its own, as it ended. Folded onto the job: flaky's three
-    # attempts (each retry turns the stored failure before it retryable), the tool call and
-    # use_tool (a node's span is a call too: it takes the tool call's place, which moves up).
-    # Replayed whole: the LLM call and plan (nothing was folded yet), and the root.
-    assert projection_paths() == {"full": 3, "incremental": 5}
+    # attempts (each retry turns the stored failure before it retryable) and the tool's step.
+    # Replayed whole: the LLM call and plan (nothing was folded yet), use_tool (the parent the
+    # tool's step waited for) and the root.
+    assert projection_paths() == {"full": 4, "incremental": 4}
 
     job = Job.objects.get()
     assert (job.status, job.name, job.workflow) == ("completed", "LangGraph", "support-agent")
@@ -167,6 +167,7 @@ def test_langgraph_run_with_retries_and_a_handled_tool_error_is_told_truthfully(
         ("flaky", 2, "retryable_failure"),
         ("flaky", 3, "success"),
         ("use_tool", 1, "success"),
+        ("lookup", 1, "permanent_failure"),
     ]
     flaky = Step.objects.get(job=job, node_id="flaky", attempt=1)
     assert flaky.reason == "ConnectionError: timeout talking to crm (try 1)"
@@ -184,9 +185,15 @@ def test_langgraph_run_with_retries_and_a_handled_tool_error_is_told_truthfully(
         ("assistant", "Refund the order"),
     ]
     assert (job.input_tokens, job.output_tokens) == (1200, 30)
-    # The tool failed, the node caught it: a failed call, a successful step.
+    # The tool failed, the node caught it: a tool execution is a step of its own, nested in
+    # the node's, failed and handled (it makes no node failing); the node succeeded.
+    lookup_step = Step.objects.get(job=job, node_id="lookup")
+    use_tool = Step.objects.get(job=job, node_id="use_tool")
+    assert (lookup_step.parent_span_id, lookup_step.handled) == (use_tool.trace_span_id, True)
+    assert lookup_step.reason == "ValueError: lookup service down: 503"
+    assert job.failing_node_id == ""
     (lookup,) = Call.objects.filter(job=job, kind="tool")
-    assert (lookup.node_id, lookup.status, lookup.tool["name"]) == ("use_tool", "error", "lookup")
+    assert (lookup.node_id, lookup.status, lookup.tool["name"]) == ("lookup", "error", "lookup")
     assert lookup.reason == "ValueError: lookup service down: 503"
     # The planner's span event counts like an event sent to /api/v1/events.
     parse_invalid = Counter.objects.get(
@@ -203,9 +210,10 @@ class Loop(TypedDict):
 
 def test_a_langgraph_agent_loop_streamed_span_by_span_grows_its_job(langchain_traced):
     """An agent and its tools taking turns, each node's span exported as it ends, after the LLM
-    or tool call inside it: the job grows by each node (its calls move up a place, its name is
-    numbered from the iterations read by name), is replayed whole only at its start and at its
-    root, and ends as a replay of the whole trace has it."""
+    or tool call inside it: the job grows by each agent node (its calls move up a place, its
+    name is numbered from the iterations read by name), is replayed whole only at its start,
+    at each tools node (its tool's step waited for it) and at its root, and ends as a replay
+    of the whole trace has it."""
     model = fake_model()
     model.responses = [AIMessage(content="look it up")] * 6
 
@@ -231,13 +239,21 @@ def test_a_langgraph_agent_loop_streamed_span_by_span_grows_its_job(langchain_tr
     assert graph.compile().invoke({"turns": 0})["turns"] == 5
 
     job = Job.objects.get()
-    assert [node for node, _attempt, _result in steps_of(job)] == taking_turns(5)[:-1]
+    # The tool call in each tools node is a step of its own, nested in the node's.
+    turns = taking_turns(5)[:-1]
+    with_tools = [
+        name
+        for node in turns
+        for name in ([node, node.replace("tools", "lookup")] if "tools" in node else [node])
+    ]
+    assert [node for node, _attempt, _result in steps_of(job)] == with_tools
     assert Call.objects.filter(job=job, kind="llm").count() == 5
     assert Call.objects.filter(job=job, kind="tool").count() == 4
     # Replayed whole: the first LLM call (a new job), the two spans after it while only calls
     # waiting for the first node were folded (LangGraph's runnable inside it, then the node),
-    # and the root. Every other span, node or call, grew the job.
-    assert projection_paths() == {"full": 4, "incremental": 20}
+    # each tools node (the parent its tool's step waited for) and the root. Every other span,
+    # node or call, grew the job.
+    assert projection_paths() == {"full": 8, "incremental": 16}
     assert parity.differences(job.job_id) == []
 
 

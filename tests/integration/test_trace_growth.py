@@ -185,10 +185,10 @@ def test_a_langgraph_node_after_the_llm_call_inside_it_grows_the_trace():
 
 def test_parallel_calls_ending_out_of_order_keep_their_places_while_they_wait():
     local = SpanFlags.SPAN_FLAGS_CONTEXT_HAS_IS_REMOTE_MASK
-    tool = {"attributes": attrs(openinference__span__kind="TOOL"), "flags": local}
-    first = span(name="lookup", span_id=sid(2), parent=sid(1), start_ms=10, end_ms=60, **tool)
-    second = span(name="lookup", span_id=sid(3), parent=sid(1), start_ms=20, end_ms=40, **tool)
-    node = langgraph_node("tools", sid(1), 5, 70)
+    search = {"attributes": attrs(openinference__span__kind="RETRIEVER"), "flags": local}
+    first = span(name="search", span_id=sid(2), parent=sid(1), start_ms=10, end_ms=60, **search)
+    second = span(name="search", span_id=sid(3), parent=sid(1), start_ms=20, end_ms=40, **search)
+    node = langgraph_node("retrieve", sid(1), 5, 70)
     # The second call ends first; the first, which started before it, comes a request later.
     for built in (langgraph_node("plan", sid(4), 0, 4), second, first, node):
         result = store_spans(built)
@@ -196,9 +196,9 @@ def test_parallel_calls_ending_out_of_order_keep_their_places_while_they_wait():
     assert (projections("full"), projections("incremental")) == (1, 3)
     assert list(Call.objects.order_by("position").values_list("span_id", "node_id")) == [
         (sid(4).hex(), "plan"),
-        (sid(1).hex(), "tools"),
-        (sid(2).hex(), "tools"),
-        (sid(3).hex(), "tools"),
+        (sid(1).hex(), "retrieve"),
+        (sid(2).hex(), "retrieve"),
+        (sid(3).hex(), "retrieve"),
     ]
 
 

@@ -3,10 +3,12 @@ on 127.0.0.1 (no network, no real LLM), standard library only, so that a produce
 environment needs nothing from traceviz's.
 
 The conversation is scripted: ``replies`` maps the number of the request (0, 1...) to the
-assistant's reply, either text or a tool call. A request with ``"stream": true`` is answered as
-Server-Sent Events, chunk by chunk, the way OpenAI streams (the usage in a last chunk when the
-request asks for it with ``stream_options.include_usage``); any other request in one JSON body.
-Every request body received is kept in ``requests``.
+assistant's reply, either text, a tool call, or an HTTP error (``status``: OpenAI's error body
+with that status, as an upstream failure answers); past the end of the script, the last reply
+again. A request with ``"stream": true`` is answered as Server-Sent Events, chunk by chunk, the
+way OpenAI streams (the usage in a last chunk when the request asks for it with
+``stream_options.include_usage``); any other request in one JSON body. Every request body
+received is kept in ``requests``, and the status answered in ``statuses``.
 """
 
 import json
@@ -29,12 +31,24 @@ class ToolCall:
 
 @dataclass(frozen=True)
 class Reply:
-    """One scripted answer: ``text`` or a ``tool_call``, with its token usage."""
+    """One scripted answer: ``text`` or a ``tool_call``, with its token usage; or, with a
+    ``status`` other than 200, that HTTP error."""
 
     text: str = ""
     tool_call: ToolCall | None = None
     prompt_tokens: int = 100
     completion_tokens: int = 10
+    status: int = 200
+
+
+ERROR_BODY = {
+    "error": {
+        "message": "fake upstream failure",
+        "type": "server_error",
+        "param": None,
+        "code": None,
+    }
+}
 
 
 @dataclass
@@ -43,6 +57,7 @@ class FakeOpenAI:
 
     replies: list[Reply]
     requests: list[dict[str, Any]] = field(default_factory=list)
+    statuses: list[int] = field(default_factory=list)
 
     def start(self) -> "FakeOpenAI":
         fake = self
@@ -54,15 +69,18 @@ class FakeOpenAI:
                 fake.requests.append(body)
                 index = min(len(fake.requests) - 1, len(fake.replies) - 1)
                 reply = fake.replies[index]
-                if body.get("stream"):
+                fake.statuses.append(reply.status)
+                if reply.status != 200:
+                    self._send_json(ERROR_BODY, reply.status)
+                elif body.get("stream"):
                     usage = (body.get("stream_options") or {}).get("include_usage", False)
                     self._send_events(reply, usage)
                 else:
                     self._send_json(completion(reply))
 
-            def _send_json(self, document: dict[str, Any]) -> None:
+            def _send_json(self, document: dict[str, Any], status: int = 200) -> None:
                 data = json.dumps(document).encode()
-                self.send_response(200)
+                self.send_response(status)
                 self.send_header("Content-Type", "application/json")
                 self.send_header("Content-Length", str(len(data)))
                 self.end_headers()

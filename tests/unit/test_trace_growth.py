@@ -169,8 +169,7 @@ def test_a_retry_of_the_jobs_last_failure_reopens_it_as_the_whole_trace_has_it()
         metadata={},
         strip=through_json(first_state.strip),
     )
-    fold.trace, fold.state.calls = grown.summary, grown.calls
-    fold.reopen_failure()
+    fold.take_growth(grown)
     for event in walk.sort_events(grown.events):
         fold.apply(event)
     state = fold.finish()
