@@ -53,9 +53,6 @@ TYPE_RANK = {
 OTHER_TYPE_RANK = 9
 PLANNER_TYPES = frozenset({"graph.next_step.parse_invalid", "graph.next_step.degraded"})
 SPAN_KINDS = ("internal", "server", "client", "producer", "consumer", "unspecified")
-NODE_TYPES = frozenset(
-    {"node_started", "node_finished", "compensation_finished", "state_checkpointed"}
-)
 
 
 @dataclass(frozen=True, slots=True)

@@ -265,14 +265,6 @@ def recent_jobs(group: FailureGroup, limit: int = 50):
     )
 
 
-def groups_of_job(job_pk: int) -> dict[int, FailureGroup]:
-    """The failure groups a job's failures belong to, by id (the job page's labels)."""
-    return {
-        row.group.pk: row.group
-        for row in FailureGroupJob.objects.filter(job_id=job_pk).select_related("group")
-    }
-
-
 def trend_figure(window: Window, group: FailureGroup) -> dict:
     """The group's failed steps per hour over the window, stacked by provider/model (a plotly
     figure as data; charts.js escapes the producer text in it)."""

@@ -366,11 +366,6 @@ def step_row(step: StepState, job_pk: int, partition_day: date) -> dict:
     }
 
 
-def step_state(values: dict) -> StepState:
-    """A Step row's values (``STEP_STATE_FIELDS``) back as the StepState replay wrote."""
-    return StepState(**{**values, "result_type": values["result_type"] or None})
-
-
 def _write_steps(
     projected: dict[str, Projected],
     existing: dict[str, dict],

@@ -33,7 +33,6 @@ from jobs.web import ratelimit
 from jobs.web.api import read_body
 from jobs.web.decorators import RETRY_AFTER_SECONDS, bearer_token, measure_ingest
 
-MISSING_TOKEN = "missing bearer token: send Authorization: Bearer <token>"
 # The gRPC code carried in the Status body of each HTTP status this endpoint answers.
 GRPC_CODES = {
     400: code_pb2.INVALID_ARGUMENT,
