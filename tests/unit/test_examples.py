@@ -1,5 +1,5 @@
-"""The example streams in tests/examples conclude what their README says, and the folder stays
-a byte-identical copy of ../shared/examples whenever that folder is beside the project."""
+"""The example streams in tests/examples conclude what their README says, and the folder holds
+exactly the streams its README lists."""
 
 import json
 import re
@@ -11,7 +11,6 @@ from jobs.replay.walk import build
 from tests.factories import parsed
 
 EXAMPLES = Path(__file__).resolve().parents[1] / "examples"
-SHARED_EXAMPLES = Path(__file__).resolve().parents[2] / ".." / "shared" / "examples"
 
 
 def read_events(path: Path) -> list[dict]:
@@ -22,59 +21,17 @@ def replay_example(name: str):
     return build(parsed(read_events(EXAMPLES / name)))
 
 
-def differing_files(copy: Path, source: Path) -> list[str]:
-    """The files of either folder that the other lacks or holds with other bytes, sorted by
-    name, each saying how it differs."""
-    copied = {path.name for path in copy.iterdir() if path.is_file()}
-    sourced = {path.name for path in source.iterdir() if path.is_file()}
-    differing = []
-    for name in sorted(copied | sourced):
-        if name not in sourced:
-            differing.append(f"{name} (only in {copy})")
-        elif name not in copied:
-            differing.append(f"{name} (only in {source})")
-        elif (copy / name).read_bytes() != (source / name).read_bytes():
-            differing.append(f"{name} (different bytes)")
-    return differing
-
-
 def listed_streams(readme: Path) -> list[str]:
     """The .ndjson files named in the first column of the README's table."""
     return re.findall(r"^\| ([\w.-]+\.ndjson) \|", readme.read_text(), re.MULTILINE)
 
 
-def test_examples_are_the_shared_examples_or_whole_on_their_own():
-    if SHARED_EXAMPLES.is_dir():
-        differing = differing_files(EXAMPLES, SHARED_EXAMPLES.resolve())
-        assert differing == [], (
-            "tests/examples must be a copy of ../shared/examples; these differ: "
-            + ", ".join(differing)
-        )
-    else:
-        # A clone without ../shared: the copy must hold every stream its README lists, as
-        # valid events, and nothing the README does not list.
-        listed = listed_streams(EXAMPLES / "README.md")
-        assert listed
-        assert sorted(listed) == sorted(path.name for path in EXAMPLES.glob("*.ndjson"))
-        for name in listed:
-            assert parsed(read_events(EXAMPLES / name)), name
-
-
-def test_differing_files_names_each_changed_missing_and_extra_file(tmp_path):
-    copy, source = tmp_path / "copy", tmp_path / "source"
-    copy.mkdir()
-    source.mkdir()
-    for folder in (copy, source):
-        (folder / "same.ndjson").write_bytes(b"{}\n")
-    (copy / "edited.ndjson").write_bytes(b'{"a": 1}\n')
-    (source / "edited.ndjson").write_bytes(b'{"a": 2}\n')
-    (copy / "extra.ndjson").write_bytes(b"{}\n")
-    (source / "README.md").write_bytes(b"# examples\n")
-    assert differing_files(copy, source) == [
-        f"README.md (only in {source})",
-        "edited.ndjson (different bytes)",
-        f"extra.ndjson (only in {copy})",
-    ]
+def test_examples_hold_every_stream_their_readme_lists_and_nothing_else():
+    listed = listed_streams(EXAMPLES / "README.md")
+    assert listed
+    assert sorted(listed) == sorted(path.name for path in EXAMPLES.glob("*.ndjson"))
+    for name in listed:
+        assert parsed(read_events(EXAMPLES / name)), name
 
 
 def test_retry_then_permanent_fails_with_build_completed():
