@@ -6,15 +6,12 @@ cancel and finish seen, the planner's degradation, the boundary violations and t
 source 002's cancellation fence, which decides which results are stale.
 """
 
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 from jobs.contract.events import Event
-from jobs.replay import failures
+from jobs.replay import failures, lint
 from jobs.replay.failures import ResultType, RunStatus
 from jobs.replay.state import StepState
-
-if TYPE_CHECKING:
-    from jobs.replay.walk import Fold
 
 # Status-based escalation kinds: status -> (kind, severity, what the message says).
 STATUS_RULES: dict[RunStatus, tuple[str, str, str]] = {
@@ -57,13 +54,27 @@ class CancelFence:
         return self.epochless or epoch is None or epoch < (self.epoch or 0)
 
 
-def active_failures(fold: "Fold") -> list[StepState]:
+class Fold(Protocol):
+    """What the rules read of the walk's fold (``walk.Fold``): declared here so that the walk
+    imports the rules and the rules import nothing of the walk."""
+
+    failing: dict[str, StepState]
+    finished_status: str
+    cancel: CancelFence
+    degraded: bool
+    boundary: dict[str, str]
+    linter: lint.Linter
+
+    def is_retrying(self, step: StepState) -> bool: ...
+
+
+def active_failures(fold: Fold) -> list[StepState]:
     """The failing nodes' latest failures, the most recent last, without the nodes that are
     retrying (a later attempt started and not finished: they are running again)."""
     return [step for step in fold.failing.values() if not fold.is_retrying(step)]
 
 
-def run_status(fold: "Fold", failing: list[StepState]) -> RunStatus:
+def run_status(fold: Fold, failing: list[StepState]) -> RunStatus:
     """DESIGN.md section 4's rules, the first that applies."""
     if fold.finished_status:
         return RunStatus(fold.finished_status)
@@ -85,7 +96,7 @@ def run_status(fold: "Fold", failing: list[StepState]) -> RunStatus:
 
 
 def holding(
-    fold: "Fold", status: RunStatus, failing: list[StepState], max_retries: int
+    fold: Fold, status: RunStatus, failing: list[StepState], max_retries: int
 ) -> dict[tuple[str, str], tuple[str, str]]:
     """(kind, node) -> (severity, message) for every state-based rule that holds now."""
     held: dict[tuple[str, str], tuple[str, str]] = {}

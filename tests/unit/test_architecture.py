@@ -59,3 +59,12 @@ def test_a_deliberate_violation_is_caught(project_copy, module, line, contract):
     broken = result.stdout.split("Broken contracts", 1)[-1]
     assert contract in broken
     assert module.removesuffix(".py").replace("/", ".") in broken
+
+
+def test_an_import_circle_is_caught(project_copy):
+    add_import(project_copy / "jobs/replay/rules.py", "from jobs.replay import walk")
+    result = lint_imports(project_copy)
+    assert result.returncode != 0
+    broken = result.stdout.split("Broken contracts", 1)[-1]
+    assert "No import circle" in broken
+    assert ".walk -> .rules" in broken
