@@ -1,10 +1,10 @@
 """Replay parity (DESIGN.md section 2): a job's stored Job, Step, Call and Escalation rows against
 ``walk.build`` over its stored events.
 
-Used by the load and fault benchmarks after a run and by tests. The expected rows come from the
-same row builders the projection writes with, so a difference means the rows are stale or were
-written from a different set of events (a lost update, a race between batches), not that two
-copies of the column mapping drifted apart.
+Used by ``manage.py check_parity``, by the load and fault benchmarks after a run and by tests.
+The expected rows come from the same row builders the projection writes with, so a difference
+means the rows are stale or were written from a different set of events (a lost update, a race
+between batches), not that two copies of the column mapping drifted apart.
 """
 
 import json
@@ -34,10 +34,8 @@ class Difference:
     replayed: object
 
     def __str__(self) -> str:
-        return (
-            f"{self.job_id} {self.where} {self.field}: stored {self.stored!r}, "
-            f"replayed {self.replayed!r}"
-        )
+        stored, replayed = (getattr(v, "value", v) for v in (self.stored, self.replayed))
+        return f"{self.job_id} {self.where} {self.field}: stored {stored!r}, replayed {replayed!r}"
 
 
 def _same(stored: object, replayed: object) -> bool:
