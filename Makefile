@@ -2,6 +2,9 @@
 PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
+# uv installs the environments (the server's and each producer's) several times faster than pip;
+# pip installs uv itself into the server's environment first.
+UV := $(BIN)/uv
 STAMP := $(VENV)/.installed-stamp
 HOST ?= 127.0.0.1
 PORT ?= 8000
@@ -37,19 +40,19 @@ PRODUCER_VENVS := .venv-producers
 $(STAMP): pyproject.toml
 	@$(PYTHON) -c 'import sys; sys.exit(0 if sys.version_info >= (3, 11) else "traceviz needs Python 3.11 or newer (found %d.%d); set PYTHON=python3.11" % sys.version_info[:2])'
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
-	$(BIN)/python -m pip install --quiet --upgrade pip
-	$(BIN)/python -m pip install --quiet -e '.[dev]'
+	$(BIN)/python -m pip install --quiet --upgrade pip uv
+	$(UV) pip install --quiet --python $(BIN)/python -e '.[dev]'
 	touch $(STAMP)
 
 install: $(STAMP)
 
-producers:
+producers: $(STAMP)
 	@for name in $(PRODUCERS); do \
 	  requirements=tests/producers/$$name/requirements.txt; venv=$(PRODUCER_VENVS)/$$name; \
 	  cmp -s $$requirements $$venv/requirements.txt && continue; \
 	  echo "make producers: building $$venv from $$requirements"; \
-	  if ! { rm -rf $$venv && $(PYTHON) -m venv $$venv && \
-	    $$venv/bin/python -m pip install --quiet --disable-pip-version-check -r $$requirements && \
+	  if ! { rm -rf $$venv && $(UV) venv --quiet --python $(PYTHON) $$venv && \
+	    $(UV) pip install --quiet --python $$venv/bin/python -r $$requirements && \
 	    cp $$requirements $$venv/requirements.txt; }; then \
 	    rm -rf $$venv; \
 	    if [ "$(CI)" = true ]; then exit 1; fi; \
