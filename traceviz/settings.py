@@ -144,11 +144,11 @@ def database(url: str) -> dict:
             # value in Python, which dominated ingest time with client-side binding.
             server_side_binding=env_bool("DATABASE_SERVER_SIDE_BINDING", True),
             # No JIT compilation: traceviz's queries are short walks of indexes, and compiling
-            # one the planner costs high (a capped count over 10M events) took 190 to 250 ms
-            # against 15 ms of running it (bench/README.md, scale). DATABASE_JIT=on restores it.
-            # No parallel workers by default either: the dashboard's statements hold parts a
-            # one-time filter skips (a compiled day), and PostgreSQL started two workers for
-            # each of them anyway (the 7 d planner panel: 118 ms, 66 ms serial).
+            # one the planner costs high (a capped count over 10M events) took many times
+            # longer than running it (bench/README.md, "Measurements behind the code").
+            # DATABASE_JIT=on restores it. No parallel workers by default either: the
+            # dashboard's statements hold parts a one-time filter skips (a compiled day), and
+            # PostgreSQL started two workers for each of them anyway, slower than serial.
             # DATABASE_PARALLEL_WORKERS sets max_parallel_workers_per_gather.
             options=f"-c jit={jit} -c max_parallel_workers_per_gather={parallel_workers}",
         )
@@ -190,8 +190,8 @@ TRACEVIZ_DISPLAY_TIME_ZONE = env_str("TRACEVIZ_DISPLAY_TIME_ZONE", "UTC")
 
 STATIC_URL = "/static/"
 # plotly.js is the "basic" bundle (bar, scatter, pie: every chart traceviz draws) of the same
-# version as the plotly wheel's full copy (static/vendor/plotly, checked by a unit test): 1.2 MB
-# instead of 4.8 MB before compression.
+# version as the plotly wheel's full copy (static/vendor/plotly, checked by a unit test): a
+# quarter of the full bundle's size.
 STATICFILES_DIRS = [BASE_DIR / "static"]
 STATIC_ROOT = BASE_DIR / "staticfiles"
 # collectstatic (deploys, `make run`) writes content-hashed names (cached for good) and gzip

@@ -19,8 +19,7 @@ cost_usd("openai", "gpt-4o", 0, 0)
 
 # What is loaded now lives as long as the process: collected once, then frozen out of the
 # garbage collector's reach, so a full collection during a request walks only what requests
-# made (the 7 d dashboard's step panels at 10M events, p95: 199 to 204 ms collecting as
-# before, 160 to 177 frozen; bench/README.md), and gunicorn's forked workers do not write to
-# these shared pages when they collect.
+# made (bench/README.md, "Measurements behind the code"), and gunicorn's forked workers do not
+# write to these shared pages when they collect.
 gc.collect()
 gc.freeze()

@@ -284,8 +284,8 @@ def activity(
         )
         sql, params = events.query.sql_with_params()
         # An event's job is counted already when its day has a run holding a row of the job:
-        # a lookup per event (the live hour's 2,600 at 10M events), where PostgreSQL hashed the
-        # day's whole run (50,000 rows: 54 ms for the statement, 36 by lookups).
+        # a lookup per event, which grows with the live hour's events, where a hash of the
+        # day's whole run grows with the day (bench/README.md, "Measurements behind the code").
         counted, counted_params = ["0 = 1"], []
         for day, (since, until) in runs.items():
             counted.append(

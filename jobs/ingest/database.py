@@ -29,7 +29,7 @@ POSTGRES = "postgresql"
 SQLITE_ROWS_PER_STATEMENT = 500
 # Up to this many rows, one multi-row INSERT beats COPYing into a staging table first (three
 # more round trips) on PostgreSQL. Not more: the driver's placeholder parsing grows with rows x
-# columns (a 64-row step upsert took 30 ms as one statement, 9 ms staged).
+# columns (bench/README.md, "Measurements behind the code").
 STAGED_ROWS = 4
 # The fields whose values are written as JSON text (jsonb or text columns).
 JSON_FIELDS = (models.JSONField, JSONTextField)
@@ -430,8 +430,9 @@ def read_timestamps_fast(sender, **kwargs) -> None:
     """``connection_created``: read timestamptz values with ``datetime.fromisoformat``.
 
     Django's loader subclasses psycopg's pure-Python one (the C one cannot be subclassed) and
-    then calls ``datetime.replace``: about 11 us a value, against under 2 us here. A live batch
-    reads some 800 timestamps, a 10,000-step job's page 20,000. The values are Django's: the
+    then calls ``datetime.replace`` on every value, several times the cost of parsing it here
+    (bench/README.md, "Measurements behind the code"); a live batch reads hundreds of
+    timestamps, a 10,000-step job's page tens of thousands. The values are Django's: the
     session's time (Django sets the session to UTC) in the time zone Django's loader gives.
     What fromisoformat does not read (infinity, years past 9999, BC, a DateStyle other than
     ISO) goes to psycopg's parser, which reads it or raises as before."""
@@ -495,9 +496,9 @@ def sql_job_rows(table: str, alias: str, job: str, partitioned: bool = True) -> 
     partition_day, partitioned like the jobs') to the job aliased ``job``. On PostgreSQL a
     LATERAL lookup per job, by the table's (job_id, ...) index (in the job's own partition): a
     plain join over a few jobs is planned as a hash join over every partition once index-only
-    scans are cheap (600 ms for an hour of jobs at 10M events, against 20 ms of lookups), and
-    over the unpartitioned calls as a scan of all of them (74 ms for that hour's 2,029 jobs,
-    against 140,000 calls); OFFSET 0 keeps the planner from flattening it back into that join.
+    scans are cheap, and over the unpartitioned calls as a scan of all of them: costs that grow
+    with the tables, where the lookups grow with the jobs (bench/README.md, "Measurements
+    behind the code"); OFFSET 0 keeps the planner from flattening it back into that join.
     Elsewhere a plain join."""
     if connection.vendor == POSTGRES:
         day = f" AND partition_day = {job}.partition_day" if partitioned else ""
@@ -606,8 +607,7 @@ def _select_pairs(
     the table, where these lookups grow with the pairs. The ORDER BY the unique index's next
     column, which that index gives for free, keeps a partition with no statistics yet (a new
     day's) from being read by another index that leads with the first column (the steps' (job,
-    position)): that reads all of a job's rows for each pair, 33 ms for 50 steps of a
-    2,000-step job."""
+    position)): that reads all of a job's rows for each pair."""
     quote = connection.ops.quote_name
     fields = [model._meta.get_field(name) for name in columns]
     first, second = (quote(f.column) for f in fields)

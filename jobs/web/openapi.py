@@ -50,7 +50,7 @@ def model_schemas() -> dict[str, Any]:
     return copy.deepcopy(_model_schemas())
 
 
-@cache  # the models cannot change while the process runs; generating takes ~25 ms
+@cache  # the models cannot change while the process runs, and generating is not free
 def _model_schemas() -> dict[str, Any]:
     _, top = models_json_schema(
         [(body, "serialization") for body in schemas.RESPONSE_BODIES],
