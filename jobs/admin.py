@@ -24,10 +24,10 @@ def shown_as_json(name: str):
     """A read-only field showing the JSONTextField ``name`` as JSON text, as the admin shows a
     JSONField (as a model field it would show the Python value: True, None, single quotes)."""
 
+    @admin.display(description=name.replace("_", " "))
     def show(obj):
         return json_text(getattr(obj, name))
 
-    show.short_description = name.replace("_", " ")
     return show
 
 

@@ -4,6 +4,8 @@ Job and Step rows are exactly what ``replay.build`` returns for a job's events (
 Escalation rows add what people did (acknowledge, assign, resolve), which a rebuild never touches.
 """
 
+import enum
+import functools
 import hashlib
 import hmac
 import json
@@ -11,7 +13,7 @@ import logging
 import secrets
 from collections.abc import Callable, Iterable
 from datetime import UTC, date, datetime
-from typing import TypeVar
+from typing import Any, Final, TypeVar
 
 import orjson
 from django.conf import settings
@@ -61,9 +63,10 @@ def json_value(text: str):
 
 T = TypeVar("T")
 R = TypeVar("R")
+D = TypeVar("D")
 
 
-def contained(logger: logging.Logger, what: str, work: Callable[[], T], default: T) -> T:
+def contained(logger: logging.Logger, what: str, work: Callable[[], T], default: D) -> T | D:
     """``work()`` in a transaction of its own, or ``default`` when it raises.
 
     The periodic tasks (stall check, alert evaluation, dashboard rollup, retention) go through
@@ -82,7 +85,11 @@ def contained(logger: logging.Logger, what: str, work: Callable[[], T], default:
         return default
 
 
-FAILED = object()
+class _Failed(enum.Enum):
+    FAILED = enum.auto()
+
+
+FAILED: Final = _Failed.FAILED
 
 
 def contained_batch(
@@ -98,9 +105,10 @@ def contained_batch(
     done = contained(logger, what(items), lambda: work(items), FAILED)
     if done is not FAILED or len(items) == 1:
         return ([done], []) if done is not FAILED else ([], list(items))
-    results, failed = [], []
+    results: list[R] = []
+    failed: list[T] = []
     for item in items:
-        alone = contained(logger, what([item]), lambda item=item: work([item]), FAILED)
+        alone = contained(logger, what([item]), functools.partial(work, [item]), FAILED)
         if alone is FAILED:
             failed.append(item)
         else:
@@ -173,6 +181,10 @@ class JSONTextField(models.TextField):
 
     def value_to_string(self, obj):
         return self.value_from_object(obj)  # as JSONField: dumpdata writes the JSON itself
+
+    # For django-stubs: the field's Python value is any JSON value, not text.
+    _pyi_private_set_type: Any
+    _pyi_private_get_type: Any
 
 
 def today_utc() -> date:
@@ -333,7 +345,7 @@ class Event(models.Model):
         """The event as the event contract writes it (DESIGN.md section 3), for export and the
         raw-event view): a ``seq`` the producer left out stays out (the contract has no
         ``null`` seq, so an export imports again)."""
-        item = {
+        item: dict[str, Any] = {
             "type": self.type,
             "job_id": self.job_id,
             "event_id": self.event_id,

@@ -26,6 +26,7 @@ PAGE = (
 
 def database_unavailable(request) -> HttpResponse:
     """The 503 answer: JSON for the APIs, text for /metrics, a small page elsewhere."""
+    response: HttpResponse
     if request.path.startswith(("/api/", "/v1/")):
         response = JsonResponse({"error": MESSAGE}, status=503)
     elif request.path.startswith("/metrics"):

@@ -121,7 +121,7 @@ TEMPLATES = [
 ]
 
 
-def database(url: str) -> dict:
+def database(url: str) -> dj_database_url.DBConfig:
     """A DATABASES entry for ``url``, with the options traceviz runs each engine with."""
     config = dj_database_url.parse(
         url, conn_max_age=env_int("DATABASE_CONN_MAX_AGE", 60), conn_health_checks=True

@@ -14,7 +14,7 @@ import unicodedata
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import Any
+from typing import Any, TypeGuard
 
 import orjson
 
@@ -112,7 +112,7 @@ class Check:
         return None if self.accepts(value) else self.message
 
 
-def _is_int(value: Any) -> bool:
+def _is_int(value: Any) -> TypeGuard[int]:
     return isinstance(value, int) and not isinstance(value, bool)
 
 
@@ -170,7 +170,9 @@ def one_of(*choices: str) -> Check:
 def hex_id(chars: int) -> Check:
     """A trace or span id as OTLP/JSON writes it: ``chars`` lowercase hex digits."""
     return Check(
-        lambda value: isinstance(value, str) and len(value) == chars and HEX.fullmatch(value),
+        lambda value: (
+            isinstance(value, str) and len(value) == chars and HEX.fullmatch(value) is not None
+        ),
         f"must be {chars} lowercase hex digits",
         {"type": "string", "pattern": f"^[0-9a-f]{{{chars}}}$"},
     )
@@ -482,6 +484,7 @@ def nesting_depth(value: Any, limit: int = MAX_PAYLOAD_DEPTH) -> int:
     deepest, stack = 0, [(value, 1)]
     while stack:
         item, depth = stack.pop()
+        children: Iterable[Any]
         if isinstance(item, dict):
             children = item.values()
         elif isinstance(item, list):
@@ -524,7 +527,7 @@ def validate(item: Any, check_text: bool = True) -> tuple[Event | None, list[Fie
     errors = _text_problems(item) if check_text and suspect_text else []
     if errors:
         return None, errors
-    event_type, job_id = item.get("type"), item.get("job_id")
+    event_type = item.get("type")
     for name in REQUIRED_ENVELOPE_FIELDS:
         if name not in item:
             errors.append(FieldError(name, REQUIRED))
@@ -562,8 +565,8 @@ def validate(item: Any, check_text: bool = True) -> tuple[Event | None, list[Fie
     if errors:
         return None, errors
     event = Event(
-        type=event_type,
-        job_id=job_id,
+        type=item["type"],
+        job_id=item["job_id"],
         event_id=item.get("event_id") or default_event_id(item),
         ts=ts,
         seq=item.get("seq"),

@@ -345,7 +345,8 @@ def to_batch(request: ExportTraceServiceRequest, max_events: int) -> OtlpBatch:
     batch = ParsedBatch(redacted=True)
     rejections = []
     for span in mapped:
-        valid, problems = [], []
+        valid: list[events.Event] = []
+        problems: list[str] = []
         for item, masked in zip(span.items, span.masked, strict=True):
             event, errors = events.validate(item)
             if event is None:

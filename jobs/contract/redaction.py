@@ -190,7 +190,7 @@ def key_words(name: str) -> list[str]:
     """The words of a key name, lowercase: split at ``_``, ``-``, ``.``, spaces, camelCase and
     digits (numbers are dropped: ``password2`` is about a password), run-together compounds
     read as their words."""
-    words = []
+    words: list[str] = []
     for word in KEY_WORD.findall(name):
         if word.isdigit():
             continue

@@ -213,7 +213,8 @@ def _mask_matches(pattern: re.Pattern[str], text: str) -> str:
         start, end = match.span()
         if pattern.groups and match.start(1) > start:
             start, end = match.span(1)
-        end = TOKEN_TAIL.match(text, end).end()
+        if tail := TOKEN_TAIL.match(text, end):  # always matches (it may match nothing)
+            end = tail.end()
         if start < position or MASK in text[start:end]:
             continue
         pieces += [text[position:start], MASK]

@@ -18,11 +18,11 @@ def bucket_of(duration_ms: float) -> int:
 def merge(histograms: Iterable[dict | None]) -> dict[int, int]:
     """Stored histograms ({"b": [bucket, ...], "n": [steps, ...]}) summed: {bucket: steps}.
     Parallel lists of small integers, because a week holds thousands of them to merge."""
-    histograms = [histogram for histogram in histograms if histogram and histogram["b"]]
-    if not histograms:
+    stored = [histogram for histogram in histograms if histogram and histogram["b"]]
+    if not stored:
         return {}
-    total = [0] * (max(max(histogram["b"]) for histogram in histograms) + 1)
-    for histogram in histograms:
+    total = [0] * (max(max(histogram["b"]) for histogram in stored) + 1)
+    for histogram in stored:
         for bucket, count in zip(histogram["b"], histogram["n"], strict=True):
             total[bucket] += count
     return {bucket: count for bucket, count in enumerate(total) if count}

@@ -149,8 +149,8 @@ def compile_days(before: datetime, dirty_days: set[datetime], limit: int) -> int
     by_day = hours.annotate(day=Trunc("start", "day", tzinfo=UTC))
     days = set(by_day.values_list("day", flat=True).distinct().order_by())
     days -= set(PlannerCount.objects.filter(span=Span.DAY).values_list("start", flat=True))
-    days = sorted(days - dirty_days, reverse=True)[:limit]
-    for day in days:
+    newest = sorted(days - dirty_days, reverse=True)[:limit]
+    for day in newest:
         counts = (
             PlannerJobHour.objects.filter(hour__gte=day, hour__lt=day + DAY)
             .annotate(day_start=Value(day), day_span=Value(Span.DAY))
@@ -163,7 +163,7 @@ def compile_days(before: datetime, dirty_days: set[datetime], limit: int) -> int
             .order_by()
         )
         _insert_select(PlannerCount, COUNT_COLUMNS, counts)
-    return len(days)
+    return len(newest)
 
 
 def delete_all() -> None:
@@ -282,7 +282,7 @@ def activity(
             .planner(provider, model)
             .values("ts", "provider", "model", "job_id", "type")
         )
-        sql, params = events.query.sql_with_params()
+        events_sql, events_params = events.query.sql_with_params()
         # An event's job is counted already when its day has a run holding a row of the job:
         # a lookup per event, which grows with the live hour's events, where a hash of the
         # day's whole run grows with the day (bench/README.md, "Measurements behind the code").
@@ -299,8 +299,8 @@ def activity(
                 f"SELECT {database.sql_trunc_utc('e.ts', bucket)} AS b, e.provider AS p, "
                 "e.model AS m, e.job_id AS j, CASE WHEN e.type = %s THEN 1 ELSE 0 END AS pi, "
                 "CASE WHEN e.type = %s THEN 1 ELSE 0 END AS dg, "
-                f"CASE WHEN {' OR '.join(counted)} THEN 1 ELSE 0 END AS d FROM ({sql}) e",
-                [PARSE_INVALID, DEGRADED, *counted_params, *params],
+                f"CASE WHEN {' OR '.join(counted)} THEN 1 ELSE 0 END AS d FROM ({events_sql}) e",
+                [PARSE_INVALID, DEGRADED, *counted_params, *events_params],
             )
         )
     parts, params = [], []

@@ -50,6 +50,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from decimal import Decimal
 from functools import partial
+from typing import Any
 
 from django.db import connection, transaction
 from django.db.models import Count, Exists, Q, Sum
@@ -77,8 +78,8 @@ HOUR = timedelta(hours=1)
 DAY = timedelta(days=1)
 HOUR_KINDS = (Kind.JOBS, Kind.SEGMENT, Kind.FAILURE_CODE, Kind.ERROR_TYPE, Kind.DURATION, Kind.LLM)
 # Each hour kind's whole-day rows (compile_days), and back.
-DAY_KIND = {kind: Kind(f"{kind}_day") for kind in HOUR_KINDS}
-HOUR_KIND = {day_kind: kind for kind, day_kind in DAY_KIND.items()}
+DAY_KIND: dict[str, Kind] = {kind: Kind(f"{kind}_day") for kind in HOUR_KINDS}
+HOUR_KIND: dict[str, str] = {day_kind: kind for kind, day_kind in DAY_KIND.items()}
 DAY_KINDS = (*DAY_KIND.values(), Kind.DAY)
 # What a day row adds up from its hours (SUM: null when every hour's is); token counts held at
 # the largest a BIGINT holds, as the hours' own sums are.
@@ -193,9 +194,9 @@ def compile_days(now: datetime | None = None, limit: int = TASK_MAX_DAYS) -> int
         days = set(by_day.values_list("day", flat=True).distinct().order_by())
         days -= set(DashboardRollup.objects.filter(kind=Kind.DAY).values_list("hour", flat=True))
         dirty_days = {spans.day_floor(hour) for hour in dirty_hours(until=before)}
-        days = sorted(days - dirty_days, reverse=True)[:limit]
+        newest = sorted(days - dirty_days, reverse=True)[:limit]
         compiled = 0
-        for day in days:
+        for day in newest:
             what = f"compiling the rollup's day {day:%Y-%m-%d}"
             compiled += contained(logger, what, partial(_compile_day, hours, day), 0)
         planner_rollup.compile_days(before, dirty_days, limit)
@@ -321,7 +322,8 @@ def _select(
         "CAST(floor(ln(1 + CASE WHEN js.duration_ms > 0 THEN js.duration_ms ELSE 0 END)"
         f" * {histograms.SCALE}) AS INTEGER)"
     )
-    in_range, params = "started_at IS NOT NULL", []
+    in_range = "started_at IS NOT NULL"
+    params: list[Any] = []
     if ranges is not None:
         span = "(started_at >= %s AND started_at < %s)"
         in_range += " AND (" + " OR ".join([span] * len(ranges)) + ")"
@@ -495,7 +497,10 @@ def cells(
                 .annotate(n_steps=Sum("steps"), n_jobs=Sum("jobs"))
                 .order_by()
             )
-            found.extend(Cell(HOUR_KIND.get(kind, kind), *row, None) for kind, *row in rows)
+            found.extend(
+                Cell(HOUR_KIND.get(kind, kind), hour, dimension, status, steps, jobs, None)
+                for kind, hour, dimension, status, steps, jobs in rows
+            )
         if rest := [kind for kind in kinds if kind not in summed]:
             rows = _stored(plan, rest, provider, model).values_list("kind", *CELL)
             found.extend(Cell(HOUR_KIND.get(kind, kind), *row) for kind, *row in rows)

@@ -14,6 +14,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from functools import partial
+from typing import cast
 
 from django.db import IntegrityError, transaction
 from django.db.models import Count, Exists, OuterRef, Q
@@ -37,8 +38,9 @@ from jobs.models import (
 from jobs.replay.state import EscalationTrigger
 
 logger = logging.getLogger(__name__)
-# An alert escalation's node_id names its subject, in at most the column's characters.
-SUBJECT_CHARS = Escalation._meta.get_field("node_id").max_length
+# An alert escalation's node_id names its subject, in at most the column's characters (a
+# CharField's max_length, always set).
+SUBJECT_CHARS = cast(int, Escalation._meta.get_field("node_id").max_length)
 SUBJECT_HASH = 16
 
 Kind = AlertRule.Kind

@@ -65,7 +65,7 @@ class Outcome:
 
 def configured_channels() -> list[str]:
     """The destinations an escalation notifies, from settings, in a fixed order."""
-    channels = []
+    channels: list[str] = []
     if settings.TRACEVIZ_ESCALATION_EMAILS:
         channels.append(Channel.EMAIL)
     if settings.TRACEVIZ_ESCALATION_WEBHOOK_URL:
@@ -205,8 +205,8 @@ def send(notification: Notification) -> None:
         url = settings.TRACEVIZ_ESCALATION_WEBHOOK_URL
         if not url:
             raise DeliveryError("no TRACEVIZ_ESCALATION_WEBHOOK_URL configured any more")
-        body = webhook_body(notification)
-        post_json(url, body, settings.TRACEVIZ_WEBHOOK_TIMEOUT, key=str(notification.pk))
+        webhook = webhook_body(notification)
+        post_json(url, webhook, settings.TRACEVIZ_WEBHOOK_TIMEOUT, key=str(notification.pk))
     else:
         raise DeliveryError(f"unknown channel {notification.channel!r}")
 

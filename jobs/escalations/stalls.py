@@ -63,7 +63,11 @@ def stall_trigger(job: Job, now: datetime, waiting_step: Step | None = None) -> 
         f"No event received for {silent} while {job.status} (last event received "
         f"{job.last_received_at:%Y-%m-%d %H:%M:%S} UTC)."
     )
-    if job.status == RunStatus.PAUSED_TRANSIENT and waiting_step is not None:
+    if (
+        job.status == RunStatus.PAUSED_TRANSIENT
+        and waiting_step is not None
+        and waiting_step.finished_at is not None
+    ):
         earliest, latest = backoff.retry_window(waiting_step.finished_at, waiting_step.attempt)
         message += (
             f" Node {waiting_step.node_id} attempt {waiting_step.attempt} failed retryably at "

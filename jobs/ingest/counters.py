@@ -219,7 +219,9 @@ def request_deltas(endpoint: str, status: int) -> Tally:
 def rejection_deltas(status: int, body: dict) -> Tally:
     """Counter deltas for one ingest response: each item error, or the request's own error."""
     deltas: Tally[tuple[str, str]] = Tally()
-    item_errors = body.get("errors") if isinstance(body.get("errors"), list) else []
+    item_errors = body.get("errors")
+    if not isinstance(item_errors, list):
+        item_errors = []
     for item in item_errors:
         for error in item.get("errors", []):
             labels = labels_key(
@@ -240,5 +242,6 @@ def latency_deltas(seconds: float) -> Tally:
         if seconds <= bound:
             deltas[INGEST_LATENCY + "_bucket", labels_key(le=repr(bound))] += 1
     deltas[INGEST_LATENCY + "_bucket", labels_key(le=INF)] += 1
-    deltas[INGEST_LATENCY + "_sum", labels_key()] += seconds
+    # typeshed types a Counter's counts as int; it adds floats as well.
+    deltas[INGEST_LATENCY + "_sum", labels_key()] += seconds  # type: ignore[assignment]
     return deltas

@@ -14,6 +14,7 @@ import functools
 import weakref
 from collections.abc import Iterable, Mapping, Sequence, Set
 from datetime import date, datetime, timedelta, tzinfo
+from typing import Any
 
 import psycopg
 from django.db import IntegrityError, connection, models, transaction
@@ -38,6 +39,14 @@ JSON_FIELDS = (models.JSONField, JSONTextField)
 def _fields(model: type[models.Model]) -> list[models.Field]:
     """The columns a row is written with: not the id, nor what the database generates."""
     return [f for f in model._meta.concrete_fields if not (f.primary_key or f.generated)]
+
+
+def _field(model: type[models.Model], name: str) -> models.Field:
+    """``model``'s column field ``name`` (``get_field`` may also answer with a relation's
+    reverse side, which has no column)."""
+    field = model._meta.get_field(name)
+    assert isinstance(field, models.Field), f"{model.__name__}.{name} is not a column"
+    return field
 
 
 def _values(fields: Sequence[models.Field], rows: Iterable[dict]) -> list[list]:
@@ -142,7 +151,7 @@ def insert_rows(model: type[models.Model], rows: Sequence[dict]) -> None:
         return
     fields = _fields(model)
     if connection.vendor != POSTGRES:
-        model.objects.bulk_create([model(**row) for row in rows], batch_size=500)
+        model._default_manager.bulk_create([model(**row) for row in rows], batch_size=500)
         return
     table, columns = _names(model, fields)
     with (
@@ -251,7 +260,7 @@ def _copy_new_events(
     return new_keys
 
 
-def adapt_datetime(value: datetime):
+def adapt_datetime(value: datetime | None):
     """A datetime as the database driver takes it in a raw statement."""
     return connection.ops.adapt_datetimefield_value(value)
 
@@ -285,14 +294,14 @@ def add_to_counts(
         return
     quote = connection.ops.quote_name
     table = quote(model._meta.db_table)
-    fields = [model._meta.get_field(name.removesuffix("_id")) for name in key]
-    count_column = quote(model._meta.get_field(count).column)
+    fields = [_field(model, name.removesuffix("_id")) for name in key]
+    count_column = quote(_field(model, count).column)
     key_columns = ", ".join(quote(f.column) for f in fields)
     items = list(deltas.items())
     for start in range(0, len(items), SQLITE_ROWS_PER_STATEMENT):
         chunk = items[start : start + SQLITE_ROWS_PER_STATEMENT]
         placeholders = ", ".join(["(" + ", ".join(["%s"] * (len(key) + 1)) + ")"] * len(chunk))
-        params = []
+        params: list[Any] = []
         for values, delta in chunk:
             params.extend(
                 f.get_db_prep_save(v, connection) for f, v in zip(fields, values, strict=True)
@@ -465,7 +474,7 @@ def _timestamp_loader(tz: tzinfo | None) -> type[Loader]:
 # --- advisory locks --------------------------------------------------------------------------
 
 
-def lock_keys(keys: Sequence[int]) -> None:
+def lock_keys(keys: list[int]) -> None:
     """Take transaction-level advisory locks on ``keys`` (sorted by the caller, so two callers
     never deadlock). SQLite serialises writers by itself: nothing to do there."""
     if connection.vendor != POSTGRES or not keys:
@@ -571,7 +580,9 @@ def rows_by_pairs(
     that leads with the two columns."""
     if connection.vendor != POSTGRES:
         # SQLite gives text for dates and times: the model's own converters read them.
-        query = model.objects.filter(pairs_in(model, columns, pairs)).filter(partition_day=day)
+        query = model._default_manager.filter(pairs_in(model, columns, pairs)).filter(
+            partition_day=day
+        )
         return list(query.values_list(*columns, *select))
     with connection.cursor() as cursor:
         rows = _select_pairs(cursor, model, columns, pairs, day, select)
@@ -588,7 +599,8 @@ def rows_by_pairs(
     for row in rows:
         values = list(row)
         for index, field in decoders:
-            values[index] = field.from_db_value(values[index], None, connection)
+            # No expression: the value is a whole column's (the stubs want one).
+            values[index] = field.from_db_value(values[index], None, connection)  # type: ignore[arg-type]
         out.append(tuple(values))
     return out
 
@@ -609,11 +621,9 @@ def _select_pairs(
     day's) from being read by another index that leads with the first column (the steps' (job,
     position)): that reads all of a job's rows for each pair."""
     quote = connection.ops.quote_name
-    fields = [model._meta.get_field(name) for name in columns]
+    fields = [_field(model, name) for name in columns]
     first, second = (quote(f.column) for f in fields)
-    wanted = ", ".join(
-        [first, second, *(quote(model._meta.get_field(name).column) for name in select)]
-    )
+    wanted = ", ".join([first, second, *(quote(_field(model, name).column) for name in select)])
     types = [f.db_type(connection) for f in fields]
     cursor.execute(
         f"SELECT r.* FROM unnest(%s::{types[0]}[], %s::{types[1]}[]) AS k(a, b) "
@@ -632,7 +642,7 @@ def _unique_order(model: type[models.Model], columns: tuple[str, str]) -> str:
         if isinstance(constraint, models.UniqueConstraint) and constraint.fields[:2] == columns:
             rest = [name for name in constraint.fields[2:] if name != "partition_day"]
             quote = connection.ops.quote_name
-            fields = [quote(model._meta.get_field(name).column) for name in rest]
+            fields = [quote(_field(model, name).column) for name in rest]
             return f" ORDER BY {', '.join(fields)}" if fields else ""
     return ""
 
@@ -649,7 +659,7 @@ def _pairs_condition(
     bound parameter per column, which the planner serves with the two columns' unique index
     (``a = ANY(..) AND b = ANY(..)`` is read as a scan of every row of the ``a`` values, and
     an OR of per-pair conditions costs more to build and to plan than the rows it reads)."""
-    fields = [model._meta.get_field(name) for name in columns]
+    fields = [_field(model, name) for name in columns]
     first, second = (connection.ops.quote_name(f.column) for f in fields)
     if connection.vendor == POSTGRES:
         types = [f.db_type(connection) for f in fields]

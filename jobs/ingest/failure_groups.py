@@ -139,9 +139,9 @@ def apply(
     cells = Counter(contributions.cells)
     whole = contributions.replaced.union(relabeled)
     current = _stored(FailureGroupJob.objects.filter(job_id__in=sorted(whole))) if whole else {}
-    for (group_id, job_pk), row in current.items():
+    for (group_id, job_pk), previous in current.items():
         if job_pk in contributions.replaced:
-            for key, count in row.hours.items():
+            for key, count in previous.hours.items():
                 cells[(group_id, job_pk, key)] -= count
     by_pair: dict[tuple[int, int], Counter] = {}
     for (group_id, job_pk, key), delta in cells.items():
@@ -154,14 +154,15 @@ def apply(
     job_deltas: Counter = Counter()
     step_deltas: Counter = Counter()
     hour_deltas: Counter = Counter()
-    created, gone, changed = [], [], []
+    created: list[FailureGroupJob] = []
+    gone, changed = [], []
     for pair in sorted(by_pair.keys() | current.keys()):
         group_id, job_pk = pair
         deltas = by_pair.get(pair, Counter())
         row = current.get(pair)
-        hours = Counter(row.hours if row else {})
-        hours.update(deltas)
-        hours = {key: count for key, count in sorted(hours.items()) if count > 0}
+        counted = Counter(row.hours if row else {})
+        counted.update(deltas)
+        hours = {key: count for key, count in sorted(counted.items()) if count > 0}
         step_deltas[group_id] += sum(deltas.values())
         provider, model = attributes.get(job_pk, ("", ""))
         # The hour rows lose what the pair held under its old provider/model and gain what it

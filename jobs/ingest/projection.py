@@ -201,8 +201,8 @@ def _fold_onto_snapshots(
         if job_id in grown:
             events = grown[job_id].events
         # New spans that stand for no event (calls whose step has not come) still grow it.
-        snapshot = job["fold"] if job_id in grown and not events else _foldable(job, events)
-        if snapshot is not None:
+        snapshot = job["fold"] if job and job_id in grown and not events else _foldable(job, events)
+        if job is not None and snapshot is not None:
             plans[job_id] = (job, snapshot, walk.sort_events(events))
     if not plans:
         return {}
@@ -403,17 +403,18 @@ def _write_steps(
             earlier.setdefault(job_ids[job_pk], set()).add(span_id)
         rows.delete()
     _subtract_changed(projected, ids, contributions)
-    inserted, upserted = [], []
+    inserted: list[dict] = []
+    upserted: list[dict] = []
     for job_id, p in projected.items():
         job_pk, day = ids[(job_id,)], days[job_id]
-        rows = [step_row(step, job_pk, day) for step in written[job_pk]]
-        for row, step in zip(rows, written[job_pk], strict=True):
+        step_rows = [step_row(step, job_pk, day) for step in written[job_pk]]
+        for row, step in zip(step_rows, written[job_pk], strict=True):
             group_id = group_ids.get((job_pk, step.node_id, step.attempt))
             row["failure_group_id"] = group_id
             if group_id is not None:
                 at = failure_groups.seen_at(step.started_at, step.finished_at)
                 contributions.add(group_id, job_pk, at, +1)
-        (inserted if p.path == FULL else upserted).extend(rows)
+        (inserted if p.path == FULL else upserted).extend(step_rows)
     database.insert_rows(Step, inserted)
     database.upsert_rows(Step, upserted, unique=STEP_KEY, returning=False)
     relabeled = {
@@ -489,7 +490,7 @@ def _write_calls(
     known = [existing[job_id]["id"] for job_id in replayed if job_id in existing]
     if known:
         Call.objects.filter(job_id__in=known).delete()
-    rows = {FULL: [], INCREMENTAL: []}
+    rows: dict[str, list[dict]] = {FULL: [], INCREMENTAL: []}
     for job_id, p in projected.items():
         rows[p.path].extend(call_row(call, ids[(job_id,)]) for call in p.state.calls)
     database.insert_rows(Call, rows[FULL])

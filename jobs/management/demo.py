@@ -7,6 +7,7 @@ nothing.
 
 import random
 from datetime import datetime, timedelta
+from typing import Any
 
 WORKFLOWS = {
     "publish-release": ("build", "test", "upload", "announce"),
@@ -82,7 +83,7 @@ class Stream:
 
 def _happy(stream: Stream, nodes, results=True) -> None:
     for index, node in enumerate(nodes):
-        payload = {"payload_results": {f"{node}_ok": True}} if results else {}
+        payload: dict[str, Any] = {"payload_results": {f"{node}_ok": True}} if results else {}
         stream.step(node, index, "success", state="done", **payload)
 
 

@@ -428,8 +428,8 @@ def gen_ai_slots(attrs: dict[str, Any]) -> Slots:
                 {"direction": "in" if side == "prompt" else "out", "role": "", "content": ""},
             )
             message[part] = str(value)
-    for key in sorted(legacy):
-        (slots.input if key[0] == 0 else slots.output).append(legacy[key])
+    for slot in sorted(legacy):
+        (slots.input if slot[0] == 0 else slots.output).append(legacy[slot])
     return slots
 
 
@@ -451,7 +451,7 @@ def gen_ai_message(item: dict[str, Any], direction: str) -> dict[str, Any]:
         requests = [p for p in parts if _is_tool_call(p)]
         parts = [part for part in parts if not _is_tool_call(part)]
     role = str(item.get("role") or "")
-    message = {"direction": direction, "role": role, "content": parts_text(parts)}
+    message: dict[str, Any] = {"direction": direction, "role": role, "content": parts_text(parts)}
     if requests:
         message["tool_calls"] = [tool_call_request(_tool_use(part)) for part in requests]
     return message

@@ -156,8 +156,8 @@ def _loops(
         iteration = iteration_of(span.node_id, base)
         if spans.explicit_attempt(span) is not None or iteration is None:
             loops[base] = None
-        elif iteration > 1 and loops.get(base, 0) is not None:
-            loops[base] = max(loops.get(base, 0), iteration)
+        elif iteration > 1 and (highest := loops.get(base, 0)) is not None:
+            loops[base] = max(highest, iteration)
     return loops if len(loops) <= MAX_LOOPING else None
 
 
@@ -251,7 +251,9 @@ class Growth:
         # Every stored call still waiting for its parent, with its position, when a new span
         # starts before the latest stored call (new calls may then come before them; ``place``
         # fills it in).
-        self.waiting_calls = None if _after(self.ordered, summary.last_call) else []
+        self.waiting_calls: list[tuple[SpanView, int]] | None = (
+            None if _after(self.ordered, summary.last_call) else []
+        )
         # By base node read only in part (``step_names``), the lowest iteration read.
         self.floors: dict[str, int] = {}
         # What the new calls' records take from the spans around them (``place``).

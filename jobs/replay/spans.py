@@ -137,7 +137,9 @@ def read_span(event: Event) -> SpanView | None:
     trace_id, span_id = payload.get("trace_id"), payload.get("span_id")
     if end is None or not isinstance(trace_id, str) or not isinstance(span_id, str):
         return None
-    status = payload.get("status") if isinstance(payload.get("status"), dict) else {}
+    if event.ts is None:  # a stored event always has its time
+        return None
+    status = _dict(payload.get("status"))
     parent = payload.get("parent_span_id")
     return SpanView(
         event_id=event.event_id,
@@ -340,7 +342,8 @@ def model_call_attempts(
         chain = chains.get(span.parent_id)
         last = chain[-1] if chain else None
         if (
-            last is not None
+            chain is not None
+            and last is not None
             and _failed_attempt(last)
             and last.name == span.name
             and last.end <= span.start
@@ -683,14 +686,14 @@ def step_events(
         if value := span.text(PREFIX + name):
             finished[name] = _cut(value)
     for name in INT_FIELDS:
-        value = span.number(PREFIX + name)
-        if value is not None and value >= 0:
-            finished[name] = value
+        number = span.number(PREFIX + name)
+        if number is not None and number >= 0:
+            finished[name] = number
     if isinstance(span.attrs.get(PREFIX + "continue_on_error"), bool):
         finished["continue_on_error"] = span.attrs[PREFIX + "continue_on_error"]
     for name in JSON_OBJECT_FIELDS:
-        if (value := _json_object(span.attrs.get(PREFIX + name))) is not None:
-            finished[name] = value
+        if (found := _json_object(span.attrs.get(PREFIX + name))) is not None:
+            finished[name] = found
     prefix = f"otlp:{span.trace_id}:{span.span_id}"
     return [
         _event("node_started", job_id, f"{prefix}:started", span.start, node),

@@ -7,7 +7,7 @@ Plain data: ``walk.Fold`` fills these in, and the projection stores them as Job 
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Any
+from typing import Any, Protocol
 
 from jobs.contract.events import Event
 from jobs.replay import failures, lint
@@ -146,6 +146,7 @@ class StepState:
         """Keep a stale result that came after the attempt finished in its history (source 002:
         it never overwrites)."""
         payload = event.payload
+        assert event.ts is not None  # a stored event always has its time
         record = {
             "event_id": event.event_id,
             "why": "stale",
@@ -159,7 +160,8 @@ class StepState:
 
     def result_record(self) -> dict[str, Any]:
         """The attempt's current result, for its history when a new one takes its place."""
-        record = {
+        assert self.finished_at is not None  # a result's attempt has finished
+        record: dict[str, Any] = {
             "event_id": self.finished_event_id,
             "why": "stale" if self.ignored_stale else "replaced",
             "result_type": self.result_type,
@@ -269,7 +271,17 @@ class JobState:
         return max((s.finished_at for s in self.failing_steps if s.finished_at), default=None)
 
 
-def completed_node_ids(steps: Iterable[StepState]) -> list[str]:
+class Completing(Protocol):
+    """What ``completed_node_ids`` reads of a step: a StepState's, or a page's row of one."""
+
+    @property
+    def node_id(self) -> str: ...
+
+    @property
+    def completes(self) -> int | None: ...
+
+
+def completed_node_ids(steps: Iterable[Completing]) -> list[str]:
     """The nodes whose completing step is among ``steps``, in completion order."""
     done = sorted((step.completes, step.node_id) for step in steps if step.completes is not None)
     return [node for _, node in done]

@@ -83,6 +83,7 @@ class NeedsFullReplay(Exception):
 
 
 def event_key(event: Event) -> tuple:
+    assert event.ts is not None  # a stored event always has its time
     return order_key(event.ts, event.seq, event.type, event.attempt, event.event_id)
 
 
@@ -231,6 +232,7 @@ class Fold:
         of the whole trace with that attempt gives. Nothing else its finish did depends on
         which of the two it is: either makes its node failing, and lint marks neither (it was
         inferred, not declared)."""
+        assert self.reopenable is not None  # only a trace whose failure it names reopens
         node, attempt, holding, triggered = self.reopenable
         step = self.steps[(node, attempt)]
         before = step.strip_cell
@@ -446,6 +448,7 @@ class Fold:
         self.state.finish_reason = event.payload.get("reason", "")
         self.linter.job_finished(event.event_id)
         if self.finished_status == RunStatus.COMPLETED and self.triggered:
+            assert event.ts is not None  # a stored event always has its time
             self.state.recoveries.append(
                 Recovery(event.event_id, event.ts, frozenset(self.triggered))
             )
@@ -495,6 +498,7 @@ class Fold:
             )
 
     def _trigger(self, kind: str, node_id: str, severity: str, message: str, event: Event) -> None:
+        assert event.ts is not None  # a stored event always has its time
         self.state.escalation_triggers.append(
             EscalationTrigger(kind, node_id, severity, message, event.event_id, event.ts)
         )

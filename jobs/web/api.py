@@ -96,6 +96,7 @@ def ingest_events(request):
 
 
 def _encode_cursor(job: Job) -> str:
+    assert job.started_at is not None  # a job's first event sets it
     raw = f"{job.started_at.isoformat()}|{job.pk}"
     return base64.urlsafe_b64encode(raw.encode()).decode().rstrip("=")
 

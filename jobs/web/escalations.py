@@ -333,7 +333,7 @@ def _detail_context(request, escalation: Escalation, *, error: str = "", note: s
     retry_due = None
     if job is not None and job.status == RunStatus.PAUSED_TRANSIENT:
         waiting = stalls.latest_retryable_step(job)
-        if waiting is not None:
+        if waiting is not None and waiting.finished_at is not None:
             earliest, latest = backoff.retry_window(waiting.finished_at, waiting.attempt)
             retry_due = {"step": waiting, "earliest": earliest, "latest": latest}
     can_act = access.can_act_on_escalations(request.user)
@@ -495,7 +495,7 @@ def _selected_ids(request) -> list[int] | None:
     ids = [bounded_int(raw, MAX_ROW_ID) for raw in request.POST.getlist("ids")]
     if None in ids:
         return None
-    return sorted(set(ids))[:BULK_MAX]
+    return sorted({i for i in ids if i is not None})[:BULK_MAX]
 
 
 @require_POST

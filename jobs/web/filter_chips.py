@@ -58,7 +58,7 @@ def chips(query: QueryDict, cleaned: dict, stamp) -> list[Chip]:
     ranges = dict(RANGE_CHOICES)
     for name, label in LABELS.items():
         value = cleaned.get(name)
-        if value in (None, ""):
+        if value is None or value == "":
             continue
         if name in ("since", "until"):
             shown = stamp(value)

@@ -227,6 +227,7 @@ def newer_than(jobs: QuerySet[Job], anchor: tuple[datetime, int]) -> QuerySet[Jo
 
 
 def encode_cursor(job: Job) -> str:
+    assert job.started_at is not None  # a job's first event sets it
     raw = f"{job.started_at.isoformat()}|{job.pk}"
     return base64.urlsafe_b64encode(raw.encode()).decode().rstrip("=")
 

@@ -119,7 +119,7 @@ def job_events(job: Job):
 
 @dataclass(slots=True)
 class StepEntry:
-    step: Step
+    step: Step | StepRow
     key: str
     query: str
     is_root: bool
@@ -365,7 +365,7 @@ def _more_links(request, part: str, end: int, total: int, step_key: str) -> dict
     parsed = parse_step_key(step_key) if step_key else None
     keep = step_query(*parsed) + "&" if parsed else ""
     return {
-        "fragment": "?" + keep + urlencode({"more": part, "from": end}),
+        "fragment": "?" + keep + urlencode({"more": part, "from": str(end)}),
         "page": "?" + keep + urlencode({"rows": end + ROWS_WINDOW}) + f"#{part}",
         "remaining": total - end,
     }
@@ -568,7 +568,7 @@ def _more_rows(request, job: Job, part: str, raw_step: str):
         total = listed.count()
         to = step_list.parse_offset(request.GET.get("to"))
         earlier = to is not None and start < to
-        stop = min(to, start + MAX_ROWS_WINDOW) if earlier else stop
+        stop = min(to, start + MAX_ROWS_WINDOW) if earlier and to is not None else stop
         steps = _step_rows(listed[start:stop])
         context["step_rows"] = _indexed(steps, root_key, start, step_filter)
         keep = [("step", raw_step)] if raw_step else []

@@ -5,6 +5,7 @@ One view serves the whole page and, on an HTMX request that is not a history res
 """
 
 from dataclasses import dataclass
+from typing import TYPE_CHECKING, TypedDict
 
 from django.conf import settings
 from django.db.models import Count, IntegerField, OuterRef, Subquery
@@ -28,6 +29,16 @@ from jobs.web.filters import (
     scope,
 )
 from jobs.web.rendering import display_zone, in_display_time_zone, wants_fragment
+
+if TYPE_CHECKING:
+    from django_stubs_ext import WithAnnotations
+
+
+class Listed(TypedDict):
+    """What the list's query annotates each job with."""
+
+    open_escalations: int
+
 
 STRIP_CELLS = 40
 # The result count stops counting here ("1,000+ jobs"): a count of every matching job would
@@ -70,7 +81,7 @@ def _strip_summary(counts: dict[str, int], cells: int, steps: int) -> str:
     return summary
 
 
-def _job_row(job: Job) -> JobRow:
+def _job_row(job: "WithAnnotations[Job, Listed]") -> JobRow:
     counts: dict[str, int] = {}
     for segment, _stale in job.segment_strip:
         counts[segment] = counts.get(segment, 0) + 1

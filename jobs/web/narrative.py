@@ -112,7 +112,7 @@ def _text(value) -> str:
 def _line(event: Event, stale_steps, span_steps: dict[str, tuple[str, int]]) -> NarrativeLine:
     payload = event.payload
     node = _text(payload.get("node_id"))
-    attempt = event.attempt
+    attempt: int | None = event.attempt
     if event.type in ("span", "log"):
         node, attempt = span_steps.get(_text(payload.get("span_id")), ("", None))
     describe = _DESCRIBERS.get(event.type, _describe_other)
@@ -314,6 +314,8 @@ def line_item(line: NarrativeLine) -> dict:
         "clock": local.strftime("%H:%M:%S.") + f"{local.microsecond // 1000:03d}" if local else "",
         "text": line.text,
         "css": f"line tone-{line.tone}" + (f" role-{line.role}" if line.role else ""),
-        "href": "?" + step_query(line.node_id, line.attempt) if line.step_key else "",
+        "href": "?" + step_query(line.node_id, line.attempt)
+        if line.node_id and line.attempt
+        else "",
         "role": line.role,
     }

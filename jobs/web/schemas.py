@@ -454,7 +454,7 @@ class Step(Body):
             node_id=step.node_id,
             attempt=step.attempt,
             result_type=step.result_type or None,
-            segment=step.segment,
+            segment=Segment(step.segment),
             reason=step.reason,
             ignored_stale=step.ignored_stale,
             compensated=step.compensated,

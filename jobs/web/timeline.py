@@ -95,6 +95,7 @@ def waterfall(
     span_ms = max(((t1 - t0).total_seconds() * 1000) if t0 and t1 else 0, 1.0)
 
     def percent(moment: datetime) -> float:
+        assert t0 is not None  # asked only of a step with a start, which set t0
         return round((moment - t0).total_seconds() * 1000 / span_ms * 100, 3)
 
     by_node: dict[str, list] = {}
@@ -109,7 +110,7 @@ def waterfall(
         previous_end = None
         for step in sorted(by_node[node_id], key=lambda s: (s.attempt, s.position)):
             begin, end = _extent(step, now)
-            if begin is None or t0 is None:
+            if begin is None or end is None or t0 is None:  # a start gives an end
                 continue
             left = min(percent(begin), 100 - MIN_BAR_PERCENT)
             width = min(max(percent(end) - left, MIN_BAR_PERCENT), 100 - left)

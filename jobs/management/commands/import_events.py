@@ -39,8 +39,8 @@ class Command(BaseCommand):
         size = min(batch, settings.TRACEVIZ_MAX_BATCH_EVENTS)
         for start in range(0, len(items), size):
             parsed = bodies.parse_items(items[start : start + size], size)
-            for error in parsed.errors:
-                error["index"] += start
+            for item_error in parsed.errors:
+                item_error["index"] += start
             result = store_batch(parsed)
             for key in totals:
                 totals[key] += getattr(result, key)
