@@ -26,7 +26,7 @@ ifeq ($(CI),true)
 export TRACEVIZ_TEST_REDIS_URL ?= redis://127.0.0.1:6379/0
 endif
 
-.PHONY: install producers run test test-sqlite test-postgresql lint format bench clean
+.PHONY: install producers run test test-sqlite test-postgresql test-client lint format bench clean
 
 # Real producer libraries whose pins cannot share the server's environment (Strands and
 # OpenLLMetry pin OpenTelemetry apart) run in environments of their own, one per directory of
@@ -37,11 +37,13 @@ endif
 PRODUCERS := $(patsubst tests/producers/%/requirements.txt,%,$(wildcard tests/producers/*/requirements.txt))
 PRODUCER_VENVS := .venv-producers
 
-$(STAMP): pyproject.toml
+# The server depends on the producer client, its own distribution in client/: one pip command
+# installs both, so that pip takes traceviz-client from client/ (it is not on a package index).
+$(STAMP): pyproject.toml client/pyproject.toml
 	@$(PYTHON) -c 'import sys; sys.exit(0 if sys.version_info >= (3, 11) else "traceviz needs Python 3.11 or newer (found %d.%d); set PYTHON=python3.11" % sys.version_info[:2])'
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip uv
-	$(UV) pip install --quiet --python $(BIN)/python -e '.[dev]'
+	$(UV) pip install --quiet --python $(BIN)/python -e ./client -e '.[dev]'
 	touch $(STAMP)
 
 install: $(STAMP)
@@ -75,7 +77,7 @@ run: $(STAMP)
 	  trap 'exit 130' INT TERM; \
 	  $(BIN)/python manage.py runserver $(HOST):$(PORT)
 
-test: $(STAMP) producers
+test: $(STAMP) producers test-client
 ifeq ($(CI),true)
 	@rm -f $(TEST_PASSES:%=test-artifacts/pytest-%.summary)
 	@$(MAKE) --no-print-directory -k $(TEST_PASSES:%=test-%); status=$$?; \
@@ -84,6 +86,22 @@ ifeq ($(CI),true)
 else
 	$(PYTEST)
 endif
+
+# The producer client as producers get it: its wheel built from client/, installed alone in a
+# fresh environment (no Django, no dependencies), and its tests (standard library unittest) run
+# there against that installed wheel.
+CLIENT_BUILD := test-artifacts/client
+# Without PYTHONPATH, which could lend it the client's source instead of the wheel.
+CLIENT_PYTHON := env -u PYTHONPATH $(CLIENT_BUILD)/venv/bin/python
+test-client: $(STAMP)
+	rm -rf $(CLIENT_BUILD) client/build
+	$(BIN)/python -m pip wheel --quiet --no-deps --wheel-dir $(CLIENT_BUILD) ./client
+	rm -rf client/build
+	$(BIN)/python -m venv $(CLIENT_BUILD)/venv
+	$(CLIENT_PYTHON) -m pip install --quiet --no-index --disable-pip-version-check \
+	  $(CLIENT_BUILD)/traceviz_client-*.whl
+	$(CLIENT_PYTHON) -c 'import traceviz_client as c; print("make test-client: testing", c.__file__)'
+	$(CLIENT_PYTHON) -m unittest discover --start-directory client/tests
 
 # One pass each (CI=true make test runs both).
 test-sqlite: $(STAMP) producers
@@ -110,6 +128,7 @@ lint: $(STAMP)
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
 	$(BIN)/lint-imports
+	$(BIN)/mypy
 	$(BIN)/python manage.py makemigrations --check --dry-run
 
 format: $(STAMP)

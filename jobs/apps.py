@@ -9,7 +9,7 @@ class JobsConfig(AppConfig):
 
     def ready(self):
         # The Celery app lives here rather than in traceviz/__init__.py so that importing the
-        # traceviz package (for traceviz.client) never pulls in Celery or Django.
+        # traceviz package never pulls in Celery.
         # Register the tasks in every process: the domain enqueues them by name (the outbox's
         # deliver_after_commit), and a name resolves to the task (eager without a broker)
         # only once its module has been imported.

@@ -1,4 +1,4 @@
 """traceviz: trace viewer and operations dashboard for step-based jobs.
 
-Kept import-light on purpose: producers import ``traceviz.client`` without Django or Celery.
+Producers send events with the client, its own distribution (``traceviz-client`` in client/).
 """

@@ -1,6 +1,7 @@
 """The package layout's rules (DESIGN.md section 1) are executable: import-linter's contracts
 in pyproject.toml hold for the tree, and a deliberate violation breaks them."""
 
+import os
 import shutil
 import subprocess
 import sys
@@ -16,7 +17,8 @@ def lint_imports(project: Path) -> subprocess.CompletedProcess:
     return subprocess.run(
         [str(LINT_IMPORTS), "--config", str(project / "pyproject.toml"), "--no-cache"],
         cwd=project,
-        env={"PYTHONPATH": str(project), "PATH": "/usr/bin:/bin"},
+        # The producer client is a root package too, from its own distribution's folder.
+        env={"PYTHONPATH": f"{project}{os.pathsep}{project / 'client'}", "PATH": "/usr/bin:/bin"},
         capture_output=True,
         text=True,
         timeout=120,
@@ -26,7 +28,7 @@ def lint_imports(project: Path) -> subprocess.CompletedProcess:
 @pytest.fixture
 def project_copy(tmp_path) -> Path:
     """The project's packages and pyproject.toml in a scratch folder, to break on purpose."""
-    for package in ("jobs", "traceviz"):
+    for package in ("jobs", "traceviz", "client/traceviz_client"):
         shutil.copytree(ROOT / package, tmp_path / package, ignore=shutil.ignore_patterns("*.pyc"))
     shutil.copy(ROOT / "pyproject.toml", tmp_path / "pyproject.toml")
     return tmp_path
@@ -50,6 +52,8 @@ def test_the_tree_keeps_every_contract():
         ("jobs/replay/walk.py", "from django.conf import settings", "are pure"),
         ("jobs/contract/events.py", "import jobs.models", "are pure"),
         ("jobs/management/demo.py", "from jobs.web import access", "imported by nothing"),
+        ("client/traceviz_client/__init__.py", "import django", "client stands alone"),
+        ("client/traceviz_client/__init__.py", "from jobs import models", "client stands alone"),
     ],
 )
 def test_a_deliberate_violation_is_caught(project_copy, module, line, contract):
@@ -58,7 +62,8 @@ def test_a_deliberate_violation_is_caught(project_copy, module, line, contract):
     assert result.returncode != 0
     broken = result.stdout.split("Broken contracts", 1)[-1]
     assert contract in broken
-    assert module.removesuffix(".py").replace("/", ".") in broken
+    dotted = module.removeprefix("client/").removesuffix(".py").removesuffix("/__init__")
+    assert dotted.replace("/", ".") in broken
 
 
 def test_an_import_circle_is_caught(project_copy):

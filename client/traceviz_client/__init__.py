@@ -1,8 +1,8 @@
 """A Python client for producers: send events to traceviz's ``POST /api/v1/events``.
 
-Standard library only (urllib), and importing it never imports Django or Celery::
+The ``traceviz-client`` distribution: standard library only (urllib), no dependencies::
 
-    from traceviz.client import TraceVizClient, RetryableError
+    from traceviz_client import TraceVizClient, RetryableError
 
     with TraceVizClient("https://traceviz.example.com", token) as client:
         client.send([{"type": "job_started", "job_id": "run-1", "payload": {"workflow": "crm"}}])
@@ -17,7 +17,8 @@ Nothing is dropped silently: events the server refused come back from ``send``/`
 ``close`` as ``Reject`` objects with their field errors, and a batch that could not be delivered
 raises ``TraceVizError`` carrying the events.
 
-Command line: ``python -m traceviz.client send FILE.ndjson --url URL --token TOKEN``.
+Command line: ``traceviz-client send FILE.ndjson --url URL --token TOKEN`` (or
+``python -m traceviz_client send ...``).
 """
 
 import argparse
@@ -33,7 +34,7 @@ import urllib.request
 import uuid
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from typing import Any
+from typing import Any, Literal
 
 EVENTS_PATH = "/api/v1/events"
 RETRY_STATUSES = frozenset({429, 502, 503, 504})
@@ -42,7 +43,8 @@ USER_AGENT = "traceviz-client/1"
 MAX_RETRY_AFTER_SECONDS = 300.0
 
 
-# --- step failures: source 000 section 4 ---------------------------------------------------
+# --- step failures: the result types of the event contract (the server's docs/contract.md,
+# "Replay: steps and results") ----------------------------------------------------------------
 
 
 class StepFailure(Exception):
@@ -412,7 +414,7 @@ class Step:
         self._send(self._event("node_started", self.started_payload))
         return self
 
-    def __exit__(self, exc_type, exc, tb) -> bool:
+    def __exit__(self, exc_type, exc, tb) -> Literal[False]:
         duration_ms = (time.perf_counter() - self._started) * 1000
         payload: dict[str, Any] = {**self.fields, "duration_ms": round(duration_ms, 3)}
         if exc is None:
@@ -475,7 +477,7 @@ def _read_ndjson(path: str, summary: FileSummary) -> list[tuple[int, dict[str, A
 def main(argv: list[str] | None = None) -> int:
     """``send FILE.ndjson --url URL --token TOKEN``: 0 when everything was stored, 1 when events
     were rejected, 2 when a batch could not be delivered."""
-    parser = argparse.ArgumentParser(prog="python -m traceviz.client")
+    parser = argparse.ArgumentParser(prog="traceviz-client")
     commands = parser.add_subparsers(dest="command", required=True)
     send = commands.add_parser("send", help="send the events of an NDJSON file ('-' for stdin)")
     send.add_argument("file")
@@ -521,7 +523,3 @@ def main(argv: list[str] | None = None) -> int:
         problems = "; ".join(f"{e.get('field')}: {e.get('message')}" for e in reject.errors)
         print(f"line {lines[id(reject.event)]}: {problems}")
     return 1 if rejects or summary.unreadable else 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())
