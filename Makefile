@@ -37,8 +37,8 @@ endif
 PRODUCERS := $(patsubst tests/producers/%/requirements.txt,%,$(wildcard tests/producers/*/requirements.txt))
 PRODUCER_VENVS := .venv-producers
 
-# The server depends on the producer client, its own distribution in client/: one pip command
-# installs both, so that pip takes traceviz-client from client/ (it is not on a package index).
+# The server depends on the producer client, its own distribution in client/: one uv command
+# installs both, so that traceviz-client comes from client/ (it is not on a package index).
 $(STAMP): pyproject.toml client/pyproject.toml
 	@$(PYTHON) -c 'import sys; sys.exit(0 if sys.version_info >= (3, 11) else "traceviz needs Python 3.11 or newer (found %d.%d); set PYTHON=python3.11" % sys.version_info[:2])'
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -95,10 +95,10 @@ CLIENT_BUILD := test-artifacts/client
 CLIENT_PYTHON := env -u PYTHONPATH $(CLIENT_BUILD)/venv/bin/python
 test-client: $(STAMP)
 	rm -rf $(CLIENT_BUILD) client/build
-	$(BIN)/python -m pip wheel --quiet --no-deps --wheel-dir $(CLIENT_BUILD) ./client
+	$(UV) build --quiet --wheel --out-dir $(CLIENT_BUILD) client
 	rm -rf client/build
-	$(BIN)/python -m venv $(CLIENT_BUILD)/venv
-	$(CLIENT_PYTHON) -m pip install --quiet --no-index --disable-pip-version-check \
+	$(UV) venv --quiet --python $(PYTHON) $(CLIENT_BUILD)/venv
+	$(UV) pip install --quiet --no-index --python $(CLIENT_BUILD)/venv/bin/python \
 	  $(CLIENT_BUILD)/traceviz_client-*.whl
 	$(CLIENT_PYTHON) -c 'import traceviz_client as c; print("make test-client: testing", c.__file__)'
 	$(CLIENT_PYTHON) -m unittest discover --start-directory client/tests
