@@ -7,6 +7,7 @@ and calls the taxonomy and layout helpers; it never replays or classifies by its
 """
 
 import json
+from bisect import bisect_left
 from dataclasses import dataclass
 from datetime import UTC, datetime
 
@@ -24,7 +25,7 @@ from jobs.contract.events import order_key
 from jobs.models import Event, Job, Step
 from jobs.replay import failures
 from jobs.replay.state import completed_node_ids
-from jobs.web import access, job_header, narrative, span_panel, step_list, timeline
+from jobs.web import access, job_header, narrative, overview, span_panel, step_list, timeline
 from jobs.web.access import get_job_for_user
 from jobs.web.rendering import (
     display_zone,
@@ -57,6 +58,11 @@ TIMESTAMP_FIELDS = ("started_at", "finished_at")
 # 10,000-step job's are 10,000 entries each), so it does not parse them.
 JOB_PAGE_JOBS = Job.objects.defer("fold", "segment_strip", "payload_results")
 MORE_PARTS = {"steps": "step-rows", "waterfall": "waterfall-rows", "narrative": "narrative-rows"}
+# Waterfall rows kept above the selected step's node when the waterfall opens around it: few,
+# so the node is inside the waterfall's own scroll box without scrolling it.
+WATERFALL_ROWS_BEFORE = 5
+# Subtrees a URL may collapse at once (``collapse=<node>``, repeated); more are left open.
+MAX_COLLAPSED = 100
 
 
 @dataclass(slots=True)
@@ -371,11 +377,9 @@ def _more_links(request, part: str, end: int, total: int, step_key: str) -> dict
     }
 
 
-def _step_window(
-    request, job: Job, all_steps: list[StepRow] | None, selected_key: str, raw_step: str
-):
-    """The step list's rows (filtered, windowed around the selected step) and its links;
-    ``all_steps`` are the job's rows when the caller has them (None: read them if needed)."""
+def _listed_steps(request, job: Job, all_steps: list[StepRow] | None):
+    """The filter the URL asks for, its form, and the rows it keeps in position order
+    (``all_steps`` when it keeps every row and the caller has them)."""
     step_filter, filter_form = step_list.parse_filter(request.GET)
     if step_filter.active:
         listed = _step_rows(step_filter.apply(job_steps(job)).order_by("position"))
@@ -383,6 +387,23 @@ def _step_window(
         listed = all_steps
     else:
         listed = _step_rows(job_steps(job).order_by("position"))
+    return step_filter, filter_form, listed
+
+
+def _step_window(
+    request,
+    job: Job,
+    all_steps: list[StepRow] | None,
+    selected_key: str,
+    raw_step: str,
+    selected_position: int | None = None,
+    filtered=None,
+):
+    """The step list's rows (filtered, windowed around the selected step, or where it would
+    be when the filter leaves it out: ``selected_position``) and its links; ``all_steps`` are
+    the job's rows when the caller has them (None: read them if needed), ``filtered`` what
+    ``_listed_steps`` answered when the caller has asked it."""
+    step_filter, filter_form, listed = filtered or _listed_steps(request, job, all_steps)
     selected = parse_step_key(selected_key) if selected_key else None
     index = (
         next(
@@ -396,6 +417,9 @@ def _step_window(
         if selected
         else None
     )
+    if index is None and selected_position is not None and listed:
+        # The selected step is filtered out: the list opens where it would be.
+        index = min(bisect_left([s.position for s in listed], selected_position), len(listed) - 1)
     size = _window(request)
     first = step_list.parse_offset(request.GET.get("first"))
     start = step_list.window_start(len(listed), index, first, size)
@@ -411,6 +435,129 @@ def _step_window(
         "step_filter": step_filter,
         "filter_form": filter_form,
         "selected_step": raw_step,
+    }
+
+
+def _collapsed(request) -> frozenset[str]:
+    """The nodes whose subtrees the URL collapses (``collapse``, repeated), at most
+    MAX_COLLAPSED of them."""
+    names = [name for name in request.GET.getlist("collapse") if name][:MAX_COLLAPSED]
+    return frozenset(names)
+
+
+def _waterfall_links(keep: list[tuple[str, str]], start: int, end: int, total: int) -> dict:
+    """Where the waterfall's rows before ``start`` and from ``end`` on come from: an HTMX
+    fragment URL and a no-JS page URL each (as ``step_list.window_links``)."""
+    links: dict = {"before": {}, "after": {}}
+    if start > 0:
+        earlier = max(start - ROWS_WINDOW, 0)
+        links["before"] = {
+            "fragment": "?"
+            + urlencode([*keep, ("more", "waterfall"), ("from", earlier), ("to", start)]),
+            "page": "?"
+            + urlencode([*keep, ("wf_first", earlier), ("wf_rows", end - earlier)])
+            + "#waterfall",
+            "remaining": start,
+        }
+    if end < total:
+        links["after"] = {
+            "fragment": "?" + urlencode([*keep, ("more", "waterfall"), ("from", end)]),
+            "page": "?"
+            + urlencode([*keep, ("wf_first", start), ("wf_rows", end - start + ROWS_WINDOW)])
+            + "#waterfall",
+            "remaining": total - end,
+        }
+    return links
+
+
+def _waterfall_items(
+    rows, keep, collapsed: frozenset[str], selected_node: str, first_offset: int
+) -> list[dict]:
+    """Waterfall rows as the template shows them, each parent's toggle linking to the same
+    page with its subtree collapsed (or opened again), each carrying its offset among the
+    listed rows (a live refresh sends the first one back, so the rows shown stay)."""
+    items = []
+    for offset, row in enumerate(rows, start=first_offset):
+        toggle = ""
+        if row.descendants:
+            now_collapsed = sorted(collapsed ^ {row.node_id})
+            toggle = "?" + urlencode([*keep, *(("collapse", name) for name in now_collapsed)])
+        item = timeline.waterfall_item(row, toggle, selected_node)
+        item["offset"] = offset
+        items.append(item)
+    return items
+
+
+def _navigation(request, job: Job, steps: list[StepRow], selected_key: str, raw_step: str):
+    """The overview strip, the waterfall and the step list, each opened around the selected
+    step (the root failure by default): the waterfall lists the nodes the step filter keeps,
+    without the subtrees the URL collapses; the strip shows every node, its window outlined.
+    ``steps``: every row of the job, in position order."""
+    filtered = _listed_steps(request, job, steps)
+    step_filter, _form, listed_steps = filtered
+    tree = timeline.node_tree(steps)
+    collapsed = _collapsed(request)
+    shown = {row.node_id for row in listed_steps} if step_filter.active else None
+    places = tree.rows(shown, collapsed)
+    selected = parse_step_key(selected_key) if selected_key else None
+    selected_place = tree.index.get(selected[0]) if selected else None
+    selected_row = None
+    if selected_place is not None and places:
+        selected_row = min(bisect_left(places, selected_place), len(places) - 1)
+    size = _window(request, "wf_rows")
+    first = step_list.parse_offset(request.GET.get("wf_first"))
+    if first is None and selected_row is not None and selected_row >= size:
+        start = max(selected_row - WATERFALL_ROWS_BEFORE, 0)
+    else:
+        start = step_list.window_start(len(places), None, first, size)
+    end = min(start + size, len(places))
+    waterfall = timeline.waterfall(
+        steps,
+        now=job.last_event_at,
+        start=start,
+        stop=end,
+        tree=tree,
+        listed=places,
+        collapsed=collapsed,
+    )
+    filter_keep = step_filter.query_items()
+    collapse_keep = [("collapse", name) for name in sorted(collapsed)]
+    step_keep = [("step", raw_step)] if raw_step else []
+    keep = step_keep + filter_keep + collapse_keep
+    links = _waterfall_links(keep, start, end, len(places))
+    shown_first = places[start] if end > start else -1
+    shown_last = places[end - 1] if end > start else -1
+    root_key = _root_key(job, steps)
+    strip = overview.overview(tree, root_key)
+    strip_keep = urlencode(filter_keep + collapse_keep)
+    node_rows = tree.by_node.get(selected[0], ()) if selected else ()
+    selected_position = next(
+        (row.position for row in node_rows if row.attempt == selected[1]), None
+    )
+    listing = _step_window(request, job, steps, selected_key, raw_step, selected_position, filtered)
+    return {
+        **listing,
+        "waterfall": waterfall,
+        "waterfall_rows": _waterfall_items(
+            waterfall.rows,
+            step_keep + filter_keep,
+            collapsed,
+            selected[0] if selected else "",
+            start,
+        ),
+        "waterfall_more": links["after"],
+        "waterfall_before": links["before"],
+        "waterfall_first": start,
+        "waterfall_total": len(tree.order),
+        "collapsed_count": len(collapsed & set(tree.index)),
+        "strip": strip,
+        "strip_cells": overview.cell_items(
+            strip, tree, shown_first, shown_last, "&" + strip_keep if strip_keep else ""
+        ),
+        "strip_outline": overview.outline(strip, shown_first, shown_last),
+        "strip_shown": (
+            f"{start + 1:,} to {end:,} of {len(places):,} listed nodes" if end > start else ""
+        ),
     }
 
 
@@ -437,12 +584,15 @@ def job_detail(request, job_id: str):
     if fragment and more in MORE_PARTS:
         return _more_rows(request, job, more, raw_step)
     live_refresh = fragment and request.GET.get("live") == "1"
-    if fragment and not live_refresh:
+    moves = fragment and not live_refresh and request.htmx.target in MOVED_PARTS
+    if fragment and not live_refresh and not moves:
         return _fragment(request, job, raw_step)
     # The whole page reads every step's row for the waterfall: the root failure is read off
     # them, and its Step row comes with the panel when the panel shows it (the default).
     steps = _step_rows(job_steps(job).order_by("position"))
     root_key = _root_key(job, steps)
+    if moves:
+        return _moved(request, job, steps, root_key, raw_step)
     lines_window = _window(request, "lines")
     events = _events_in_order(job, 0, lines_window)
     # The window holds every event of most jobs: the panel's raw events are among them.
@@ -454,14 +604,12 @@ def job_detail(request, job_id: str):
     panel["job"] = job
     panel["can_see_raw"] = access.can_see_raw_events(request.user)
     current_key = panel.get("step_key", "")
-    listing = _step_window(request, job, steps, current_key, raw_step)
+    listing = _navigation(request, job, steps, current_key, raw_step)
     if listing["filter_form"].errors:
         status = 400
     listing["step_rows"] = _indexed(
         listing["step_rows"], root_key, listing["first_index"], listing["step_filter"]
     )
-    window = _window(request, "wf_rows")
-    waterfall = timeline.waterfall(steps, now=job.last_event_at, stop=window)
     stale_steps = {(s.node_id, s.attempt) for s in steps if s.ignored_stale}
     lines = _narrative(job, root, stale_steps, events, 0)
     runs = (
@@ -497,9 +645,6 @@ def job_detail(request, job_id: str):
         "planner_attempts": job_header.planner_attempts(job_events(job))
         if job.last_validation_error
         else [],
-        "waterfall": waterfall,
-        "waterfall_rows": [timeline.waterfall_item(row) for row in waterfall.rows],
-        "waterfall_more": _more_links(request, "waterfall", window, waterfall.node_count, raw_step),
         "step_count": len(steps),
         "narrative_lines": [narrative.line_item(line) for line in lines],
         "narrative_more": _more_links(
@@ -519,25 +664,49 @@ def job_detail(request, job_id: str):
     return render(request, "jobs/detail.html", context, status=status)
 
 
+# HTMX targets whose request moves the waterfall and the step list: a click on the overview
+# strip, "Jump to root failure" or a subtree's toggle (target the waterfall, the step list and
+# panel follow out of band), and the step filter (target the step list, the waterfall follows).
+MOVED_PARTS = {"waterfall": "jobs/moved.html", "step-results": "jobs/filtered.html"}
+
+
+def _moved(request, job: Job, steps: list[StepRow], root_key: str, raw_step: str):
+    """The parts a move changes, for an HTMX request that targets one of MOVED_PARTS."""
+    target = request.htmx.target
+    if target == "waterfall":
+        panel, status = _panel_context(request, job, raw_step or root_key, root_key)
+        panel["can_see_raw"] = access.can_see_raw_events(request.user)
+        selected_key = panel.get("step_key", "")
+    else:
+        parsed = parse_step_key(raw_step) if raw_step else None
+        panel, status = {}, 200
+        selected_key = raw_step if parsed else root_key
+    listing = _navigation(request, job, steps, selected_key, raw_step)
+    if listing["filter_form"].errors:
+        status = 400
+    listing["step_rows"] = _indexed(
+        listing["step_rows"], root_key, listing["first_index"], listing["step_filter"]
+    )
+    context = {
+        **panel,
+        **listing,
+        "job": job,
+        "root_key": root_key,
+        "current_step_key": selected_key,
+        "step_count": len(steps),
+    }
+    return render(request, MOVED_PARTS[target], context, status=status)
+
+
 def _fragment(request, job: Job, raw_step: str):
-    """The step panel, or the step list (a filter: target ``step-results``), of an HTMX
-    request: neither needs every step's row, so the root failure is one query."""
+    """The step panel of an HTMX request: it needs no other step's row, so the root failure
+    is one query."""
     root = _root_failure(job)
     root_key = root.step_key if root else ""
     panel, status = _panel_context(request, job, raw_step or root_key, root_key)
     panel["job"] = job
     panel["can_see_raw"] = access.can_see_raw_events(request.user)
-    if request.htmx.target != "step-results":
-        return render(request, "jobs/detail.html#step-panel", panel, status=status)
-    current_key = panel.get("step_key", "")
-    listing = _step_window(request, job, None, current_key, raw_step)
-    listing["step_rows"] = _indexed(
-        listing["step_rows"], root_key, listing["first_index"], listing["step_filter"]
-    )
-    context = {**listing, "job": job, "current_step_key": current_key, "root_key": root_key}
-    context["step_count"] = job.step_count
-    status = 400 if listing["filter_form"].errors else 200
-    return render(request, "jobs/detail.html#step-results", context, status=status)
+    return render(request, "jobs/detail.html#step-panel", panel, status=status)
 
 
 def _indexed(
@@ -576,14 +745,33 @@ def _more_rows(request, job: Job, part: str, raw_step: str):
         context["steps_before"] = links.before if earlier else {}
         context["steps_more"] = {} if earlier else links.after
     elif part == "waterfall":
+        steps = _step_rows(job_steps(job).order_by("position"))
+        step_filter, _form, listed = _listed_steps(request, job, steps)
+        tree = timeline.node_tree(steps)
+        collapsed = _collapsed(request)
+        places = tree.rows({r.node_id for r in listed} if step_filter.active else None, collapsed)
+        to = step_list.parse_offset(request.GET.get("to"))
+        earlier = to is not None and start < to
+        stop = min(to, start + MAX_ROWS_WINDOW) if earlier else stop
         waterfall = timeline.waterfall(
-            _step_rows(job_steps(job).order_by("position")),
+            steps,
             now=job.last_event_at,
             start=start,
             stop=stop,
+            tree=tree,
+            listed=places,
+            collapsed=collapsed,
         )
-        context["waterfall_rows"] = [timeline.waterfall_item(row) for row in waterfall.rows]
-        context["waterfall_more"] = _more_links(request, part, stop, waterfall.node_count, raw_step)
+        keep = [("step", raw_step)] if raw_step else []
+        keep += step_filter.query_items()
+        selected = parse_step_key(raw_step or root_key)
+        context["waterfall_rows"] = _waterfall_items(
+            waterfall.rows, keep, collapsed, selected[0] if selected else "", start
+        )
+        keep += [("collapse", n) for n in sorted(collapsed)]
+        links = _waterfall_links(keep, start, min(stop, len(places)), len(places))
+        context["waterfall_before"] = links["before"] if earlier else {}
+        context["waterfall_more"] = {} if earlier else links["after"]
     else:
         stale = set(job_steps(job).filter(ignored_stale=True).values_list("node_id", "attempt"))
         lines = _narrative(job, root, stale, _events_in_order(job, start, stop), start)

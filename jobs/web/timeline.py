@@ -43,6 +43,11 @@ class WaterfallRow:
     bars: list[Bar] = field(default_factory=list)
     gaps: list[Gap] = field(default_factory=list)
     parent_node_id: str = ""
+    # The row's place in the whole tree order (``NodeTree.order``), and how many nodes its
+    # subtree holds below it (0: a leaf, no collapse toggle).
+    index: int = 0
+    descendants: int = 0
+    collapsed: bool = False
 
     @property
     def indent_rem(self) -> float:
@@ -77,12 +82,75 @@ def _extent(step, now: datetime | None) -> tuple[datetime | None, datetime | Non
     return start, end
 
 
+@dataclass(slots=True)
+class NodeTree:
+    """A job's nodes as the waterfall nests them: each node's steps (in position order), its
+    parent node, and the depth-first ``order`` of every node once, as (node_id, depth)."""
+
+    by_node: dict[str, list]
+    parents: dict[str, str]
+    order: list[tuple[str, int]]
+    index: dict[str, int]
+    descendants: list[int]
+
+    def rows(
+        self, shown: set[str] | None = None, collapsed: frozenset[str] = frozenset()
+    ) -> list[int]:
+        """The places in ``order`` the waterfall lists: the nodes in ``shown`` (every node when
+        None) outside the subtrees of ``collapsed`` nodes (a collapsed node itself stays)."""
+        listed = []
+        skip_to = 0
+        for place, (node_id, _depth) in enumerate(self.order):
+            if place < skip_to:
+                continue
+            if shown is None or node_id in shown:
+                listed.append(place)
+            if node_id in collapsed:
+                skip_to = place + 1 + self.descendants[place]
+        return listed
+
+
+def node_tree(steps: list) -> NodeTree:
+    """``steps`` (any order) as a NodeTree: one pass, the whole order (a 10,000-node job's
+    takes a few milliseconds)."""
+    by_node: dict[str, list] = {}
+    for step in steps:
+        by_node.setdefault(step.node_id, []).append(step)
+    for node_steps in by_node.values():
+        if len(node_steps) > 1:
+            node_steps.sort(key=lambda s: s.position)
+    parents = _parents(by_node)
+    order = _tree_order(list(by_node), parents)
+    # A node's subtree is the run of deeper rows right after it in depth-first order.
+    descendants = [0] * len(order)
+    open_rows: list[int] = []
+    for place, (_node, depth) in enumerate(order):
+        while open_rows and order[open_rows[-1]][1] >= depth:
+            closed = open_rows.pop()
+            descendants[closed] = place - closed - 1
+        open_rows.append(place)
+    for closed in open_rows:
+        descendants[closed] = len(order) - closed - 1
+    index = {node_id: place for place, (node_id, _depth) in enumerate(order)}
+    return NodeTree(by_node, parents, order, index, descendants)
+
+
 def waterfall(
-    steps: list, *, now: datetime | None = None, start: int = 0, stop: int | None = None
+    steps: list,
+    *,
+    now: datetime | None = None,
+    start: int = 0,
+    stop: int | None = None,
+    tree: NodeTree | None = None,
+    listed: list[int] | None = None,
+    collapsed: frozenset[str] = frozenset(),
 ) -> Waterfall:
     """One row per node, children under the node whose span is their parent_span_id, each
-    attempt a bar positioned by time (percent of the job's span). Only rows ``start:stop`` get
-    their bars computed (the page shows a window); the time scale and the tree use every step."""
+    attempt a bar positioned by time (percent of the job's span). ``listed``: the places of
+    ``tree.order`` the waterfall lists (``NodeTree.rows``: filtered, collapsed subtrees left
+    out), every node by default. Only listed rows ``start:stop`` get their bars computed (the
+    page shows a window); the time scale and the tree use every step. ``node_count`` is the
+    number of listed rows."""
     # The scale in one pass, keeping no per-step extent: a 10,000-step page shows 200 rows,
     # and 10,000 kept tuples only fed the garbage collector.
     t0 = t1 = None
@@ -98,15 +166,20 @@ def waterfall(
         assert t0 is not None  # asked only of a step with a start, which set t0
         return round((moment - t0).total_seconds() * 1000 / span_ms * 100, 3)
 
-    by_node: dict[str, list] = {}
-    for step in steps:
-        by_node.setdefault(step.node_id, []).append(step)
-    parents = _parents(by_node)
-    # Every node appears once in the order, so only the rows shown need walking to.
-    order = _tree_order(list(by_node), parents, limit=stop)
+    tree = tree if tree is not None else node_tree(steps)
+    by_node, parents = tree.by_node, tree.parents
+    places = listed if listed is not None else range(len(tree.order))
     rows: list[WaterfallRow] = []
-    for node_id, depth in order[start:stop]:
-        row = WaterfallRow(node_id=node_id, depth=depth, parent_node_id=parents.get(node_id, ""))
+    for place in places[start:stop]:
+        node_id, depth = tree.order[place]
+        row = WaterfallRow(
+            node_id=node_id,
+            depth=depth,
+            parent_node_id=parents.get(node_id, ""),
+            index=place,
+            descendants=tree.descendants[place],
+            collapsed=node_id in collapsed,
+        )
         previous_end = None
         for step in sorted(by_node[node_id], key=lambda s: (s.attempt, s.position)):
             begin, end = _extent(step, now)
@@ -126,7 +199,7 @@ def waterfall(
                 )
             previous_end = end if previous_end is None else max(previous_end, end)
         rows.append(row)
-    return Waterfall(rows=rows, start=t0, end=t1, node_count=len(by_node))
+    return Waterfall(rows=rows, start=t0, end=t1, node_count=len(places))
 
 
 def _bar_label(step) -> str:
@@ -156,12 +229,9 @@ def _parents(by_node: dict[str, list]) -> dict[str, str]:
     return parents
 
 
-def _tree_order(
-    nodes: list[str], parents: dict[str, str], limit: int | None = None
-) -> list[tuple[str, int]]:
-    """Depth-first order of the node tree, siblings in first-seen order: every node once, or
-    its first ``limit`` nodes (a page shows a window of a long job). Nodes caught in a parent
-    cycle are shown as roots rather than dropped."""
+def _tree_order(nodes: list[str], parents: dict[str, str]) -> list[tuple[str, int]]:
+    """Depth-first order of the node tree, siblings in first-seen order: every node once.
+    Nodes caught in a parent cycle are shown as roots rather than dropped."""
     children: dict[str, list[str]] = {}
     for node, parent in parents.items():
         children.setdefault(parent, []).append(node)
@@ -169,7 +239,7 @@ def _tree_order(
     order: list[tuple[str, int]] = []
     seen: set[str] = set()
 
-    wanted = len(nodes) if limit is None else min(limit, len(nodes))
+    wanted = len(nodes)
 
     def visit(root: str) -> None:
         stack = [(root, 0)]
@@ -299,8 +369,10 @@ def _word_html(bar: dict) -> str:
     return f'<span class="seg-word {escape(bar["css"])}">{word}</span>'
 
 
-def waterfall_item(row: WaterfallRow) -> dict:
-    """A waterfall row as the template shows it: its bars and gaps, and their markup."""
+def waterfall_item(row: WaterfallRow, toggle_href: str = "", selected_node: str = "") -> dict:
+    """A waterfall row as the template shows it: its bars and gaps, and their markup;
+    ``toggle_href`` collapses (or opens again) its subtree, ``selected_node`` marks the row of
+    the step whose panel is open."""
     bars = [
         {
             "href": "?" + step_query(bar.step.node_id, bar.step.attempt),
@@ -327,6 +399,11 @@ def waterfall_item(row: WaterfallRow) -> dict:
     return {
         "node_id": row.node_id,
         "depth": row.depth,
+        "index": row.index,
+        "descendants": row.descendants,
+        "collapsed": row.collapsed,
+        "toggle_href": toggle_href if row.descendants else "",
+        "selected": row.node_id == selected_node,
         "title": row.node_id + (f" (child of {row.parent_node_id})" if row.parent_node_id else ""),
         "bars": bars,
         "gaps": gaps,

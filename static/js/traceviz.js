@@ -94,9 +94,20 @@
     if (panelOffScreen(panel)) panel.scrollIntoView({ block: "start" });
   }
 
+  // The waterfall opens around the selected step's node (the root failure by default): its
+  // row is brought into the waterfall's own scroll box, the page itself does not move.
+  function revealSelectedNode() {
+    var list = document.querySelector("#waterfall ol.wf");
+    var row = list && list.querySelector(".wf-row.selected");
+    if (!list || !row || list.scrollHeight <= list.clientHeight) return;
+    var top = row.getBoundingClientRect().top - list.getBoundingClientRect().top;
+    list.scrollTop += top - list.clientHeight / 3;
+  }
+
   document.addEventListener("DOMContentLoaded", function () {
     markCurrentStep();
     revealCurrentStep();
+    revealSelectedNode();
     if (/[?&]step=/.test(window.location.search) || window.location.hash === "#step-panel") {
       revealPanel();
     }
@@ -109,6 +120,13 @@
     var target = event.detail && event.detail.target;
     if (target && target.id === "step-panel") revealPanel();
     if (target && target.id === "step-results") revealCurrentStep();
+    if (target && target.id === "waterfall") {
+      // A move (the overview strip, "Jump to root failure"): the step list and panel came out
+      // of band, opened around the step it selected.
+      revealSelectedNode();
+      revealCurrentStep();
+      if (source && source.classList && source.classList.contains("jump-root")) revealPanel();
+    }
   });
   document.addEventListener("htmx:historyRestore", markCurrentStep);
 
@@ -132,7 +150,11 @@
       parameters.first = rows[0].getAttribute("data-index");
       parameters.rows = String(rows.length);
     }
-    parameters.wf_rows = String(document.querySelectorAll("#waterfall .wf-row").length);
+    var collapsed = address.getAll("collapse");
+    if (collapsed.length) parameters.collapse = collapsed;
+    var wfRows = document.querySelectorAll("#waterfall .wf-row");
+    parameters.wf_rows = String(wfRows.length);
+    if (wfRows.length) parameters.wf_first = wfRows[0].getAttribute("data-offset");
     parameters.lines = String(document.querySelectorAll("#narrative li.line").length);
   });
 

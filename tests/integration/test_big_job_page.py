@@ -75,7 +75,7 @@ def test_root_failure_panel_is_open_by_default_with_its_row_in_the_list(engineer
 
 def test_header_jumps_to_the_root_failure_and_shows_its_reason(engineer, big_job):
     body = engineer.get("/jobs/big-1/").content.decode()
-    assert 'class="jump-root" href="?step=publish:1#step-panel">Jump to root failure' in body
+    assert 'class="jump-root" href="?step=publish:1#step-panel" hx-get="?step=publish:1"' in body
     assert 'class="pre job-reason">tool publish_v2 is not registered' in body
 
 
@@ -133,7 +133,13 @@ def test_find_answers_the_step_list_fragment_to_htmx(engineer, big_job):
     assert response.status_code == 200
     assert body.lstrip().startswith('<div id="step-results">')
     assert 'data-step-key="flaky:1"' in body
-    assert "<header" not in body and "Waterfall" not in body
+    assert 'id="job-head"' not in body and 'id="narrative"' not in body
+    # The waterfall follows the filter, out of band: the one node with a matching step.
+    assert '<section id="waterfall" class="card waterfall"' in body
+    assert 'hx-swap-oob="true"' in body.split('id="waterfall"')[1].split(">")[0]
+    assert re.findall(
+        r'<li class="wf-row[^"]*"[^>]*>\s*<span class="wf-label">.*?<code[^>]*>([^<]+)', body
+    ) == ["flaky"]
     assert "HX-Request" in response["Vary"]
 
 
