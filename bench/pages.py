@@ -257,6 +257,8 @@ def main() -> None:
         ("list: all, text search 'timeout'", "/?show=all&reason=timeout", {}),
         ("list: failed + provider + search", "/?status=failed&provider=openai&reason=bucket", {}),
         ("list: table refresh (HTMX)", "/?status=failed", {"HTTP_HX_REQUEST": "true"}),
+        ("list: all, by duration", "/?show=all&sort=-duration", {}),
+        ("list: all, by failures", "/?show=all&sort=-failures", {}),
     ]
     big = "/jobs/bench-steps-10000/"
     htmx = {"HTTP_HX_REQUEST": "true"}
@@ -269,6 +271,11 @@ def main() -> None:
             "job page: 5,000 steps, panel (HTMX)",
             "/jobs/bench-steps-5000/?step=node-0:1",
             {"HTTP_HX_REQUEST": "true"},
+        ),
+        (
+            "job page: 5,000 steps, strip click (HTMX)",
+            "/jobs/bench-steps-5000/?step=node-2500:1",
+            {**htmx, "HTTP_HX_TARGET": "waterfall"},
         ),
         ("job page: 10,000 steps, root failure open", big, {}),
         ("job page: 10,000 steps, deep link", big + "?step=node-5000:1", {}),

@@ -546,6 +546,11 @@ class Job(models.Model):
     has_failed = models.BooleanField(default=False)
     step_count = models.IntegerField(default=0)
     max_attempt = models.IntegerField(default=0)
+    # Attempts that failed (segment failed or retryable, stale results aside), and the job's
+    # duration so far (its end or last event, less its start; 0 without a start): keys the
+    # jobs list sorts on (docs/pages.md).
+    failed_steps = models.IntegerField(default=0, db_default=0)
+    duration_ms = models.BigIntegerField(default=0, db_default=0)
     event_count = models.IntegerField(default=0)
     planner_parse_invalid = models.IntegerField(default=0)
     planner_degraded = models.IntegerField(default=0)
@@ -588,6 +593,12 @@ class Job(models.Model):
             models.Index(
                 Upper("model"), F("started_at").desc(), F("id").desc(), name="job_model_newest"
             ),
+            # Jobs list sorted by duration, steps, attempts or failures (keyset on the key and
+            # id, either direction: an index is read backwards as well).
+            models.Index(fields=["duration_ms", "id"], name="job_sort_duration"),
+            models.Index(fields=["step_count", "id"], name="job_sort_steps"),
+            models.Index(fields=["max_attempt", "id"], name="job_sort_attempts"),
+            models.Index(fields=["failed_steps", "id"], name="job_sort_failures"),
         ]
 
     def __str__(self):

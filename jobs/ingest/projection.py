@@ -28,6 +28,7 @@ from jobs.escalations import actions, repair_budget
 from jobs.ingest import counters, database, failure_groups, trace_growth
 from jobs.models import PLANNER_EVENT_TYPES, Call, DashboardDirtyHour, Escalation, Job, Step
 from jobs.models import Event as EventRow
+from jobs.replay import strip as strip_cells
 from jobs.replay import walk
 from jobs.replay.calls import CallRecord
 from jobs.replay.failures import RunStatus, Segment
@@ -301,6 +302,21 @@ def _received_at(previous: dict | None, received_at: datetime | None) -> datetim
     return received_at or (previous["last_received_at"] if previous else timezone.now())
 
 
+def failed_steps(strip: dict) -> int:
+    """Attempts that failed, from the job's mini-bar counts (stale results aside)."""
+    counts = strip_cells.totals(strip)
+    return counts.get("failed", 0) + counts.get("retryable", 0)
+
+
+def duration_ms(state: JobState) -> int:
+    """The job's duration so far in whole milliseconds: its end (or last event) less its start;
+    0 without a start."""
+    end = state.finished_at or state.last_event_at
+    if state.started_at is None or end is None:
+        return 0
+    return max(int((end - state.started_at).total_seconds() * 1000), 0)
+
+
 def job_row(state: JobState, received_at: datetime, snapshot: dict, partition_day: date) -> dict:
     """The Job row's values (by attname) for a replayed state."""
     root = state.root_failure
@@ -331,6 +347,8 @@ def job_row(state: JobState, received_at: datetime, snapshot: dict, partition_da
         has_failed=state.segment_counts.get(Segment.FAILED, 0) > 0,
         step_count=state.step_count,
         max_attempt=state.max_attempt,
+        failed_steps=failed_steps(state.strip),
+        duration_ms=duration_ms(state),
         event_count=state.event_count,
         planner_parse_invalid=state.planner_parse_invalid,
         planner_degraded=state.planner_degraded,

@@ -11,6 +11,7 @@ from typing import Any, Protocol
 
 from jobs.contract.events import Event
 from jobs.replay import failures, lint
+from jobs.replay import strip as strip_cells
 from jobs.replay.calls import CallRecord
 from jobs.replay.failures import ResultType, RunStatus, Segment
 
@@ -57,8 +58,6 @@ JOB_ATTRIBUTES = (
 )
 DEGRADED_REASON = "next_step_parse_failed"
 PLANNER_SCHEMA = "NextStepProposal"
-# The jobs list's segment strip summarises this many steps at most.
-STRIP_STEPS = 200
 
 
 @dataclass(frozen=True, slots=True)
@@ -176,7 +175,7 @@ class StepState:
 
     @property
     def strip_cell(self) -> list:
-        """This step in the jobs list's segment strip: [segment, struck through]."""
+        """This step in the jobs list's mini-bar: [segment, stale] (jobs.replay.strip)."""
         return [self.segment.value, self.ignored_stale]
 
 
@@ -245,7 +244,8 @@ class JobState:
     step_count: int = 0
     max_attempt: int = 0
     segment_counts: dict[str, int] = field(default_factory=dict)
-    strip: list[list] = field(default_factory=list)
+    # The jobs list's mini-bar (jobs.replay.strip): every step, counted in a few cells.
+    strip: dict[str, Any] = field(default_factory=strip_cells.empty)
 
     @property
     def completed_node_ids(self) -> list[str]:

@@ -20,6 +20,7 @@ from typing import Any
 
 from jobs.contract.events import Event, order_key
 from jobs.replay import growth, lint, rules, spans
+from jobs.replay import strip as strip_cells
 from jobs.replay.failures import ResultType, RunStatus
 from jobs.replay.state import (
     DEFAULT_CONFIG,
@@ -27,7 +28,6 @@ from jobs.replay.state import (
     JOB_ATTRIBUTES,
     PLANNER_SCHEMA,
     STEP_FIELDS,
-    STRIP_STEPS,
     EscalationTrigger,
     JobState,
     Recovery,
@@ -37,7 +37,7 @@ from jobs.replay.state import (
 
 # Bump when the fold's meaning or the snapshot's shape changes: every job then gets a full
 # replay on its next batch (and rebuild_projections refreshes them all).
-FOLD_VERSION = 11
+FOLD_VERSION = 12
 SPAN = "span"
 # An OpenTelemetry log record: read with its trace's spans (``spans.expand``), and folded as
 # an event of the job like any other type.
@@ -290,12 +290,7 @@ class Fold:
                 del counts[before[0]]
         segment = step.segment.value
         counts[segment] = counts.get(segment, 0) + 1
-        if step.position < STRIP_STEPS:
-            strip = self.state.strip
-            if step.position < len(strip):
-                strip[step.position] = step.strip_cell
-            else:
-                strip.append(step.strip_cell)
+        strip_cells.count(self.state.strip, step.position, before, step.strip_cell)
 
     def _on_node_started(self, event: Event) -> None:
         node = event.payload["node_id"]
@@ -562,7 +557,7 @@ class Fold:
         nodes: Iterable[str],
         payload_results: dict[str, Any],
         metadata: dict[str, Any],
-        strip: list[list],
+        strip: dict[str, Any],
         config: ReplayConfig = DEFAULT_CONFIG,
     ) -> "Fold":
         """A fold that goes on where ``snapshot`` stopped. ``steps`` are every step of
@@ -582,7 +577,7 @@ class Fold:
         state.status = RunStatus(job["status"])
         state.payload_results = dict(payload_results)
         state.metadata = metadata
-        state.strip = list(strip)
+        state.strip = strip_cells.copy(strip)
         for name in SNAPSHOT_TIMES:
             setattr(state, name, _datetime(job[name]))
         for name in SNAPSHOT_FIELDS:

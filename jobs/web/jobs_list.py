@@ -16,8 +16,9 @@ from django.views.decorators.vary import vary_on_headers
 
 from jobs.models import Escalation, Job
 from jobs.replay import failures
+from jobs.replay import strip as strip_cells
 from jobs.templatetags.traceviz import stamp
-from jobs.web import access, filter_chips, narrative
+from jobs.web import access, filter_chips, narrative, sorting
 from jobs.web.filters import (
     JobFilterForm,
     after_cursor,
@@ -40,7 +41,16 @@ class Listed(TypedDict):
     open_escalations: int
 
 
-STRIP_CELLS = 40
+# A mini-bar of more cells than this draws them narrower (each still a few pixels).
+DENSE_STRIP_CELLS = 24
+# What a mini-bar cell of each kind is drawn with (jobs.replay.strip.KINDS).
+STRIP_CSS = {
+    "ok": "seg-ok",
+    "retryable": "seg-retryable",
+    "failed": "seg-failed",
+    "running": "seg-running",
+    "stale": "seg-ok stale",
+}
 # The result count stops counting here ("1,000+ jobs"): a count of every matching job would
 # cost more than the page.
 COUNT_CAP = 1000
@@ -59,8 +69,10 @@ LIST_DEFERRED = (
 @dataclass(slots=True)
 class JobRow:
     job: Job
-    strip: list[tuple[str, bool]]
-    strip_more: int
+    # The mini-bar: (css, steps in the cell), every step of the job in at most
+    # jobs.replay.strip.MAX_CELLS cells; a cell with a failed or retried step is drawn so.
+    strip: list[tuple[str, int]]
+    strip_dense: bool
     strip_summary: str
     reason_preview: str
     reason_truncated: bool
@@ -72,28 +84,40 @@ class JobRow:
     findings: int
 
 
-def _strip_summary(counts: dict[str, int], cells: int, steps: int) -> str:
-    """What the strip's cells hold, in words. The Job row keeps the first STRIP_STEPS steps'
-    cells only (``replay.state``): past that, the counts are said to be of those."""
-    summary = ", ".join(f"{n} {segment}" for segment, n in counts.items()) or "no steps"
-    if steps > cells:
-        return f"first {cells:,} of {steps:,} steps: {summary}"
-    return summary
+def mini_bar(segment_strip, step_count: int) -> tuple[list[tuple[str, int]], str]:
+    """The mini-bar's cells and what they hold, in words. A strip stored before every step was
+    counted (a list of the first 200 steps' [segment, stale] cells, until the job's next
+    replay) is read as the steps it holds, and its words say so."""
+    if isinstance(segment_strip, list):
+        strip = strip_cells.empty()
+        for position, cell in enumerate(segment_strip):
+            strip_cells.count(strip, position, None, cell)
+    else:
+        strip = segment_strip or strip_cells.empty()
+    cells = [
+        (STRIP_CSS[strip_cells.worst(cell)], sum(cell)) for cell in strip["cells"] if any(cell)
+    ]
+    totals = strip_cells.totals(strip)
+    counted = sum(totals.values())
+    summary = ", ".join(f"{n:,} {kind}" for kind, n in totals.items()) or "no steps"
+    if counted < step_count:
+        summary = f"first {counted:,} of {step_count:,} steps: {summary}"
+    elif strip["per"] > 1:
+        summary = f"{counted:,} steps, {strip['per']:,} a cell: {summary}"
+    return cells, summary
 
 
 def _job_row(job: "WithAnnotations[Job, Listed]") -> JobRow:
-    counts: dict[str, int] = {}
-    for segment, _stale in job.segment_strip:
-        counts[segment] = counts.get(segment, 0) + 1
     end = job.finished_at or job.last_event_at
     duration_ms = (end - job.started_at).total_seconds() * 1000 if end and job.started_at else None
     reason = job.failing_reason
+    cells, summary = mini_bar(job.segment_strip, job.step_count)
     return JobRow(
         job_failure=_job_failure(job),
         job=job,
-        strip=[(segment, stale) for segment, stale in job.segment_strip[:STRIP_CELLS]],
-        strip_more=max(job.step_count - STRIP_CELLS, 0),
-        strip_summary=_strip_summary(counts, len(job.segment_strip), job.step_count),
+        strip=cells,
+        strip_dense=len(cells) > DENSE_STRIP_CELLS,
+        strip_summary=summary,
         reason_preview=reason[:REASON_PREVIEW_CHARS],
         reason_truncated=len(reason) > REASON_PREVIEW_CHARS,
         duration=narrative.format_duration_ms(duration_ms),
@@ -134,6 +158,32 @@ def _open_escalations():
     return Coalesce(Subquery(counts, output_field=IntegerField()), 0)
 
 
+def _sort(request) -> tuple[sorting.Sort, list[str]]:
+    """The sort the URL asks for (the default, with its error, when it names none known)."""
+    try:
+        return sorting.parse_sort(request.GET.get("sort")), []
+    except ValueError as error:
+        return sorting.parse_sort(None), [str(error)]
+
+
+def _sorted_page(matching, sort: sorting.Sort, raw_after: str | None):
+    """``matching`` in ``sort``'s order, from the row after the one ``raw_after`` names (the
+    first page, with the error, when it is not a link this list made)."""
+    listed = sorting.ordered(matching, sort)
+    if not raw_after:
+        return listed, []
+    try:
+        return sorting.after(listed, sort, sorting.decode_cursor(raw_after, sort)), []
+    except ValueError as error:
+        return listed, [str(error)]
+
+
+def _without(query, name: str):
+    params = query.copy()
+    params.pop(name, None)
+    return params
+
+
 @require_GET
 @access.role_required(access.can_view)
 @vary_on_headers("HX-Request")
@@ -145,30 +195,41 @@ def jobs_list(request):
     filters = form.cleaned_data
     page_size = settings.TRACEVIZ_JOBS_PAGE_SIZE
     matching = filter_jobs(filters)
-    anchor = filters.get("anchor")
-    listed = after_cursor(matching, filters.get("cursor"))
+    sort, sort_errors = _sort(request)
+    anchor = filters.get("anchor") if sort.is_default else None
+    if sort.is_default:
+        listed = after_cursor(matching, filters.get("cursor"))
+    else:
+        listed, after_error = _sorted_page(matching, sort, request.GET.get("after"))
+        sort_errors += after_error
     if anchor:
         # The live refresh keeps the rows where the reader left them: newer jobs are counted.
         listed = from_anchor(listed, anchor)
     jobs = listed.defer(*LIST_DEFERRED).annotate(open_escalations=_open_escalations())
     page = list(jobs[: page_size + 1])
-    next_cursor = encode_cursor(page[page_size - 1]) if len(page) > page_size else None
+    next_cursor = None
+    if len(page) > page_size:
+        last = page[page_size - 1]
+        next_cursor = encode_cursor(last) if sort.is_default else sorting.encode_cursor(last, sort)
     page = page[:page_size]
     total = matching.capped_count(COUNT_CAP + 1)
     new_jobs = newer_than(matching, anchor).capped_count(NEW_JOBS_CAP + 1) if anchor else 0
     query = request.GET.copy()
-    query.pop("cursor", None)
-    query.pop("anchor", None)
+    for name in ("cursor", "anchor", "after"):
+        query.pop(name, None)
+    sort_links = sorting.header_links(_without(query, "sort"), sort)
     base_query = query.urlencode()
     refresh = query.copy()
     if anchor:
         refresh["anchor"] = request.GET["anchor"]
-    elif not filters.get("cursor") and page:
+    elif sort.is_default and not filters.get("cursor") and page:
         refresh["anchor"] = encode_cursor(page[0])
-    elif request.GET.get("cursor"):
+    elif request.GET.get("cursor") and sort.is_default:
         refresh["cursor"] = request.GET["cursor"]
+    elif request.GET.get("after") and not sort_errors:
+        refresh["after"] = request.GET["after"]
     if next_cursor:
-        query["cursor"] = next_cursor
+        query["cursor" if sort.is_default else "after"] = next_cursor
     template = "jobs/list.html"
     if wants_fragment(request):
         template += "#job-table"
@@ -180,7 +241,12 @@ def jobs_list(request):
         "scope": scope(filters),
         "is_default_view": is_default(filters),
         "first_page_url": "?" + base_query if base_query else request.path,
-        "is_first_page": not filters.get("cursor"),
+        "is_first_page": not filters.get("cursor") and not request.GET.get("after"),
+        "sort": sort,
+        "sort_links": sort_links,
+        "sort_errors": sort_errors,
+        "sort_label": sorting.LABELS[sort.key].lower(),
+        "sort_order": sorting.order_words(sort),
         "next_page_url": "?" + query.urlencode() if next_cursor else "",
         "refresh_url": request.path + ("?" + refresh.urlencode() if refresh else ""),
         "newest_url": "?" + base_query if base_query else request.path,

@@ -8,7 +8,6 @@ import pytest
 from django.utils import timezone
 
 from jobs.models import Job
-from jobs.replay.state import STRIP_STEPS
 from tests import factories
 from tests.factories import event, finished, started
 
@@ -276,16 +275,37 @@ def strip_label(response, job_id: str) -> str:
     return row[row.index('aria-label="Steps: ') + len('aria-label="Steps: ') :].split('"')[0]
 
 
-def test_the_strip_of_a_long_job_says_its_counts_are_of_its_first_steps(operator):
+def test_the_mini_bar_of_a_long_job_counts_every_step_and_shows_each_failure(operator):
     events = job_stream("long")
-    for index in range(STRIP_STEPS + 5):
-        result = "retryable_failure" if index % 10 == 9 else "success"
-        events.append(finished(f"n{index}", result, "long", at=1 + index))
+    for index in range(5200):
+        result = "success"
+        if index == 5170:
+            result = "permanent_failure"
+        elif index in (30, 4000):
+            result = "retryable_failure"
+        events.append(finished(f"n{index}", result, "long", at=1 + index * 0.001))
     factories.store(events)
     factories.store([*job_stream("short"), finished("n1", job_id="short", at=1)])
     response = operator.get("/?show=all")
-    assert strip_label(response, "long") == "first 200 of 205 steps: 180 ok, 20 retryable"
+    assert strip_label(response, "long") == (
+        "5,200 steps, 128 a cell: 5,197 ok, 2 retryable, 1 failed"
+    )
     assert strip_label(response, "short") == "1 ok"
+    row = next(r for r in response.context["rows"] if r.job.job_id == "long")
+    marks = [css for css, _steps in row.strip]
+    assert len(marks) == 41 and marks.count("seg-failed") == 1
+    assert marks.count("seg-retryable") == 2
+    assert marks.index("seg-failed") == 5170 // 128
+    assert sum(steps for _css, steps in row.strip) == 5200
+    assert "+5170" not in response.content.decode()
+
+
+def test_a_strip_stored_before_every_step_was_counted_says_it_holds_the_first(operator):
+    factories.store([*job_stream("old"), finished("n1", job_id="old", at=1)])
+    Job.objects.filter(job_id="old").update(
+        segment_strip=[["ok", False], ["failed", False]], step_count=205
+    )
+    assert strip_label(operator.get("/?show=all"), "old") == "first 2 of 205 steps: 1 ok, 1 failed"
 
 
 def test_all_shows_every_job(operator):
