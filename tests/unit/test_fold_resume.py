@@ -112,7 +112,7 @@ def test_resume_reads_only_the_nodes_it_was_given():
         nodes={"n2"},
         payload_results={},
         metadata={},
-        strip=[],
+        strip={"per": 1, "cells": []},
     )
     fold.apply(events[1])
     with pytest.raises(RuntimeError, match="n1"):
@@ -129,7 +129,7 @@ def test_first_node_started_after_unloaded_finishes_needs_a_full_replay():
         nodes={"n2"},
         payload_results={},
         metadata={},
-        strip=[],
+        strip={"per": 1, "cells": []},
     )
     with pytest.raises(NeedsFullReplay):
         fold.apply(events[1])
