@@ -530,9 +530,13 @@ def _navigation(request, job: Job, steps: list[StepRow], selected_key: str, raw_
     root_key = _root_key(job, steps)
     strip = overview.overview(tree, root_key)
     strip_keep = urlencode(filter_keep + collapse_keep)
-    node_rows = tree.by_node.get(selected[0], ()) if selected else ()
-    selected_position = next(
-        (row.position for row in node_rows if row.attempt == selected[1]), None
+    selected_position = (
+        next(
+            (r.position for r in tree.by_node.get(selected[0], ()) if r.attempt == selected[1]),
+            None,
+        )
+        if selected
+        else None
     )
     listing = _step_window(request, job, steps, selected_key, raw_step, selected_position, filtered)
     return {
@@ -752,7 +756,8 @@ def _more_rows(request, job: Job, part: str, raw_step: str):
         places = tree.rows({r.node_id for r in listed} if step_filter.active else None, collapsed)
         to = step_list.parse_offset(request.GET.get("to"))
         earlier = to is not None and start < to
-        stop = min(to, start + MAX_ROWS_WINDOW) if earlier else stop
+        if to is not None and earlier:
+            stop = min(to, start + MAX_ROWS_WINDOW)
         waterfall = timeline.waterfall(
             steps,
             now=job.last_event_at,
@@ -769,9 +774,9 @@ def _more_rows(request, job: Job, part: str, raw_step: str):
             waterfall.rows, keep, collapsed, selected[0] if selected else "", start
         )
         keep += [("collapse", n) for n in sorted(collapsed)]
-        links = _waterfall_links(keep, start, min(stop, len(places)), len(places))
-        context["waterfall_before"] = links["before"] if earlier else {}
-        context["waterfall_more"] = {} if earlier else links["after"]
+        around = _waterfall_links(keep, start, min(stop, len(places)), len(places))
+        context["waterfall_before"] = around["before"] if earlier else {}
+        context["waterfall_more"] = {} if earlier else around["after"]
     else:
         stale = set(job_steps(job).filter(ignored_stale=True).values_list("node_id", "attempt"))
         lines = _narrative(job, root, stale, _events_in_order(job, start, stop), start)

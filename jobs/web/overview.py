@@ -7,6 +7,7 @@ Pure: a ``timeline.NodeTree`` in, plain data out (docs/pages.md, "A big job at a
 
 from dataclasses import dataclass
 from math import ceil
+from typing import Any
 
 from jobs.replay.failures import Segment
 from jobs.web.rendering import step_query
@@ -26,7 +27,7 @@ class Mark:
 RANK = {Mark.FAILED: 0, Mark.RETRIED: 1, Mark.RUNNING: 2, Mark.OK: 3}
 
 
-def node_mark(steps: list) -> tuple[str, object]:
+def node_mark(steps: list) -> tuple[str, Any]:
     """A node's mark and the attempt a click on it opens: failed when an attempt failed (that
     attempt, the latest such), retried when it has more than one attempt or a retryable one,
     running when an attempt has not finished, else ok (its latest attempt). Stale results
@@ -48,7 +49,7 @@ class Cell:
     first: int  # places in the tree order, inclusive
     last: int
     mark: str
-    target: object  # the step a click opens
+    target: Any  # the step a click opens (a Step row or a row of its values)
     failed: int = 0
     retried: int = 0
     running: int = 0
@@ -94,6 +95,7 @@ def overview(tree, root_key: str = "", max_cells: int = MAX_CELLS) -> Overview:
                 cell.running += 1
             if root_key and step.step_key == root_key:
                 cell.target = step
+        assert cell is not None  # a run holds at least one node
         failed += cell.failed
         retried += cell.retried
         cells.append(cell)
