@@ -125,7 +125,13 @@
       // of band, opened around the step it selected.
       revealSelectedNode();
       revealCurrentStep();
-      if (source && source.classList && source.classList.contains("jump-root")) revealPanel();
+      // "Jump to root failure" lands on the root failure's panel, as its #step-panel link does
+      // (the settled element is the swapped content: the request's element says who asked).
+      var asked = event.detail.requestConfig && event.detail.requestConfig.elt;
+      var panel = document.getElementById("step-panel");
+      if (panel && asked && asked.classList && asked.classList.contains("jump-root")) {
+        panel.scrollIntoView({ block: "start" });
+      }
     }
   });
   document.addEventListener("htmx:historyRestore", markCurrentStep);

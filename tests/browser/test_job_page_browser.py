@@ -91,11 +91,13 @@ def test_big_failed_job_opens_on_its_root_failure(page, live_server, big_job):
     assert in_viewport(page, "#step-panel") and in_viewport(page, "#steps")
     view_shot(page, "big-job-list-and-panel")
 
-    # Jump to root failure from the header lands on the panel.
+    # Jump to root failure from the header (an htmx move) lands on the root failure's panel.
     page.evaluate("() => window.scrollTo(0, 0)")
     page.click("a.jump-root")
-    page.wait_for_load_state("domcontentloaded")
+    page.wait_for_selector("#step-panel[data-step-key='publish:1']")
+    page.wait_for_function("() => window.scrollY > 0")
     assert in_viewport(page, "#step-panel")
+    assert "step=publish:1" in page.url
 
 
 def test_find_within_a_big_job(page, live_server, big_job):

@@ -5,6 +5,7 @@ import json
 
 import pytest
 
+from jobs.replay import strip
 from jobs.replay.state import ReplayConfig
 from jobs.replay.walk import Fold, build
 from tests.factories import event, finished, parsed, started
@@ -125,7 +126,13 @@ def test_contract_violation_says_the_nodes_first_violation_also_after_a_resume()
     snapshot = json.loads(json.dumps(head.snapshot()))
     steps = head.finish().steps
     resumed = Fold.resume(
-        "j1", snapshot, steps=steps, nodes={"n1"}, payload_results={}, metadata={}, strip=[]
+        "j1",
+        snapshot,
+        steps=steps,
+        nodes={"n1"},
+        payload_results={},
+        metadata={},
+        strip=strip.empty(),
     )
     resumed.apply(items[2])
     first = "Node n1 succeeded twice (attempts 1 and 2): its side effect may have happened twice"
