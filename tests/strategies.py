@@ -127,3 +127,70 @@ def job_events(draw, job_id: str = "j1", min_size: int = 1, max_size: int = 14) 
             item["event_id"] = f"{job_id}-e{index}"
         items.append(item)
     return items
+
+
+PIPELINE = ("extract", "transform", "load", "report")
+
+
+@st.composite
+def pipeline_run(draw, job_id: str) -> list[dict]:
+    """One run of a small pipeline whose nodes carry what a comparison reads: arguments, a step
+    definition, payload results, retries and failures. Ties in ts are common."""
+    items = [
+        {
+            "type": "job_started",
+            "job_id": job_id,
+            "ts": ts(0),
+            "payload": {"workflow": "etl", "name": "nightly"},
+        }
+    ]
+    at = 0
+    for node in PIPELINE:
+        if draw(st.integers(0, 5)) == 0:
+            continue  # this run never ran the node
+        context = {
+            "expected_arguments": {"table": "orders"},
+            "actual_arguments": {"table": draw(st.sampled_from(["orders", "orders_v2"]))},
+            "step_definition": {"rules": draw(st.sampled_from(["v12", "v13"]))},
+        }
+        for attempt in range(1, draw(st.integers(1, 2)) + 1):
+            at += draw(st.integers(0, 1))
+            items.append(
+                {
+                    "type": "node_started",
+                    "job_id": job_id,
+                    "ts": ts(at),
+                    "payload": {"node_id": node, "attempt": attempt},
+                }
+            )
+            at += draw(st.integers(0, 2))
+            payload: dict = {"node_id": node, "attempt": attempt, "context": context}
+            result_type = draw(st.sampled_from(RESULT_TYPES))
+            if result_type is not None:
+                payload["result_type"] = result_type
+            if result_type not in (None, "success"):
+                payload["reason"] = draw(st.sampled_from(["duplicate key (id)=(7)", "timeout"]))
+            _maybe(draw, st.floats(0, 5000, allow_nan=False), payload, "duration_ms")
+            _maybe(
+                draw,
+                st.dictionaries(st.sampled_from(["rows", "file"]), st.integers(0, 3), max_size=2),
+                payload,
+                "payload_results",
+            )
+            items.append(
+                {"type": "node_finished", "job_id": job_id, "ts": ts(at), "payload": payload}
+            )
+    if draw(st.booleans()):
+        status = draw(st.sampled_from(["completed", "failed"]))
+        items.append(
+            {"type": "job_finished", "job_id": job_id, "ts": ts(at), "payload": {"status": status}}
+        )
+    for index, item in enumerate(items):
+        if draw(st.integers(0, 4)) > 0:  # else the default id: a hash of the event as sent
+            item["event_id"] = f"{job_id}-e{index}"
+    return items
+
+
+def comparable_runs(a: str = "a", b: str = "b"):
+    """Two runs of the same pipeline (``pipeline_run``), as two event lists."""
+    return st.tuples(pipeline_run(a), pipeline_run(b))
