@@ -58,9 +58,10 @@ class Stream:
         result_type: str = "success",
         attempt: int = 1,
         parent: str = "",
+        duration: int | None = None,
         **payload,
     ) -> None:
-        duration = self.rng.randint(40, 4000)
+        duration = self.rng.randint(40, 4000) if duration is None else duration
         span = f"{self.job_id}-{node_id}-{attempt}"
         common = {
             "node_id": node_id,
@@ -85,6 +86,75 @@ def _happy(stream: Stream, nodes, results=True) -> None:
     for index, node in enumerate(nodes):
         payload: dict[str, Any] = {"payload_results": {f"{node}_ok": True}} if results else {}
         stream.step(node, index, "success", state="done", **payload)
+
+
+ETL_NODES = ("extract", "transform", "load", "report")
+ETL_SQL = (
+    "INSERT INTO orders (id, customer_id, total)\n"
+    "SELECT id, customer_id, total FROM staging_orders\n"
+    "WHERE day = :day\n"
+)
+
+
+def etl_run(job_id: str, start: datetime, rules: str) -> list[dict]:
+    """One run of the nightly ETL: with ``rules`` "v12" it completes, writing 118,500 rows; with
+    "v13" the transform writes 120,000 rows (a rule keeps late duplicates) and the load fails
+    on a duplicate key. The pair is the compare page's example (docs/compare.md)."""
+    good = rules == "v12"
+    stream = Stream(job_id, start, random.Random(job_id))
+    stream.start("nightly-etl", "openai", "gpt-4.1", metadata={"rules": rules})
+    stream.step(
+        "extract",
+        0,
+        duration=1800,
+        payload_results={"source_rows": 121_340},
+        context={
+            "expected_arguments": {"source": "s3://lake/orders/", "day": "yesterday"},
+            "actual_arguments": {"source": "s3://lake/orders/", "day": "yesterday"},
+            "step_definition": {"tool": "s3_read", "format": "parquet"},
+        },
+    )
+    stream.step(
+        "transform",
+        1,
+        duration=2400 if good else 2600,
+        payload_results={"rows_written": 118_500 if good else 120_000, "table": "staging_orders"},
+        context={
+            "expected_arguments": {"rules": "v12", "dedupe_on": ["id"]},
+            "actual_arguments": {"rules": rules, "dedupe_on": ["id"] if good else ["id", "day"]},
+            "step_definition": {"tool": "sql_transform", "sql": ETL_SQL},
+        },
+    )
+    load_context = {
+        "expected_arguments": {"table": "orders", "mode": "insert"},
+        "actual_arguments": {"table": "orders", "mode": "insert"},
+        "step_definition": {
+            "tool": "pg_copy",
+            "sql": ETL_SQL
+            if good
+            else ETL_SQL.replace("WHERE day = :day", "WHERE day >= :day - 1"),
+        },
+    }
+    if good:
+        stream.step(
+            "load", 2, duration=1100, payload_results={"rows_loaded": 118_500}, context=load_context
+        )
+        stream.step("report", 3, duration=300, payload_results={"report": "orders-daily.pdf"})
+        stream.emit("job_finished", 50, status="completed")
+    else:
+        stream.step(
+            "load",
+            2,
+            "permanent_failure",
+            duration=4200,
+            failure_code="invariant_violation",
+            error_type="PermanentError",
+            reason='duplicate key value violates unique constraint "orders_pkey"\n'
+            "DETAIL: Key (id)=(88412) already exists.",
+            context=load_context,
+        )
+        stream.emit("job_finished", 50, status="failed", reason="load failed")
+    return stream.events
 
 
 def demo_streams(now: datetime, seed: int = 7) -> list[list[dict]]:
@@ -349,4 +419,8 @@ def demo_streams(now: datetime, seed: int = 7) -> list[list[dict]]:
         reason="<script>alert(1)</script> upstream said: Authorization: Bearer abcdef0123456789xyz",
     )
 
-    return [stream.events for stream in streams]
+    etl = [
+        etl_run("etl-nightly-41", now - timedelta(hours=22), "v12"),
+        etl_run("etl-nightly-42", now - timedelta(hours=0.6), "v13"),
+    ]
+    return [stream.events for stream in streams] + etl

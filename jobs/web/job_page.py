@@ -659,6 +659,8 @@ def job_detail(request, job_id: str):
         "root_query": step_query(root.node_id, root.attempt) if root else "",
         "root_group": root.failure_group if root else None,
         "current_step_key": current_key,
+        "compare_query": urlencode({"a": job.job_id}),
+        "workflow_query": urlencode({"show": "all", "workflow": job.workflow}),
         "live": job_header.is_live(job),
         "live_seconds": job_header.poll_seconds(job),
     }

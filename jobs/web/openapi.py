@@ -205,6 +205,39 @@ def _get_job() -> dict:
     }
 
 
+def _compare_runs() -> dict:
+    return {
+        "operationId": "compareRuns",
+        "summary": "Two runs node by node: the first divergence and every difference",
+        "description": "Job ids travel in the query string (they may contain slashes). Without "
+        "b, b is the latest run of a's workflow that started before a and completed, else the "
+        "latest that started before it; b_picked says which.",
+        "parameters": [
+            {
+                "name": "a",
+                "in": "query",
+                "required": True,
+                "description": "the job looked into",
+                "schema": {"type": "string", "minLength": 1},
+            },
+            {
+                "name": "b",
+                "in": "query",
+                "description": "the job set against it (default: picked, see above)",
+                "schema": {"type": "string"},
+            },
+        ],
+        "responses": {
+            "200": _json(ref("Comparison"), "the comparison"),
+            "400": _json(ERROR, "a is missing"),
+            "404": _json(ERROR, "no such job, or no earlier run of a's workflow to pick"),
+            "401": _json(ERROR, "missing, invalid or revoked bearer token"),
+            "403": _json(ERROR, "signed in, but the account holds no role"),
+            "503": _json(ERROR, "database unavailable; retry after Retry-After seconds"),
+        },
+    }
+
+
 def _export_traces() -> dict:
     return _otlp_export(
         "exportTraces",
@@ -315,6 +348,7 @@ def openapi_document() -> dict[str, Any]:
             "/api/v1/events": {"post": _ingest_events()},
             "/api/v1/jobs": {"get": _list_jobs()},
             "/api/v1/jobs/{job_id}": {"get": _get_job()},
+            "/api/v1/compare": {"get": _compare_runs()},
             "/v1/traces": {"post": _export_traces()},
             "/v1/logs": {"post": _export_logs()},
             "/healthz": {

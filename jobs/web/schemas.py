@@ -17,6 +17,7 @@ from pydantic import BaseModel, ConfigDict, PlainSerializer, WithJsonSchema
 
 from jobs import models
 from jobs.contract.events import truncate_text
+from jobs.replay import compare
 from jobs.replay.failures import RunStatus, Segment
 from jobs.replay.state import completed_node_ids
 
@@ -642,5 +643,205 @@ class JobPage(Body):
     """Pass as ``cursor`` for the next page; null on the last page."""
 
 
+# A difference of two costs: as ``Usd``, but it may be negative.
+UsdDelta = Annotated[
+    Decimal,
+    PlainSerializer(lambda amount: f"{amount:.8f}", return_type=str, when_used="json"),
+    WithJsonSchema(
+        {
+            "type": "string",
+            "pattern": r"^-?[0-9]+\.[0-9]{8}$",
+            "description": "USD, a decimal string with 8 decimal places (negative: less)",
+        }
+    ),
+]
+
+
+class ComparedRun(Body):
+    """One of the two runs compared."""
+
+    job_id: str
+    status: RunStatus
+    workflow: str
+    started_at: Timestamp | None
+
+    @classmethod
+    def from_job(cls, job: models.Job) -> "ComparedRun":
+        return cls(
+            job_id=job.job_id, status=job.status, workflow=job.workflow, started_at=job.started_at
+        )
+
+
+class NodeSide(Body):
+    """A node in one run: its latest attempt not ignored as stale, and its attempts' totals."""
+
+    attempts: int
+    final_attempt: int
+    result_type: str | None
+    """The latest attempt's; null while it has not finished."""
+    segment: Segment
+    reason: str
+    failure_code: str
+    error_type: str
+    duration_ms: float | None
+    """All its attempts (a duration not sent is read off the start and finish)."""
+    models: list[str]
+    """The models its calls used, ``provider/model``, sorted."""
+    input_tokens: int
+    output_tokens: int
+    cost: Usd | None
+
+    @classmethod
+    def from_side(cls, side: compare.NodeSide | None) -> "NodeSide | None":
+        if side is None:
+            return None
+        return cls.model_construct(
+            attempts=side.attempts,
+            final_attempt=side.final_attempt,
+            result_type=None if side.result_type == compare.RUNNING else side.result_type,
+            segment=side.segment,
+            reason=side.reason,
+            failure_code=side.failure_code,
+            error_type=side.error_type,
+            duration_ms=side.duration_ms,
+            models=list(side.models),
+            input_tokens=side.input_tokens,
+            output_tokens=side.output_tokens,
+            cost=side.cost,
+        )
+
+
+class KeyChange(Body):
+    """A top-level key whose value differs: ``added`` in a only, ``removed`` in b only."""
+
+    key: str
+    status: Literal["changed", "added", "removed"]
+    a: str
+    """The value in a, as JSON ("" when a has no such key)."""
+    b: str
+    text_diff: list[str]
+    """A unified diff from b to a of a long or multi-line value; empty for short ones."""
+
+    @classmethod
+    def rows(cls, changes: list[compare.KeyChange]) -> list["KeyChange"]:
+        return [
+            cls.model_construct(
+                key=row.key,
+                status=row.status.value,
+                a=row.a,
+                b=row.b,
+                text_diff=list(row.text_diff),
+            )
+            for row in changes
+        ]
+
+
+ChangeName = Literal["same", "changed", "new_failure", "fixed", "only_in_a", "only_in_b"]
+FacetName = Literal["result", "arguments", "payload_results", "model", "definition"]
+
+
+class ComparedNode(Body):
+    """One node of either run, in the aligned order."""
+
+    node_id: str
+    change: ChangeName
+    """``new_failure``: fails in a, not in b; ``fixed``: fails in b, not in a; ``changed``:
+    a facet differs; ``only_in_a``/``only_in_b``: one run never ran it."""
+    differences: list[FacetName]
+    """The facets that differ, in this order (the first one is a divergence's kind)."""
+    a: NodeSide | None
+    b: NodeSide | None
+    arguments: list[KeyChange]
+    """Actual arguments, the keys that differ."""
+    expected_arguments: list[KeyChange]
+    payload_results: list[KeyChange]
+    definition: list[KeyChange]
+    """The step definition, the keys that differ."""
+    slower: bool
+    """a took more than twice as long as b, and more than a second longer."""
+    duration_delta_ms: float | None
+    input_tokens_delta: int
+    output_tokens_delta: int
+    cost_delta: UsdDelta | None
+
+    @classmethod
+    def from_node(cls, node: compare.NodeComparison) -> "ComparedNode":
+        return cls.model_construct(
+            node_id=node.node_id,
+            change=node.change.value,
+            differences=[facet.value for facet in node.differences],
+            a=NodeSide.from_side(node.a),
+            b=NodeSide.from_side(node.b),
+            arguments=KeyChange.rows(node.arguments()),
+            expected_arguments=KeyChange.rows(node.expected_arguments()),
+            payload_results=KeyChange.rows(node.payload_results()),
+            definition=KeyChange.rows(node.definition()),
+            slower=node.slower,
+            duration_delta_ms=node.duration_delta_ms,
+            input_tokens_delta=node.input_tokens_delta,
+            output_tokens_delta=node.output_tokens_delta,
+            cost_delta=node.cost_delta,
+        )
+
+
+class Divergence(Body):
+    node_id: str
+    kind: Literal[
+        "result", "arguments", "payload_results", "model", "definition", "only_in_a", "only_in_b"
+    ]
+
+
+class ComparisonTotals(Body):
+    """a's totals minus b's, over every call (the job's own too)."""
+
+    input_tokens_delta: int
+    output_tokens_delta: int
+    cost_delta: UsdDelta | None
+    """null when neither run has a priced call."""
+
+
+class Comparison(Body):
+    """Two runs node by node: a, the run looked into, against b."""
+
+    a: ComparedRun
+    b: ComparedRun
+    b_picked: str | None
+    """How b was chosen when the request named none; null when it did."""
+    first_divergence: Divergence | None
+    """The first node, in a's event order, whose result, arguments, payload results, model or
+    step definition differ, or that only one run has; null when none does."""
+    totals: ComparisonTotals
+    nodes: list[ComparedNode]
+
+    @classmethod
+    def from_comparison(
+        cls,
+        comparison: compare.Comparison,
+        a: models.Job,
+        b: models.Job,
+        b_picked: str | None,
+    ) -> "Comparison":
+        first = comparison.first_divergence
+        return cls(
+            a=ComparedRun.from_job(a),
+            b=ComparedRun.from_job(b),
+            b_picked=b_picked,
+            first_divergence=Divergence(node_id=first.node_id, kind=first.kind) if first else None,
+            totals=ComparisonTotals(
+                input_tokens_delta=comparison.input_tokens_delta,
+                output_tokens_delta=comparison.output_tokens_delta,
+                cost_delta=comparison.cost_delta,
+            ),
+            nodes=[ComparedNode.from_node(node) for node in comparison.nodes],
+        )
+
+
 # The bodies the document describes, in the order its components list them.
-RESPONSE_BODIES: tuple[type[Body], ...] = (JobPage, Job, IngestResult, Error, Health)
+RESPONSE_BODIES: tuple[type[Body], ...] = (
+    JobPage,
+    Job,
+    Comparison,
+    IngestResult,
+    Error,
+    Health,
+)

@@ -8,6 +8,7 @@ from django.urls import path, register_converter
 
 from jobs.web import (
     api,
+    compare,
     dashboard,
     escalations,
     export,
@@ -43,11 +44,13 @@ urlpatterns = [
     path("v1/logs", otlp.export_logs, name="otlp-logs"),
     path("api/v1/jobs", api.jobs_list, name="api-jobs"),
     path("api/v1/jobs/<job_id:job_id>", api.job_detail, name="api-job"),
+    path("api/v1/compare", compare.compare_api, name="api-compare"),
     path("api/v1/openapi.json", api.openapi, name="api-openapi"),
     path("healthz", api.healthz, name="healthz"),
     path("metrics", metrics.prometheus_metrics, name="metrics"),
     # Pages.
     path("dashboard/", dashboard.dashboard, name="dashboard"),
+    path("compare/", compare.compare_page, name="compare"),
     path("failures/", failures.failure_group_list, name="failures"),
     path("failures/<str:fingerprint>/", failures.failure_group_detail, name="failure-group"),
     path("escalations/", escalations.escalation_list, name="escalations"),

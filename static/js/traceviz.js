@@ -104,7 +104,15 @@
     list.scrollTop += top - list.clientHeight / 3;
   }
 
+  // The compare page opens on the first divergence (its card is open already) unless the
+  // address names another place.
+  function revealFirstDivergence() {
+    var first = document.querySelector("[data-first-divergence]");
+    if (first && !window.location.hash) first.scrollIntoView({ block: "start" });
+  }
+
   document.addEventListener("DOMContentLoaded", function () {
+    revealFirstDivergence();
     markCurrentStep();
     revealCurrentStep();
     revealSelectedNode();

@@ -237,3 +237,27 @@ def test_the_document_is_a_valid_openapi_3_1_document(client):
     document = served_document(client)
     assert document["openapi"] == "3.1.0"
     OpenAPIV31SpecValidator(document).validate()
+
+
+def test_compare_answers_match_the_document(client, ingest_token):
+    from datetime import UTC, datetime
+
+    from jobs.management.demo import etl_run
+    from tests.integration.test_compare import store_trace
+
+    store(etl_run("etl-1", datetime(2026, 3, 1, tzinfo=UTC), "v12"))
+    store(etl_run("etl-2", datetime(2026, 3, 2, tzinfo=UTC), "v13"))
+    a, b = store_trace("a" * 32, "gpt-4o"), store_trace("b" * 32, "gpt-4o-mini")
+    document = served_document(client)
+    for query, status in (
+        ("a=etl-2", 200),
+        ("a=etl-2&b=etl-1", 200),
+        (f"a={a}&b={b}", 200),
+        (f"a={b}&b={a}", 200),
+        ("b=etl-1", 400),
+        ("a=etl-1", 404),
+        ("a=etl-2&b=nope", 404),
+    ):
+        response = client.get(f"/api/v1/compare?{query}", **auth(ingest_token))
+        assert response.status_code == status, query
+        assert documented_errors(document, "/api/v1/compare", "get", response) == [], query
