@@ -405,10 +405,13 @@ def key_changes(
 
 def text_diff(old: Any, new: Any, *, long_chars: int = LONG_VALUE_CHARS) -> tuple[str, ...]:
     """A unified diff (difflib) from ``old`` to ``new``, strings as their lines and anything
-    else as indented JSON; () when both are short one-liners (the two values say it all)."""
-    old_text, new_text = _diff_text(old), _diff_text(new)
-    if max(len(old_text), len(new_text)) <= long_chars and "\n" not in old_text + new_text:
+    else as indented JSON; () when both are short as JSON and neither is a string of several
+    lines (the two values say it all)."""
+    compact = (_json(old), _json(new))
+    multi_line = any(isinstance(value, str) and "\n" in value for value in (old, new))
+    if max(map(len, compact)) <= long_chars and not multi_line:
         return ()
+    old_text, new_text = _diff_text(old), _diff_text(new)
     old_lines = old_text.splitlines()[:MAX_DIFF_LINES]
     new_lines = new_text.splitlines()[:MAX_DIFF_LINES]
     return tuple(

@@ -7,6 +7,7 @@ against ``a`` is picked here (``pick_baseline``). The comparison itself is
 renders what it returns.
 """
 
+import json
 from dataclasses import dataclass
 from urllib.parse import urlencode
 
@@ -318,6 +319,16 @@ def _page_context(request, comparison: compare.Comparison, pair: Pair, shown: in
             "input_delta": _signed(comparison.input_tokens_delta),
             "output_delta": _signed(comparison.output_tokens_delta),
             "cost_delta": _signed_cost(comparison.cost_delta),
+            "any": any(
+                (
+                    comparison.a_totals.input_tokens,
+                    comparison.a_totals.output_tokens,
+                    comparison.b_totals.input_tokens,
+                    comparison.b_totals.output_tokens,
+                    comparison.a_totals.cost is not None,
+                    comparison.b_totals.cost is not None,
+                )
+            ),
         },
         "items": items,
         "cards_hidden": max(len(cards) - shown, 0),
@@ -362,13 +373,23 @@ def _key_summary(rows: list[compare.KeyChange]) -> str:
     """``rows: 118500 → 120000; mode removed``: the changed keys of an object in one line."""
     parts = []
     for row in rows[:4]:
-        if row.status is compare.KeyStatus.CHANGED:
+        if row.status is compare.KeyStatus.CHANGED and row.text_diff:
+            parts.append(f"{row.key}: {_first_change(row.text_diff)}")
+        elif row.status is compare.KeyStatus.CHANGED:
             parts.append(f"{row.key}: {_short(row.b, 30)} → {_short(row.a, 30)}")
         else:
             parts.append(f"{row.key} {row.status.value}")
     if len(rows) > 4:
         parts.append(f"{len(rows) - 4} more")
     return "; ".join(parts)
+
+
+def _first_change(diff: tuple[str, ...]) -> str:
+    """The first line a text diff removes and the first it adds: ``day = :day → day >= :day``."""
+    body = diff[2:]  # after the "--- b" / "+++ a" header
+    removed = next((line[1:].strip() for line in body if line.startswith("-")), "")
+    added = next((line[1:].strip() for line in body if line.startswith("+")), "")
+    return f"{_short(removed, 40) or '(nothing)'} → {_short(added, 40) or '(nothing)'}"
 
 
 def _differences(comparison: compare.Comparison, href) -> list[dict]:
@@ -603,13 +624,20 @@ def _call(call: compare.RunCall, messages: dict) -> dict:
     }
 
 
+def _shown_value(text: str) -> str:
+    """A value as the page shows it: JSON, but a string of several lines as its lines."""
+    if text.startswith('"') and "\\n" in text:
+        return json.loads(text)
+    return text
+
+
 def _rows(changes: list[compare.KeyChange]) -> list[dict]:
     return [
         {
             "key": row.key,
             "status": row.status.value,
-            "a": row.a,
-            "b": row.b,
+            "a": _shown_value(row.a),
+            "b": _shown_value(row.b),
             "diff": [
                 {"text": line, "css": _diff_css(line)}
                 for line in row.text_diff[2:]  # the "--- b" / "+++ a" header says nothing

@@ -111,8 +111,20 @@
     if (first && !window.location.hash) first.scrollIntoView({ block: "start" });
   }
 
+  // A link to a compared node (a difference's, the first divergence's place) opens its card.
+  function openLinkedNode() {
+    var id = decodeURIComponent(window.location.hash.slice(1));
+    var node = id && document.getElementById(id);
+    if (!node || !node.classList.contains("compare-node")) return;
+    var details = node.querySelector("details");
+    if (details) details.open = true;
+    node.scrollIntoView({ block: "start" });
+  }
+  window.addEventListener("hashchange", openLinkedNode);
+
   document.addEventListener("DOMContentLoaded", function () {
     revealFirstDivergence();
+    openLinkedNode();
     markCurrentStep();
     revealCurrentStep();
     revealSelectedNode();
