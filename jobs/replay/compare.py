@@ -23,6 +23,8 @@ from enum import StrEnum
 from functools import cached_property
 from typing import Any
 
+import orjson
+
 from jobs.replay import failures
 from jobs.replay.failures import ResultType, Segment
 from jobs.replay.signatures import normalise_reason
@@ -72,7 +74,9 @@ class KeyStatus(StrEnum):
 @dataclass(frozen=True, slots=True)
 class RunStep:
     """One attempt of one node, as replay made it (a Step row or a ``StepState``).
-    ``result_type`` "" or None is a running attempt (a success when it has finished)."""
+    ``result_type`` "" or None is a running attempt (a success when it has finished).
+    ``payload_results`` and ``context`` are objects, or their stored JSON text (read only when
+    the two runs' texts differ: two runs of one producer mostly store the same text)."""
 
     node_id: str
     attempt: int
@@ -138,9 +142,10 @@ class Run:
     calls: Sequence[RunCall] = ()
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True)
 class NodeSide:
-    """One run's view of a node."""
+    """One run's view of a node. Its payload results and context are read (and kept) when
+    first asked for: most nodes compare by their stored text alone."""
 
     node_id: str
     first_position: int
@@ -151,15 +156,33 @@ class NodeSide:
     failure_code: str
     error_type: str
     duration_ms: float | None
-    payload_results: dict[str, Any]
-    expected_arguments: dict[str, Any] | None
-    actual_arguments: dict[str, Any] | None
-    definition: dict[str, Any] | None
+    payload_stored: Any  # an object, or its JSON text
+    context_stored: Any
     calls: tuple[RunCall, ...]
     models: tuple[str, ...]
     input_tokens: int
     output_tokens: int
     cost: Decimal | None
+
+    @cached_property
+    def payload_results(self) -> dict[str, Any]:
+        return _object_or_none(_parsed(self.payload_stored)) or {}
+
+    @cached_property
+    def context(self) -> dict[str, Any]:
+        return _object_or_none(_parsed(self.context_stored)) or {}
+
+    @property
+    def expected_arguments(self) -> dict[str, Any] | None:
+        return _object_or_none(self.context.get("expected_arguments"))
+
+    @property
+    def actual_arguments(self) -> dict[str, Any] | None:
+        return _object_or_none(self.context.get("actual_arguments"))
+
+    @property
+    def definition(self) -> dict[str, Any] | None:
+        return _object_or_none(self.context.get("step_definition"))
 
     @property
     def segment(self) -> Segment:
@@ -169,17 +192,6 @@ class NodeSide:
     def failed(self) -> bool:
         """The latest attempt failed (retryable, permanent or compensatable)."""
         return self.result_type not in (ResultType.SUCCESS, RUNNING)
-
-    @property
-    def result_signature(self) -> tuple[str, str, str, str]:
-        """What makes two results the same: result type, failure code, error type and the
-        reason with its run-to-run parts (ids, numbers, quoted values) blanked out."""
-        return (
-            self.result_type,
-            self.failure_code,
-            self.error_type,
-            normalise_reason(self.reason),
-        )
 
 
 @dataclass(frozen=True, slots=True)
@@ -252,30 +264,25 @@ class NodeComparison:
         return bool(self.input_tokens_delta or self.output_tokens_delta or self.cost_delta)
 
     def arguments(self, *, include_same: bool = False) -> list[KeyChange]:
-        return key_changes(
-            self.a.actual_arguments if self.a else None,
-            self.b.actual_arguments if self.b else None,
-            include_same=include_same,
-        )
+        """The actual arguments key by key (the keys that differ, unless ``include_same``)."""
+        return self._keys(Facet.ARGUMENTS, "actual_arguments", include_same)
 
     def expected_arguments(self, *, include_same: bool = False) -> list[KeyChange]:
-        return key_changes(
-            self.a.expected_arguments if self.a else None,
-            self.b.expected_arguments if self.b else None,
-            include_same=include_same,
-        )
+        return self._keys(Facet.ARGUMENTS, "expected_arguments", include_same)
 
     def payload_results(self, *, include_same: bool = False) -> list[KeyChange]:
-        return key_changes(
-            self.a.payload_results if self.a else None,
-            self.b.payload_results if self.b else None,
-            include_same=include_same,
-        )
+        return self._keys(Facet.PAYLOAD_RESULTS, "payload_results", include_same)
 
     def definition(self, *, include_same: bool = False) -> list[KeyChange]:
+        return self._keys(Facet.DEFINITION, "definition", include_same)
+
+    def _keys(self, facet: Facet, name: str, include_same: bool) -> list[KeyChange]:
+        both = self.a is not None and self.b is not None
+        if both and not include_same and facet not in self.differences:
+            return []  # alike: no key differs
         return key_changes(
-            self.a.definition if self.a else None,
-            self.b.definition if self.b else None,
+            getattr(self.a, name) if self.a else None,
+            getattr(self.b, name) if self.b else None,
             include_same=include_same,
         )
 
@@ -440,7 +447,24 @@ def _same_value(a: Any, b: Any) -> bool:
 
 
 def _json(value: Any) -> str:
-    return json.dumps(value, sort_keys=True, ensure_ascii=False, default=str)
+    """Canonical JSON text: keys sorted, no spaces after separators, non-ASCII kept."""
+    try:
+        return orjson.dumps(value, option=orjson.OPT_SORT_KEYS, default=str).decode()
+    except (orjson.JSONEncodeError, TypeError):  # an integer past 64 bits
+        return json.dumps(
+            value, sort_keys=True, ensure_ascii=False, default=str, separators=(",", ":")
+        )
+
+
+def _parsed(stored: Any) -> Any:
+    """A stored value: JSON text read (orjson, the stdlib for integers past 64 bits), else as
+    it is."""
+    if not isinstance(stored, str):
+        return stored
+    try:
+        return orjson.loads(stored)
+    except orjson.JSONDecodeError:
+        return json.loads(stored)
 
 
 def _object_or_none(value: Any) -> dict[str, Any] | None:
@@ -463,10 +487,8 @@ def _sides(run: Run) -> tuple[dict[str, NodeSide], list[str]]:
 def _side(steps: list[RunStep], calls: list[RunCall]) -> NodeSide:
     shown = [step for step in steps if not step.ignored_stale] or steps
     final = shown[-1]
-    context = final.context if isinstance(final.context, Mapping) else {}
     durations = [took for step in shown if (took := step.took_ms) is not None]
     costs = [call.cost for call in calls if call.cost is not None]
-    payload = final.payload_results
     return NodeSide(
         node_id=final.node_id,
         first_position=steps[0].position,
@@ -477,10 +499,8 @@ def _side(steps: list[RunStep], calls: list[RunCall]) -> NodeSide:
         failure_code=final.failure_code or "",
         error_type=final.error_type or "",
         duration_ms=sum(durations) if durations else None,
-        payload_results=dict(payload) if isinstance(payload, Mapping) else {},
-        expected_arguments=_object_or_none(context.get("expected_arguments")),
-        actual_arguments=_object_or_none(context.get("actual_arguments")),
-        definition=_object_or_none(context.get("step_definition")),
+        payload_stored=final.payload_results,
+        context_stored=final.context,
         calls=tuple(calls),
         models=tuple(sorted({call.model_name for call in calls if call.model_name})),
         input_tokens=sum(call.input_tokens or 0 for call in calls),
@@ -489,13 +509,50 @@ def _side(steps: list[RunStep], calls: list[RunCall]) -> NodeSide:
     )
 
 
-# How each facet is read off a node's side: equal values, no difference.
-FACET_VALUES = {
-    Facet.RESULT: lambda side: side.result_signature,
-    Facet.ARGUMENTS: lambda side: _json([side.expected_arguments, side.actual_arguments]),
-    Facet.PAYLOAD_RESULTS: lambda side: _json(side.payload_results),
-    Facet.MODEL: lambda side: side.models,
-    Facet.DEFINITION: lambda side: _json(side.definition),
+def _result_differs(a: NodeSide, b: NodeSide) -> bool:
+    """Two results differ in result type, failure code or error type, or in their reasons once
+    the run-to-run parts (ids, numbers, quoted values) are blanked out."""
+    if (a.result_type, a.failure_code, a.error_type) != (
+        b.result_type,
+        b.failure_code,
+        b.error_type,
+    ):
+        return True
+    return a.reason != b.reason and normalise_reason(a.reason) != normalise_reason(b.reason)
+
+
+def _same_stored(a: Any, b: Any) -> bool:
+    """Both stored as the same JSON text: equal without reading them."""
+    return isinstance(a, str) and a == b
+
+
+def _arguments_differ(a: NodeSide, b: NodeSide) -> bool:
+    if _same_stored(a.context_stored, b.context_stored):
+        return False
+    return _json(a.expected_arguments) != _json(b.expected_arguments) or _json(
+        a.actual_arguments
+    ) != _json(b.actual_arguments)
+
+
+def _payload_results_differ(a: NodeSide, b: NodeSide) -> bool:
+    if _same_stored(a.payload_stored, b.payload_stored):
+        return False
+    return _json(a.payload_results) != _json(b.payload_results)
+
+
+def _definition_differs(a: NodeSide, b: NodeSide) -> bool:
+    if _same_stored(a.context_stored, b.context_stored):
+        return False
+    return _json(a.definition) != _json(b.definition)
+
+
+# Whether a facet differs between a node's two sides, in the order a divergence names them.
+FACET_DIFFERS = {
+    Facet.RESULT: _result_differs,
+    Facet.ARGUMENTS: _arguments_differ,
+    Facet.PAYLOAD_RESULTS: _payload_results_differ,
+    Facet.MODEL: lambda a, b: a.models != b.models,
+    Facet.DEFINITION: _definition_differs,
 }
 
 
@@ -503,9 +560,7 @@ def _node(node_id: str, a: NodeSide | None, b: NodeSide | None) -> NodeCompariso
     if a is None or b is None:
         change = Change.ONLY_IN_B if a is None else Change.ONLY_IN_A
         return NodeComparison(node_id, change, (), a, b)
-    differences = tuple(
-        facet for facet, value_of in FACET_VALUES.items() if value_of(a) != value_of(b)
-    )
+    differences = tuple(facet for facet, differs in FACET_DIFFERS.items() if differs(a, b))
     if a.failed and not b.failed:
         change = Change.NEW_FAILURE
     elif b.failed and not a.failed:
