@@ -485,27 +485,40 @@ def _sides(run: Run) -> tuple[dict[str, NodeSide], list[str]]:
 
 
 def _side(steps: list[RunStep], calls: list[RunCall]) -> NodeSide:
-    shown = [step for step in steps if not step.ignored_stale] or steps
+    if len(steps) == 1:  # most nodes: one attempt
+        shown = steps
+        took = steps[0].took_ms
+        duration = took
+    else:
+        shown = [step for step in steps if not step.ignored_stale] or steps
+        durations = [took for step in shown if (took := step.took_ms) is not None]
+        duration = sum(durations) if durations else None
     final = shown[-1]
-    durations = [took for step in shown if (took := step.took_ms) is not None]
-    costs = [call.cost for call in calls if call.cost is not None]
+    if calls:
+        costs = [call.cost for call in calls if call.cost is not None]
+        models = tuple(sorted({call.model_name for call in calls if call.model_name}))
+        input_tokens = sum(call.input_tokens or 0 for call in calls)
+        output_tokens = sum(call.output_tokens or 0 for call in calls)
+        cost = sum(costs, Decimal(0)) if costs else None
+    else:
+        models, input_tokens, output_tokens, cost = (), 0, 0, None
     return NodeSide(
-        node_id=final.node_id,
-        first_position=steps[0].position,
-        attempts=len(steps),
-        final_attempt=final.attempt,
-        result_type=final.outcome,
-        reason=final.reason or "",
-        failure_code=final.failure_code or "",
-        error_type=final.error_type or "",
-        duration_ms=sum(durations) if durations else None,
-        payload_stored=final.payload_results,
-        context_stored=final.context,
-        calls=tuple(calls),
-        models=tuple(sorted({call.model_name for call in calls if call.model_name})),
-        input_tokens=sum(call.input_tokens or 0 for call in calls),
-        output_tokens=sum(call.output_tokens or 0 for call in calls),
-        cost=sum(costs, Decimal(0)) if costs else None,
+        final.node_id,
+        steps[0].position,
+        len(steps),
+        final.attempt,
+        final.outcome,
+        final.reason or "",
+        final.failure_code or "",
+        final.error_type or "",
+        duration,
+        final.payload_results,
+        final.context,
+        tuple(calls),
+        models,
+        input_tokens,
+        output_tokens,
+        cost,
     )
 
 

@@ -12,10 +12,12 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from urllib.parse import urlencode
 
+import orjson
 from django.contrib.auth.decorators import login_required
 from django.core.exceptions import PermissionDenied
 from django.db.models import Q, TextField
 from django.db.models.functions import Cast
+from django.http import HttpResponse
 from django.shortcuts import redirect, render
 from django.urls import reverse
 from django.views.decorators.csrf import csrf_exempt
@@ -29,7 +31,6 @@ from jobs.web.access import can_view
 from jobs.web.decorators import database_unavailable_is_503, json_error, token_or_login_required
 from jobs.web.narrative import format_duration_ms
 from jobs.web.rendering import in_display_time_zone, step_query
-from jobs.web.schemas import json_response
 
 STEP_COLUMNS = (
     "node_id",
@@ -207,9 +208,8 @@ def compare_api(request):
     if pair.error:
         return json_error(pair.status, pair.error)
     comparison = compare.compare(load_run(pair.a), load_run(pair.b))
-    return json_response(
-        schemas.Comparison.from_comparison(comparison, pair.a, pair.b, pair.b_picked)
-    )
+    body = schemas.comparison_body(comparison, pair.a, pair.b, pair.b_picked)
+    return HttpResponse(orjson.dumps(body), content_type="application/json")
 
 
 # Cards the page shows whole by default (the differing nodes, in the aligned order); the rest

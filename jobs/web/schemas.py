@@ -18,7 +18,7 @@ from pydantic import BaseModel, ConfigDict, PlainSerializer, WithJsonSchema
 from jobs import models
 from jobs.contract.events import truncate_text
 from jobs.replay import compare
-from jobs.replay.failures import RunStatus, Segment
+from jobs.replay.failures import SEGMENT_BY_RESULT_TYPE, RunStatus, Segment
 from jobs.replay.state import completed_node_ids
 
 DEFAULT_PAGE_SIZE = 50
@@ -691,25 +691,6 @@ class NodeSide(Body):
     output_tokens: int
     cost: Usd | None
 
-    @classmethod
-    def from_side(cls, side: compare.NodeSide | None) -> "NodeSide | None":
-        if side is None:
-            return None
-        return cls.model_construct(
-            attempts=side.attempts,
-            final_attempt=side.final_attempt,
-            result_type=None if side.result_type == compare.RUNNING else side.result_type,
-            segment=side.segment,
-            reason=side.reason,
-            failure_code=side.failure_code,
-            error_type=side.error_type,
-            duration_ms=side.duration_ms,
-            models=list(side.models),
-            input_tokens=side.input_tokens,
-            output_tokens=side.output_tokens,
-            cost=side.cost,
-        )
-
 
 class KeyChange(Body):
     """A top-level key whose value differs: ``added`` in a only, ``removed`` in b only."""
@@ -721,19 +702,6 @@ class KeyChange(Body):
     b: str
     text_diff: list[str]
     """A unified diff from b to a of a long or multi-line value; empty for short ones."""
-
-    @classmethod
-    def rows(cls, changes: list[compare.KeyChange]) -> list["KeyChange"]:
-        return [
-            cls.model_construct(
-                key=row.key,
-                status=row.status.value,
-                a=row.a,
-                b=row.b,
-                text_diff=list(row.text_diff),
-            )
-            for row in changes
-        ]
 
 
 ChangeName = Literal["same", "changed", "new_failure", "fixed", "only_in_a", "only_in_b"]
@@ -763,25 +731,6 @@ class ComparedNode(Body):
     input_tokens_delta: int
     output_tokens_delta: int
     cost_delta: UsdDelta | None
-
-    @classmethod
-    def from_node(cls, node: compare.NodeComparison) -> "ComparedNode":
-        return cls.model_construct(
-            node_id=node.node_id,
-            change=node.change.value,
-            differences=[facet.value for facet in node.differences],
-            a=NodeSide.from_side(node.a),
-            b=NodeSide.from_side(node.b),
-            arguments=KeyChange.rows(node.arguments()),
-            expected_arguments=KeyChange.rows(node.expected_arguments()),
-            payload_results=KeyChange.rows(node.payload_results()),
-            definition=KeyChange.rows(node.definition()),
-            slower=node.slower,
-            duration_delta_ms=node.duration_delta_ms,
-            input_tokens_delta=node.input_tokens_delta,
-            output_tokens_delta=node.output_tokens_delta,
-            cost_delta=node.cost_delta,
-        )
 
 
 class Divergence(Body):
@@ -813,27 +762,92 @@ class Comparison(Body):
     totals: ComparisonTotals
     nodes: list[ComparedNode]
 
-    @classmethod
-    def from_comparison(
-        cls,
-        comparison: compare.Comparison,
-        a: models.Job,
-        b: models.Job,
-        b_picked: str | None,
-    ) -> "Comparison":
-        first = comparison.first_divergence
-        return cls(
-            a=ComparedRun.from_job(a),
-            b=ComparedRun.from_job(b),
-            b_picked=b_picked,
-            first_divergence=Divergence(node_id=first.node_id, kind=first.kind) if first else None,
-            totals=ComparisonTotals(
-                input_tokens_delta=comparison.input_tokens_delta,
-                output_tokens_delta=comparison.output_tokens_delta,
-                cost_delta=comparison.cost_delta,
-            ),
-            nodes=[ComparedNode.from_node(node) for node in comparison.nodes],
-        )
+
+def comparison_body(
+    comparison: compare.Comparison, a: models.Job, b: models.Job, b_picked: str | None
+) -> dict[str, Any]:
+    """The ``Comparison`` answer as plain JSON values, built without a model instance per node:
+    two runs of 10,000 nodes made 30,000 instances at ~25 µs each, most of the answer's time.
+    The keys are the models' (``test_openapi_document`` validates answers against the document
+    the models generate)."""
+    first = comparison.first_divergence
+    return {
+        "a": ComparedRun.from_job(a).model_dump(mode="json"),
+        "b": ComparedRun.from_job(b).model_dump(mode="json"),
+        "b_picked": b_picked,
+        "first_divergence": {"node_id": first.node_id, "kind": first.kind} if first else None,
+        "totals": {
+            "input_tokens_delta": comparison.input_tokens_delta,
+            "output_tokens_delta": comparison.output_tokens_delta,
+            "cost_delta": _usd(comparison.cost_delta),
+        },
+        "nodes": [_compared_node(node) for node in comparison.nodes],
+    }
+
+
+def _usd(amount: Decimal | None) -> str | None:
+    return None if amount is None else f"{amount:.8f}"
+
+
+# A node side's segment by its result type ("running": not finished), one lookup.
+_SEGMENTS = {
+    **{result.value: segment.value for result, segment in SEGMENT_BY_RESULT_TYPE.items()},
+    compare.RUNNING: Segment.RUNNING.value,
+}
+
+
+def _compared_node(node: compare.NodeComparison) -> dict[str, Any]:
+    """``ComparedNode`` as JSON values."""
+    return {
+        "node_id": node.node_id,
+        "change": node.change.value,
+        "differences": [facet.value for facet in node.differences],
+        "a": _node_side(node.a),
+        "b": _node_side(node.b),
+        "arguments": _key_changes(node.arguments()),
+        "expected_arguments": _key_changes(node.expected_arguments()),
+        "payload_results": _key_changes(node.payload_results()),
+        "definition": _key_changes(node.definition()),
+        "slower": node.slower,
+        "duration_delta_ms": node.duration_delta_ms,
+        "input_tokens_delta": node.input_tokens_delta,
+        "output_tokens_delta": node.output_tokens_delta,
+        "cost_delta": _usd(node.cost_delta),
+    }
+
+
+def _node_side(side: compare.NodeSide | None) -> dict[str, Any] | None:
+    """``NodeSide`` as JSON values."""
+    if side is None:
+        return None
+    return {
+        "attempts": side.attempts,
+        "final_attempt": side.final_attempt,
+        "result_type": None if side.result_type == compare.RUNNING else side.result_type,
+        "segment": _SEGMENTS.get(side.result_type, Segment.RUNNING.value),
+        "reason": side.reason,
+        "failure_code": side.failure_code,
+        "error_type": side.error_type,
+        "duration_ms": side.duration_ms,
+        "models": list(side.models),
+        "input_tokens": side.input_tokens,
+        "output_tokens": side.output_tokens,
+        "cost": _usd(side.cost),
+    }
+
+
+def _key_changes(rows: list[compare.KeyChange]) -> list[dict[str, Any]]:
+    """``KeyChange`` rows as JSON values."""
+    return [
+        {
+            "key": row.key,
+            "status": row.status.value,
+            "a": row.a,
+            "b": row.b,
+            "text_diff": list(row.text_diff),
+        }
+        for row in rows
+    ]
 
 
 # The bodies the document describes, in the order its components list them.

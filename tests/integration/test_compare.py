@@ -16,7 +16,7 @@ from jobs.management.demo import etl_run
 from jobs.models import Event, FailureGroup, IngestToken, Job, Step
 from jobs.replay import compare
 from jobs.web import compare as compare_view
-from jobs.web.schemas import Comparison
+from jobs.web.schemas import comparison_body
 from tests.factories import event, finished, started, store, user
 from tests.strategies import comparable_runs
 
@@ -265,7 +265,7 @@ def stored_comparison(a: str = "a", b: str = "b") -> str:
     runs = [compare_view.load_run(Job.objects.get(job_id=job_id)) for job_id in (a, b)]
     comparison = compare.compare(*runs)
     job_a, job_b = Job.objects.get(job_id=a), Job.objects.get(job_id=b)
-    answer = Comparison.from_comparison(comparison, job_a, job_b, None).model_dump(mode="json")
+    answer = comparison_body(comparison, job_a, job_b, None)
     return json.dumps(answer, sort_keys=True)
 
 
