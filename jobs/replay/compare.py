@@ -379,7 +379,7 @@ def aligned_order(order_a: Sequence[str], order_b: Sequence[str]) -> list[str]:
 def key_changes(
     a: Any, b: Any, *, include_same: bool = False, long_chars: int = LONG_VALUE_CHARS
 ) -> list[KeyChange]:
-    """Two objects key by key: ``a``'s keys in their order, then the keys only ``b`` has. A
+    """Two objects key by key, keys in sorted order. A
     value that is not an object compares whole, as the key "(value)"; None is "absent". Keys
     alike in both are left out unless ``include_same``. A changed value longer than
     ``long_chars`` as JSON, or spread over lines, carries a unified diff from ``b`` to ``a``."""
@@ -387,7 +387,9 @@ def key_changes(
         return []
     a_keys, b_keys = _as_object(a), _as_object(b)
     rows = []
-    for key in [*a_keys, *(k for k in b_keys if k not in a_keys)]:
+    # Sorted: a stored object's key order depends on how its row was written (PostgreSQL's
+    # jsonb orders keys its own way), and a comparison must not.
+    for key in sorted(a_keys.keys() | b_keys.keys()):
         if key not in b_keys:
             rows.append(KeyChange(key, KeyStatus.ADDED, _json(a_keys[key]), ""))
         elif key not in a_keys:

@@ -72,8 +72,8 @@ def test_the_api_names_the_first_divergence_and_every_node(engineer, etl):
     transform = nodes["transform"]
     assert transform["differences"] == ["arguments", "payload_results"]
     assert [(row["key"], row["status"], row["b"], row["a"]) for row in transform["arguments"]] == [
-        ("rules", "changed", '"v12"', '"v13"'),
         ("dedupe_on", "changed", '["id"]', '["id","day"]'),
+        ("rules", "changed", '"v12"', '"v13"'),
     ]
     assert [(r["key"], r["b"], r["a"]) for r in transform["payload_results"]] == [
         ("rows_written", "118500", "120000")

@@ -198,10 +198,10 @@ def test_key_changes_key_by_key():
         include_same=True,
     )
     assert [(row.key, row.status, row.a, row.b) for row in rows] == [
-        ("table", KeyStatus.SAME, '"orders"', '"orders"'),
-        ("rules", KeyStatus.CHANGED, '"v13"', '"v12"'),
         ("batch", KeyStatus.ADDED, "500", ""),
         ("mode", KeyStatus.REMOVED, "", '"upsert"'),
+        ("rules", KeyStatus.CHANGED, '"v13"', '"v12"'),
+        ("table", KeyStatus.SAME, '"orders"', '"orders"'),
     ]
     assert [row.key for row in compare.key_changes({"a": 1}, {"a": 1, "b": 2})] == ["b"]
 
