@@ -599,6 +599,9 @@ class Job(models.Model):
             models.Index(fields=["step_count", "id"], name="job_sort_steps"),
             models.Index(fields=["max_attempt", "id"], name="job_sort_attempts"),
             models.Index(fields=["failed_steps", "id"], name="job_sort_failures"),
+            # Compare's baseline (the latest earlier run of a workflow, completed first) and the
+            # list's workflow filter, newest first.
+            models.Index(fields=["workflow", "-started_at", "-id"], name="job_workflow_newest"),
         ]
 
     def __str__(self):

@@ -273,6 +273,7 @@ def _has_card(node: compare.NodeComparison) -> bool:
 
 def _page_context(request, comparison: compare.Comparison, pair: Pair, shown: int) -> dict:
     a, b = pair.a, pair.b
+    assert a is not None and b is not None  # resolve_pair answered 400 or 404 otherwise
     first = comparison.first_divergence
     anchors: dict[str, str] = {}
     cards: list[tuple[int, compare.NodeComparison]] = []
@@ -498,25 +499,13 @@ def _differences(comparison: compare.Comparison, href) -> list[dict]:
             "models",
             "Model changes",
             "b → a",
-            [
-                item(n, f"{', '.join(n.b.models) or 'none'} → {', '.join(n.a.models) or 'none'}")
-                for n in comparison.differing_in(Facet.MODEL)
-            ],
+            [item(n, _model_change(n)) for n in comparison.differing_in(Facet.MODEL)],
         ),
         (
             "slower",
             "Slower steps",
             "over twice as long and over a second more",
-            [
-                item(
-                    n,
-                    f"{format_duration_ms(n.b.duration_ms)} → {format_duration_ms(n.a.duration_ms)}"
-                    f" ({n.a.duration_ms / n.b.duration_ms:.1f}x)"
-                    if n.b.duration_ms
-                    else f"→ {format_duration_ms(n.a.duration_ms)}",
-                )
-                for n in comparison.slower
-            ],
+            [item(n, _slower_words(n)) for n in comparison.slower],
         ),
         (
             "tokens",
@@ -675,3 +664,24 @@ def _diff_css(line: str) -> str:
     if line.startswith("-"):
         return "diff-del"
     return ""
+
+
+def _sides(node: compare.NodeComparison) -> tuple[compare.NodeSide, compare.NodeSide]:
+    """Both runs' sides of a node that both ran (a changed model, a slower step)."""
+    assert node.a is not None and node.b is not None
+    return node.a, node.b
+
+
+def _model_change(node: compare.NodeComparison) -> str:
+    a, b = _sides(node)
+    return f"{', '.join(b.models) or 'none'} → {', '.join(a.models) or 'none'}"
+
+
+def _slower_words(node: compare.NodeComparison) -> str:
+    a, b = _sides(node)
+    if not b.duration_ms or a.duration_ms is None:
+        return f"→ {format_duration_ms(a.duration_ms)}"
+    return (
+        f"{format_duration_ms(b.duration_ms)} → {format_duration_ms(a.duration_ms)}"
+        f" ({a.duration_ms / b.duration_ms:.1f}x)"
+    )

@@ -668,7 +668,10 @@ class ComparedRun(Body):
     @classmethod
     def from_job(cls, job: models.Job) -> "ComparedRun":
         return cls(
-            job_id=job.job_id, status=job.status, workflow=job.workflow, started_at=job.started_at
+            job_id=job.job_id,
+            status=RunStatus(job.status),
+            workflow=job.workflow,
+            started_at=job.started_at,
         )
 
 
