@@ -676,6 +676,15 @@ class ReasonMatches(Func):
 
 
 class StepQuerySet(models.QuerySet):
+    def failed_attempt_first(self) -> "StepQuerySet":
+        """These steps, the latest failed attempt first (retryable or failed, not a stale
+        result), then the others latest first: an escalation names the attempt that failed,
+        not the later one that succeeded after it (a job that recovered)."""
+        failed = Q(segment__in=("retryable", "failed"), ignored_stale=False)
+        return self.annotate(
+            is_failed_attempt=Case(When(failed, then=Value(1)), default=Value(0))
+        ).order_by("-is_failed_attempt", "-attempt")
+
     def reason_matches(self, text: str) -> "StepQuerySet":
         """Steps whose reason matches ``text``: full-text search (GIN index) on PostgreSQL, a
         case-insensitive substring elsewhere."""

@@ -97,7 +97,7 @@ class EscalationFilterForm(forms.Form):
         required=False, max_length=150, help_text='"mine", "unassigned" or a username'
     )
     job = forms.CharField(required=False, max_length=200, label="Job id")
-    since = forms.ChoiceField(choices=SINCE_LABELS, required=False, label="Opened")
+    since = forms.ChoiceField(choices=SINCE_LABELS, required=False, label="Opened or reopened")
 
 
 def _support_users():
@@ -129,9 +129,11 @@ class EscalationRow:
 
 
 def _latest_attempt():
-    """The failing node's latest attempt number, from its Step rows."""
+    """The failing node's latest failed attempt number (else its latest), from its Step rows."""
     latest = Step.objects.filter(job=OuterRef("job"), node_id=OuterRef("node_id"))
-    return Subquery(latest.order_by("-attempt").values("attempt")[:1], output_field=IntegerField())
+    return Subquery(
+        latest.failed_attempt_first().values("attempt")[:1], output_field=IntegerField()
+    )
 
 
 def _with_row_data(escalations_qs):
@@ -325,7 +327,7 @@ def _detail_context(request, escalation: Escalation, *, error: str = "", note: s
     if job is not None and escalation.node_id:
         attempt = (
             Step.objects.filter(job=job, node_id=escalation.node_id)
-            .order_by("-attempt")
+            .failed_attempt_first()
             .values_list("attempt", flat=True)
             .first()
         )
@@ -339,6 +341,7 @@ def _detail_context(request, escalation: Escalation, *, error: str = "", note: s
     can_act = access.can_act_on_escalations(request.user)
     now = timezone.now()
     unresolved = escalation.status != Status.RESOLVED
+    entries = list(escalation.entries.all())
     return {
         "nav": "escalations",
         "escalation": escalation,
@@ -346,11 +349,13 @@ def _detail_context(request, escalation: Escalation, *, error: str = "", note: s
         "job_url": job_url,
         "step_url": step_url,
         "attempt": attempt,
+        # Opened is when it was first opened; a reopening is shown beside it, never over it.
+        "reopened": any(entry.action == "reopened" for entry in entries),
         "alert": alert_subject(escalation, now),
         "age": stalls.duration_label(now - escalation.triggered_at) if unresolved else "",
         "overdue": unresolved
         and now - escalation.triggered_at > settings.TRACEVIZ_ESCALATION_AGE_TARGET,
-        "entries": list(escalation.entries.all()),
+        "entries": entries,
         "notifications": list(escalation.notifications.order_by("created_at", "pk")),
         "retry_due": retry_due,
         "can_act": can_act,

@@ -101,6 +101,23 @@ def test_queue_row_links_job_and_failing_step_at_its_latest_attempt(support, cli
     assert row.attempts == 2
 
 
+def test_escalation_of_a_job_that_recovered_names_the_failed_attempt(support, client):
+    escalation = open_escalation()
+    factories.store(
+        [
+            started("n1", "j1", 3, attempt=2),
+            finished("n1", "success", "j1", 4, attempt=2),
+            event("job_finished", "j1", 5, status="completed"),
+        ]
+    )
+    (row,) = client.get("/escalations/").context["rows"]
+    assert row.attempts == 1
+    assert 'href="/jobs/j1/?step=n1:1"' in client.get("/escalations/").content.decode()
+    detail = client.get(f"/escalations/{escalation.pk}/")
+    assert detail.context["attempt"] == 1
+    assert "n1 · attempt 1" in detail.content.decode()
+
+
 def test_queue_highlights_escalations_open_past_the_age_target(support, client, settings):
     settings.TRACEVIZ_ESCALATION_AGE_TARGET = timedelta(hours=4)
     old = open_escalation("j-old")
@@ -309,6 +326,29 @@ def test_resolve_with_a_note_then_reopen_writes_audit_entries(support, client):
         ("resolved", "sam", "resolved", "re-authed"),
         ("reopened", "sam", "open", "came back"),
     ]
+
+
+def test_reopening_keeps_the_original_opened_time_and_shows_the_reopening(support, client):
+    escalation = open_escalation()
+    first_opened = timezone.now() - timedelta(days=2)
+    Escalation.objects.filter(pk=escalation.pk).update(
+        created_at=first_opened, opened_at=first_opened
+    )
+    client.post(f"/escalations/{escalation.pk}/resolve/", {"note": "re-authed"})
+    client.post(f"/escalations/{escalation.pk}/reopen/", {"note": "came back"})
+    escalation.refresh_from_db()
+    assert escalation.created_at == first_opened
+    assert escalation.opened_at > first_opened
+    body = client.get(f"/escalations/{escalation.pk}/").content.decode()
+    opened = body.split("<dt>Opened</dt>")[1].split("</dd>")[0]
+    assert first_opened.strftime("%Y-%m-%d %H:%M:%S") in opened
+    reopened = body.split("<dt>Reopened</dt>")[1].split("</dd>")[0]
+    assert escalation.opened_at.strftime("%Y-%m-%d %H:%M:%S") in reopened
+
+
+def test_an_escalation_never_reopened_shows_no_reopened_time(support, client):
+    escalation = open_escalation()
+    assert "<dt>Reopened</dt>" not in client.get(f"/escalations/{escalation.pk}/").content.decode()
 
 
 def test_acknowledging_a_resolved_escalation_is_an_error(support, client):
