@@ -157,6 +157,8 @@ ATTENTION_STATUSES = frozenset(
         RunStatus.PAUSED_RECONCILIATION,
     }
 )
+# The failed family: "failed" in the jobs list's and the API's status filter means all of them.
+FAILED_FAMILY = (RunStatus.FAILED, RunStatus.FAILED_LOGIC, RunStatus.FAILED_INTERNAL)
 # Statuses in which a job still expects events: silence beyond TRACEVIZ_STALL_AFTER is a stall.
 STALLABLE_STATUSES = frozenset(
     {RunStatus.RUNNING, RunStatus.CANCELLING, RunStatus.PAUSED_TRANSIENT}

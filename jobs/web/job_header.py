@@ -7,6 +7,7 @@ import json
 from django.urls import reverse
 from django.utils.http import urlencode
 
+from jobs.models import Job
 from jobs.replay.failures import STALLABLE_STATUSES
 from jobs.web.filters import MAX_META_CHARS
 
@@ -86,6 +87,18 @@ def _metadata_item(key: str, value) -> dict:
     }
 
 
+def finish_words(job: Job) -> dict[str, str]:
+    """What the header says beside Finished and Duration. A job with a finish time: nothing
+    more. One that still expects events: "not finished", its duration "so far". One whose
+    status is final without a ``job_finished`` (a failure replay decided): no finish was
+    reported, and its duration runs to its last event."""
+    if job.finished_at is not None:
+        return {"finished_note": "", "duration_note": ""}
+    if job.status in STALLABLE_STATUSES or job.status.startswith("paused"):
+        return {"finished_note": "not finished", "duration_note": "so far"}
+    return {"finished_note": "no job_finished received", "duration_note": "to its last event"}
+
+
 def planner_attempts(events) -> list[dict]:
     """The planner's invalid outputs (``graph.next_step.parse_invalid``) among ``events`` (the
     job's Event rows), as stored: their raw output preview was redacted and truncated on
@@ -104,11 +117,26 @@ def planner_attempts(events) -> list[dict]:
                 str(payload.get(name) or "?") for name in ("provider", "model")
             ),
             "parse_error_type": payload.get("parse_error_type", ""),
-            "validation_errors": [str(e) for e in as_list(payload.get("validation_errors"))],
+            "validation_errors": [
+                validation_error_text(e) for e in as_list(payload.get("validation_errors"))
+            ],
             "raw_output_preview": str(payload.get("raw_output_preview") or ""),
         }
         for ts, payload in rows
     ]
+
+
+def validation_error_text(error) -> str:
+    """One of a planner event's validation errors in words: a string as sent; a Pydantic-style
+    object as "where: message" (``loc`` joined with dots, then ``msg``); any other value as
+    compact JSON, never a Python repr."""
+    if isinstance(error, str):
+        return error
+    if isinstance(error, dict) and isinstance(error.get("msg"), str):
+        loc = error.get("loc")
+        where = ".".join(str(part) for part in loc) if isinstance(loc, list) else str(loc or "")
+        return f"{where}: {error['msg']}" if where else error["msg"]
+    return json.dumps(error, ensure_ascii=False, separators=(", ", ": "))
 
 
 def as_list(value) -> list:

@@ -271,7 +271,7 @@ def _panel_context(
         "canonical_code": failures.canonical_failure_code(code) if code else "",
         "error_run_status": failures.run_status_for_error_type(error_type) if error_type else "",
         "error_classified": failures.is_classified_error_type(error_type),
-        "duration": narrative.format_duration_ms(step.duration_ms),
+        "duration": narrative.format_duration_ms(timeline.step_duration_ms(step)),
         "payload_json": span_panel.pretty(step.payload_results),
         "argument_rows": timeline.argument_diff(
             context.get("expected_arguments"), context.get("actual_arguments")
@@ -637,6 +637,7 @@ def job_detail(request, job_id: str):
         "job_duration": narrative.format_duration_ms(
             (end - job.started_at).total_seconds() * 1000 if end and job.started_at else None
         ),
+        **job_header.finish_words(job),
         "stalled": job.is_stalled,
         "previous_run": next((j for j in related if j.job_id == job.retry_of), None),
         "next_runs": [j for j in related if j.retry_of == job.job_id],

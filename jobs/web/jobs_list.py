@@ -136,10 +136,12 @@ def _job_failure(job: Job) -> str:
     if isinstance(planner, dict) and planner:
         who = "/".join(str(p) for p in (planner.get("provider"), planner.get("model")) if p)
         attempts = planner.get("attempts")
-        return (
-            f"planner: {planner.get('reason') or 'degraded'}"
-            + (f" after {attempts} attempts" if attempts else "")
-            + (f" ({who})" if who else "")
+        # The attempts are a fact beside the reason, never worded into it: a producer's reason
+        # may already say them ("after 2 attempts").
+        facts = [f"{attempts} attempt{'s' if attempts != 1 else ''}"] if attempts else []
+        facts += [who] if who else []
+        return f"planner: {planner.get('reason') or 'degraded'}" + (
+            f" ({', '.join(facts)})" if facts else ""
         )
     if job.status.startswith("failed") and (job.finish_code or job.finish_reason):
         text = ": ".join(part for part in (job.finish_code, job.finish_reason) if part)

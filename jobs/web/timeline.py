@@ -202,9 +202,19 @@ def waterfall(
     return Waterfall(rows=rows, start=t0, end=t1, node_count=len(places))
 
 
+def step_duration_ms(step) -> float | None:
+    """The attempt's duration: as the producer reported it, else from its start to its finish
+    when both are known (a span's, or events that carry no ``duration_ms``); None otherwise."""
+    if step.duration_ms is not None:
+        return step.duration_ms
+    if step.started_at and step.finished_at:
+        return (step.finished_at - step.started_at).total_seconds() * 1000
+    return None
+
+
 def _bar_label(step) -> str:
     word = "ignored (stale) " + step.segment if step.ignored_stale else step.segment
-    duration = format_duration_ms(step.duration_ms)
+    duration = format_duration_ms(step_duration_ms(step))
     return f"attempt {step.attempt}: {word}" + (f", {duration}" if duration else "")
 
 

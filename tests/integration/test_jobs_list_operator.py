@@ -147,7 +147,7 @@ def test_first_failure_names_a_planner_failure(operator):
         ]
     )
     row = operator.get("/").context["rows"][0]
-    assert row.job_failure == "planner: next_step_parse_failed after 2 attempts (acme/m1)"
+    assert row.job_failure == "planner: next_step_parse_failed (2 attempts, acme/m1)"
 
 
 def test_first_failure_names_a_job_level_failure(operator):

@@ -441,7 +441,8 @@ def test_deep_link_renders_that_steps_panel(operator, release_42):
     assert "404 bucket\nnot found" in body  # line breaks kept (CSS pre-wrap)
     assert "retried by <strong>reducer</strong>" not in body
     assert "not retried: terminal, the reducer settles the job&#x27;s state" in body
-    assert response.context["duration"] == ""  # attempt 2 sent no duration_ms
+    # Attempt 2 sent no duration_ms: its duration runs from its start to its finish.
+    assert response.context["duration"] == "1.0 s"
     assert response.context["job_duration"] == "7.0 s"
     assert "PermanentError</code> → " in body
 

@@ -13,13 +13,24 @@ DEMO_PASSWORD = "traceviz-demo"
 DEMO_TOKEN_NAME = "demo"
 
 
-def login_url(host: str, port: int) -> str:
-    """The login page on ``host``:``port``; a wildcard address is reached on the loopback."""
+def base_url(host: str, port: int) -> str:
+    """The server on ``host``:``port``; a wildcard address is reached on the loopback."""
     if host in ("", "0.0.0.0", "::"):
         host = "127.0.0.1"
     if ":" in host:
         host = f"[{host}]"
-    return f"http://{host}:{port}/accounts/login/"
+    return f"http://{host}:{port}"
+
+
+def login_url(host: str, port: int) -> str:
+    return f"{base_url(host, port)}/accounts/login/"
+
+
+# The README's first event, sent to a job id no demo stream uses: it starts a job of its own.
+FIRST_EVENT = (
+    '{"type": "node_finished", "job_id": "my-first-job", "payload": {"node_id": "upload", '
+    '"result_type": "retryable_failure", "reason": "network timeout"}}'
+)
 
 
 class Command(BaseCommand):
@@ -56,7 +67,10 @@ class Command(BaseCommand):
             f"Demo data: {len(streams)} jobs ({stored} new events).\n"
             f"Log in at {login_url(host, port)} as admin, operator, support or "
             f"engineer with password {DEMO_PASSWORD!r}.\n"
-            f"Demo ingest token (shown once):\n{raw}"
+            f"Demo ingest token (shown once):\n{raw}\n"
+            f"Send a first event:\n"
+            f"curl -sS {base_url(host, port)}/api/v1/events -H 'Authorization: Bearer {raw}' "
+            f"-H 'Content-Type: application/json' -d '{FIRST_EVENT}'"
         )
 
     def _user(self, username: str, groups: list[str], staff: bool = False) -> None:
