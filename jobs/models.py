@@ -10,31 +10,44 @@ import hashlib
 import hmac
 import json
 import logging
+import re
 import secrets
 from collections.abc import Callable, Iterable
-from datetime import UTC, date, datetime
+from datetime import UTC, date, datetime, timedelta
 from typing import Any, Final, TypeVar
 
 import orjson
 from django.conf import settings
 from django.db import NotSupportedError, connection, connections, models, transaction
-from django.db.models import BooleanField, Case, F, Func, IntegerField, Q, Value, When
+from django.db.models import (
+    Case,
+    Exists,
+    F,
+    Func,
+    IntegerField,
+    OuterRef,
+    Q,
+    Value,
+    When,
+)
 from django.db.models.fields.json import KT
 from django.db.models.functions import Coalesce, Collate, Trunc, Upper
 from django.db.models.lookups import Exact, In
 from django.utils import timezone
 
 from jobs.contract.events import OTHER_TYPE_RANK, TYPE_RANK
-from jobs.replay.failures import STALLABLE_STATUSES, RunStatus
+from jobs.replay.failures import (
+    ATTENTION_STATUSES,
+    FAILED_FAMILY,
+    STALLABLE_STATUSES,
+    RunStatus,
+)
 
 TOKEN_PREFIX_CHARS = 8
 # Integers past 64 bits have 19 digits or more: with every digit made "0", such a run of digits
 # is LONG_DIGITS.
 DIGITS_AS_ZERO = bytes.maketrans(b"123456789", b"000000000")
 LONG_DIGITS = b"0" * 19
-# The configuration of the GIN index migration 0007 creates on jobs_step.reason: the reason
-# search must use the same expression for PostgreSQL to use the index.
-SEARCH_CONFIG = "simple"
 PARSE_INVALID = "graph.next_step.parse_invalid"
 DEGRADED = "graph.next_step.degraded"
 # What the planner panels and alerts count (DESIGN.md section 4), when it carries provider and
@@ -421,6 +434,41 @@ class JSONKeyText(Func):
         return sql, (*params, self.key)
 
 
+# The jobs list's "no provider" / "no model" value (the dashboard's label for an empty one).
+NO_VALUE = "(none)"
+# Started within the last ... (the dashboard's presets); combines with since/until.
+STARTED_WITHIN = {"1h": timedelta(hours=1), "24h": timedelta(hours=24), "7d": timedelta(days=7)}
+
+
+def statuses_of(selected: list[str]) -> list[str]:
+    """The run statuses a status selection means: "failed" is the failed family unless a
+    specific failed:* status is selected beside it."""
+    chosen = set(selected)
+    if RunStatus.FAILED in chosen and not chosen & set(FAILED_FAMILY[1:]):
+        chosen.update(FAILED_FAMILY)
+    return sorted(chosen)
+
+
+def list_scope(filters: dict) -> str:
+    """Which jobs the list starts from: "lookup" (any status), "status" (the chosen ones),
+    "attention" (the default: failed and paused) or "all"."""
+    if filters.get("q"):
+        return "lookup"
+    if filters.get("status"):
+        return "status"
+    flags = ("retrying", "waiting", "stalled")
+    if filters.get("show") != "all" and not any(filters.get(flag) for flag in flags):
+        return "attention"
+    return "all"
+
+
+def has_step(steps: "models.QuerySet") -> Exists:
+    """The job has one of these steps. A job's steps live in its day's partition
+    (``Job.partition_day``), so matching the day too lets PostgreSQL probe that one partition
+    per job, newest first, instead of every day's."""
+    return Exists(steps.filter(job_id=OuterRef("pk"), partition_day=OuterRef("partition_day")))
+
+
 class JobQuerySet(models.QuerySet):
     def stalled(self, now: datetime | None = None) -> "JobQuerySet":
         return self.filter(stalled_condition(now or timezone.now()))
@@ -490,6 +538,70 @@ class JobQuerySet(models.QuerySet):
         with transaction.atomic(using=self.db), database.cursor() as cursor:
             cursor.execute("SET LOCAL max_parallel_workers_per_gather = 0")
             return capped.count()
+
+    def matching(self, filters: dict, now: datetime | None = None) -> "JobQuerySet":
+        """These jobs matching the jobs list's filters (cleaned, as ``JobFilterForm`` gives
+        them), newest first; the HTML list and ``GET /api/v1/jobs`` both ask this, so a filter
+        means the same on both (docs/api.md). Every filter combines with the others (AND)."""
+        jobs = self.order_by("-started_at", "-id")
+        starting = list_scope(filters)
+        if starting == "lookup":
+            q = filters["q"]
+            # A lookup finds the job whatever its status; a job id also matches by its start.
+            jobs = jobs.filter(Q(job_id__startswith=q) | Q(correlation_id=q) | Q(session_id=q))
+        elif starting == "status":
+            jobs = jobs.filter(status__in=statuses_of(filters["status"]))
+        elif starting == "attention":
+            jobs = jobs.filter(status__in=sorted(ATTENTION_STATUSES))
+        if filters.get("segment") == "retryable":
+            jobs = jobs.filter(has_retryable=True)
+        elif filters.get("segment") == "failed":
+            jobs = jobs.filter(has_failed=True)
+        if filters.get("failure_code"):
+            jobs = jobs.filter(has_step(Step.objects.filter(failure_code=filters["failure_code"])))
+        if filters.get("error_type"):
+            jobs = jobs.filter(has_step(Step.objects.filter(error_type=filters["error_type"])))
+        if filters.get("root_error_type"):
+            jobs = jobs.filter(error_type=filters["root_error_type"])
+        for name in ("provider", "model"):
+            if filters.get(name) == NO_VALUE:
+                jobs = jobs.filter(**{name: ""})
+            elif filters.get(name):
+                # Every provider/model the job used, and the one each failure failed on.
+                used = JobProvider.objects.filter(
+                    job=OuterRef("pk"), **{f"{name}__iexact": filters[name]}
+                )
+                jobs = jobs.filter(Q(**{f"{name}__iexact": filters[name]}) | Exists(used))
+        if filters.get("workflow"):
+            jobs = jobs.filter(workflow=filters["workflow"])
+        if filters.get("range") in STARTED_WITHIN:
+            jobs = jobs.filter(
+                started_at__gte=(now or timezone.now()) - STARTED_WITHIN[filters["range"]]
+            )
+        if filters.get("since"):
+            jobs = jobs.filter(started_at__gte=filters["since"])
+        if filters.get("until"):
+            jobs = jobs.filter(started_at__lt=filters["until"])
+        if filters.get("retrying"):
+            # Retrying now: an attempt after the first is running.
+            jobs = jobs.filter(has_step(Step.objects.filter(segment="running", attempt__gt=1)))
+        if filters.get("waiting"):
+            jobs = jobs.filter(status=RunStatus.PAUSED_TRANSIENT)
+        if filters.get("stalled"):
+            jobs = jobs.stalled(now)
+        if filters.get("has_findings"):
+            jobs = jobs.exclude(findings=[])
+        if filters.get("min_attempts"):
+            jobs = jobs.filter(max_attempt__gte=filters["min_attempts"])
+        if filters.get("reason"):
+            found = Failure.objects.reason_matches(filters["reason"]).filter(job=OuterRef("pk"))
+            jobs = jobs.filter(Exists(found))
+        for key, value in filters.get("meta") or []:
+            jobs = jobs.with_metadata(key, value)
+        if filters.get("group"):
+            in_group = FailureGroupJob.objects.filter(group__fingerprint=filters["group"])
+            jobs = jobs.filter(id__in=in_group.values("job_id"))
+        return jobs
 
     def delete_with_steps(self) -> int:
         """Delete these jobs, their steps (which do not cascade, see ``Step.job``) and what
@@ -655,26 +767,6 @@ class JobAlias(models.Model):
         return f"{self.alias} -> {self.job_id}"
 
 
-class ReasonMatches(Func):
-    """``to_tsvector(config, reason) @@ websearch_to_tsquery(config, query)``: served by the
-    GIN index on the same expression, of the steps that have a reason (migration 0026;
-    PostgreSQL only)."""
-
-    output_field = BooleanField()
-    template = (
-        f"to_tsvector('{SEARCH_CONFIG}'::regconfig, %(expressions)s) @@ "
-        f"websearch_to_tsquery('{SEARCH_CONFIG}'::regconfig, %(query)s)"
-    )
-
-    def __init__(self, field: str, query: str):
-        super().__init__(F(field))
-        self.query = query
-
-    def as_sql(self, compiler, connection, **extra_context):
-        sql, params = super().as_sql(compiler, connection, query="%s", **extra_context)
-        return sql, (*params, self.query)
-
-
 class StepQuerySet(models.QuerySet):
     def failed_attempt_first(self) -> "StepQuerySet":
         """These steps, the latest failed attempt first (retryable or failed, not a stale
@@ -684,14 +776,6 @@ class StepQuerySet(models.QuerySet):
         return self.annotate(
             is_failed_attempt=Case(When(failed, then=Value(1)), default=Value(0))
         ).order_by("-is_failed_attempt", "-attempt")
-
-    def reason_matches(self, text: str) -> "StepQuerySet":
-        """Steps whose reason matches ``text``: full-text search (GIN index) on PostgreSQL, a
-        case-insensitive substring elsewhere."""
-        if connection.vendor == "postgresql":
-            # An empty reason matches no query; saying so lets the planner use the index.
-            return self.filter(ReasonMatches("reason", text)).exclude(reason="")
-        return self.filter(reason__icontains=text)
 
 
 class Step(models.Model):
@@ -925,6 +1009,119 @@ class FailureGroupDay(FailureGroupCount):
 
     def __str__(self):
         return f"{self.group_id} {self.day:%Y-%m-%d}"
+
+
+def search_words(text: str) -> list[str]:
+    """The words of ``text`` as reason search compares them: runs of letters, digits and
+    underscores, lowercased (Python's rules, so both databases compare the same text)."""
+    return re.findall(r"\w+", (text or "").lower())
+
+
+def search_text(reason: str) -> str:
+    """What ``Failure.search_text`` holds: the reason's words, each after one space, so a word
+    prefix is a plain substring ``" " + prefix`` on every database."""
+    return "".join(" " + word for word in search_words(reason))
+
+
+class FailureQuerySet(models.QuerySet):
+    def reason_matches(self, query: str) -> "FailureQuerySet":
+        """Failures whose reason has, for every word of ``query``, a word beginning with it
+        (words ANDed, prefix match, case-insensitive), the same on SQLite and PostgreSQL: "time"
+        finds "Timeout", "bucket not found" finds "Bucket not found: x". A query without words
+        matches nothing."""
+        words = search_words(query)
+        if not words:
+            return self.none()
+        condition = Q()
+        for word in words:
+            condition &= Q(search_text__contains=" " + word)
+        return self.filter(condition)
+
+    def ended_their_job(self) -> "FailureQuerySet":
+        """Failures that were not retried successfully nor handled, in jobs that ended failed."""
+        return self.filter(
+            recovered=False, handled=False, job__status__in=[s.value for s in FAILED_FAMILY]
+        )
+
+
+class Failure(models.Model):
+    """One failure of a job (the record every view reads): a failed step attempt, a job-level
+    failure (``job_finished`` failed with a reason) or the planner's degradation. Each has a
+    reason, the provider/model that failed and a failure group. Written by projection with the
+    job's other rows (jobs.ingest.failure_records); a full replay rewrites a job's whole."""
+
+    class Kind(models.TextChoices):
+        STEP = "step"
+        JOB = "job"
+        PLANNER = "planner"
+
+    job = models.ForeignKey(Job, on_delete=models.CASCADE, related_name="failures")
+    kind = models.CharField(max_length=16, choices=Kind.choices)
+    node_id = models.CharField(max_length=200, blank=True)  # "" for a job or planner failure
+    attempt = models.IntegerField(default=0)  # 0 for a job or planner failure
+    reason = models.TextField(blank=True)
+    search_text = models.TextField(blank=True)
+    failure_code = models.CharField(max_length=200, blank=True)
+    error_type = models.CharField(max_length=200, blank=True)
+    provider = models.CharField(max_length=200, blank=True)
+    model = models.CharField(max_length=200, blank=True)
+    # No database constraint, as for Step.failure_group: groups are never deleted.
+    group = models.ForeignKey(
+        FailureGroup,
+        null=True,
+        blank=True,
+        on_delete=models.DO_NOTHING,
+        db_constraint=False,
+        related_name="failures",
+    )
+    at = models.DateTimeField(null=True, blank=True)  # event time: its finish, else its start
+    # A later attempt of the node succeeded; the caller handled it (continue_on_error, a span
+    # whose parent ended well): neither ended the job.
+    recovered = models.BooleanField(default=False)
+    handled = models.BooleanField(default=False)
+
+    objects = FailureQuerySet.as_manager()
+
+    class Meta:
+        constraints = [
+            # Projection's key; its index also serves "a job's failures".
+            models.UniqueConstraint(
+                fields=["job", "kind", "node_id", "attempt"], name="failure_identity"
+            ),
+        ]
+        indexes = [
+            # Jobs list: the provider filter counts a failure against the provider that failed
+            # (iexact compares UPPER() of both sides on PostgreSQL).
+            models.Index(Upper("provider"), F("job"), name="failure_provider"),
+            # A failure group's page: its failures, newest first.
+            models.Index(fields=["group", "-at"], name="failure_group_newest"),
+        ]
+
+    def __str__(self):
+        return f"{self.kind} {self.job_id} {self.node_id}:{self.attempt}"
+
+
+class JobProvider(models.Model):
+    """A provider/model a job used: its ``job_started``'s, its planner events', its LLM
+    calls'. The jobs list's provider and model filters read these (a job is every provider it
+    used); projection rewrites a job's rows when the set changes."""
+
+    job = models.ForeignKey(Job, on_delete=models.CASCADE, related_name="providers")
+    provider = models.CharField(max_length=200, blank=True)
+    model = models.CharField(max_length=200, blank=True)
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(fields=["job", "provider", "model"], name="job_provider"),
+        ]
+        indexes = [
+            # Jobs list: provider / model filters, ignoring case.
+            models.Index(Upper("provider"), F("job"), name="job_provider_upper"),
+            models.Index(Upper("model"), F("job"), name="job_provider_model_upper"),
+        ]
+
+    def __str__(self):
+        return f"{self.job_id} {self.provider}/{self.model}"
 
 
 class Call(models.Model):

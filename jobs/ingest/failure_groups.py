@@ -22,6 +22,7 @@ from django.db import transaction
 
 from jobs.ingest import database
 from jobs.models import (
+    Failure,
     FailureGroup,
     FailureGroupDay,
     FailureGroupHour,
@@ -98,6 +99,43 @@ def assign_groups(
             FailureGroup.objects.filter(fingerprint__in=missing).values_list("fingerprint", "id")
         )
     return {key: ids[fingerprint] for key, fingerprint in keys.items()}
+
+
+def ensure_groups(wanted: dict[str, tuple[Signature, int, str, datetime | None]]) -> dict[str, int]:
+    """The group id of each of these fingerprints, creating the groups that do not exist yet
+    from their (signature, example job pk, example, seen at)."""
+    if not wanted:
+        return {}
+    ids = dict(
+        FailureGroup.objects.filter(fingerprint__in=list(wanted)).values_list("fingerprint", "id")
+    )
+    missing = sorted(set(wanted) - ids.keys())
+    if missing:
+        FailureGroup.objects.bulk_create(
+            [_group(fingerprint, *wanted[fingerprint]) for fingerprint in missing],
+            ignore_conflicts=True,
+        )
+        ids.update(
+            FailureGroup.objects.filter(fingerprint__in=missing).values_list("fingerprint", "id")
+        )
+    return ids
+
+
+def _group(
+    fingerprint: str, found: Signature, job_pk: int, example: str, at: datetime | None
+) -> FailureGroup:
+    return FailureGroup(
+        fingerprint=fingerprint,
+        workflow=found.workflow,
+        node_id=found.node_id,
+        failure_code=found.failure_code,
+        error_type=found.error_type,
+        reason=found.reason,
+        example_job_id=job_pk,
+        example_step=example,
+        first_seen=at,
+        last_seen=at,
+    )
 
 
 def _new_group(fingerprint: str, found: Signature, job_pk: int, step: StepState) -> FailureGroup:
@@ -282,6 +320,10 @@ def differences() -> list[str]:
     )
     for job_pk, group_id, started_at, finished_at in rows:
         cells[(group_id, job_pk, hour_key(seen_at(started_at, finished_at)))] += 1
+    # Job and planner failures have no Step row: their Failure row is what they count by.
+    others = Failure.objects.exclude(kind=Failure.Kind.STEP).filter(group__isnull=False)
+    for job_pk, group_id, at in others.values_list("job_id", "group_id", "at"):
+        cells[(group_id, job_pk, hour_key(at))] += 1
     jobs = {
         pk: (provider, model)
         for pk, provider, model in Job.objects.values_list("pk", "provider", "model")

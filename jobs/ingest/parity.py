@@ -13,9 +13,9 @@ from dataclasses import dataclass
 
 from django.core.serializers.json import DjangoJSONEncoder
 
-from jobs.ingest import projection
+from jobs.ingest import failure_records, projection
 from jobs.models import Event as EventRow
-from jobs.models import FailureGroupJob, Job
+from jobs.models import Failure, FailureGroupJob, Job, search_text
 from jobs.replay import rules, signatures, walk
 from jobs.replay.state import JobState
 
@@ -83,12 +83,72 @@ def differences(job_id: str) -> list[Difference]:
                 found.append(Difference(job_id, where, name, getattr(row, name), value))
         found.extend(_group_difference(job, where, row, replayed_steps[key], state))
     found.extend(_group_job_differences(job, stored_steps.values()))
+    found.extend(_failure_differences(job, state))
     found.extend(_call_differences(job, state))
     # All of a job's rows share its partition day (the unique keys rely on it).
     days = set(EventRow.objects.filter(job_id=job_id).values_list("partition_day", flat=True))
     if days != {job.partition_day}:
         found.append(Difference(job_id, "events", "partition_day", sorted(days), job.partition_day))
     found.extend(_escalation_differences(job, state))
+    return found
+
+
+FAILURE_FIELDS = (
+    "reason",
+    "search_text",
+    "failure_code",
+    "error_type",
+    "provider",
+    "model",
+    "at",
+    "recovered",
+    "handled",
+)
+
+
+def _failure_differences(job: Job, state: JobState) -> list[Difference]:
+    """The job's Failure rows are its replayed failures: every grouped step, its job-level and
+    planner failures, each with its group (by signature)."""
+    step_groups = {
+        (job.pk, s.node_id, s.attempt): s.failure_group_id
+        for s in job.steps.exclude(failure_group=None).only("node_id", "attempt", "failure_group")
+    }
+    replayed = {
+        (row.kind, row.node_id, row.attempt): row
+        for row in failure_records.step_rows(job.pk, state, None, step_groups)
+    }
+    fingerprints = dict(job.failures.values_list("group_id", "group__fingerprint"))
+    for failure in failure_records.job_failures(state):
+        replayed[(failure.kind, "", 0)] = failure
+    stored = {(row.kind, row.node_id, row.attempt): row for row in job.failures.all()}
+    found = []
+    for key in sorted(stored.keys() | replayed.keys()):
+        where = f"failure {key[0]} {key[1]}:{key[2]}"
+        if key not in stored or key not in replayed:
+            found.append(Difference(job.job_id, where, "(row)", key in stored, key in replayed))
+            continue
+        row, want = stored[key], replayed[key]
+        for name in FAILURE_FIELDS:
+            value = getattr(want, name, None)
+            if name == "search_text":
+                value = search_text(want.reason)
+            if name in ("recovered", "handled") and value is None:
+                value = False
+            if not _same(getattr(row, name), value):
+                found.append(Difference(job.job_id, where, name, getattr(row, name), value))
+        signature = getattr(want, "signature", None)
+        if signature is not None and fingerprints.get(row.group_id) != signature.fingerprint:
+            found.append(
+                Difference(
+                    job.job_id,
+                    where,
+                    "group",
+                    fingerprints.get(row.group_id),
+                    signature.fingerprint,
+                )
+            )
+        elif signature is None and row.group_id != want.group_id:
+            found.append(Difference(job.job_id, where, "group", row.group_id, want.group_id))
     return found
 
 
@@ -129,6 +189,10 @@ def _group_job_differences(job: Job, rows) -> list[Difference]:
         if row.failure_group_id is not None:
             count = expected.get(row.failure_group_id, (0,))[0]
             expected[row.failure_group_id] = (count + 1, job.provider, job.model)
+    # Job and planner failures count in their groups through their Failure rows.
+    for group_id in job.failures.exclude(kind=Failure.Kind.STEP).values_list("group_id", flat=True):
+        count = expected.get(group_id, (0,))[0]
+        expected[group_id] = (count + 1, job.provider, job.model)
     stored = {
         group_id: (count, provider, model)
         for group_id, count, provider, model in FailureGroupJob.objects.filter(job=job).values_list(

@@ -25,7 +25,7 @@ from django.utils import timezone
 
 from jobs.contract.events import Event
 from jobs.escalations import actions, repair_budget
-from jobs.ingest import counters, database, failure_groups, trace_growth
+from jobs.ingest import counters, database, failure_groups, failure_records, trace_growth
 from jobs.models import PLANNER_EVENT_TYPES, Call, DashboardDirtyHour, Escalation, Job, Step
 from jobs.models import Event as EventRow
 from jobs.replay import strip as strip_cells
@@ -173,7 +173,20 @@ def project_jobs(
     # One upsert writes new and known jobs alike; a known job keeps its id (escalations
     # point at it).
     ids = database.upsert_rows(Job, rows, unique=("job_id",))
-    contributions, attributes, relabeled, earlier = _write_steps(projected, existing, ids, days)
+    contributions, attributes, relabeled, earlier, step_groups = _write_steps(
+        projected, existing, ids, days
+    )
+    job_of = {ids[(job_id,)]: job_id for job_id in projected}
+    for job_pk in failure_records.write(projected, existing, ids, step_groups, contributions):
+        attributes[job_pk] = _provider_model_of(projected[job_of[job_pk]])
+    failure_records.write_providers(
+        projected,
+        ids,
+        {
+            job_id: events_by_job.get(job_id, []) if p.path == FULL else new_events.get(job_id, [])
+            for job_id, p in projected.items()
+        },
+    )
     counters.record_span_steps(_new_span_steps(projected, earlier, new_events))
     _write_calls(projected, existing, ids)
     _apply_escalations(projected, rows, ids)
@@ -389,12 +402,19 @@ def _write_steps(
     existing: dict[str, dict],
     ids: dict[tuple, int],
     days: dict[str, date],
-) -> tuple[failure_groups.Contributions, dict[int, tuple[str, str]], set[int], dict[str, set[str]]]:
+) -> tuple[
+    failure_groups.Contributions,
+    dict[int, tuple[str, str]],
+    set[int],
+    dict[str, set[str]],
+    dict[tuple[int, str, int], int],
+]:
     """A full replay's steps replace the job's whole; an incremental fold's changed steps are
     upserted by (job, node, attempt). Either way the failure groups lose the replaced rows'
     failures and gain the written ones': returns those contributions, the (provider, model) of
     the jobs they concern and the jobs whose provider or model changed, for
-    ``failure_groups.apply``; and by fully replayed job, the span ids of its replaced steps."""
+    ``failure_groups.apply``; by fully replayed job, the span ids of its replaced steps; and
+    each grouped step's group id by (job pk, node, attempt)."""
     written = {
         ids[(job_id,)]: (p.state.steps if p.path == FULL else p.state.changed_steps)
         for job_id, p in projected.items()
@@ -446,7 +466,7 @@ def _write_steps(
         for job_id, p in projected.items()
         if ids[(job_id,)] in touched
     }
-    return contributions, attributes, relabeled, earlier
+    return contributions, attributes, relabeled, earlier, group_ids
 
 
 def _new_span_steps(

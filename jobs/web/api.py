@@ -15,7 +15,6 @@ from django.views.decorators.http import require_GET, require_POST
 from jobs.contract import bodies
 from jobs.ingest import store
 from jobs.models import Job, JobAlias
-from jobs.replay.failures import RunStatus
 from jobs.web import schemas
 from jobs.web.access import moved_url
 from jobs.web.decorators import (
@@ -27,7 +26,7 @@ from jobs.web.decorators import (
     token_or_login_required,
     token_rate_limited,
 )
-from jobs.web.filters import parse_meta
+from jobs.web.filters import JobFilterForm
 from jobs.web.openapi import openapi_document
 from jobs.web.schemas import json_response
 
@@ -110,6 +109,11 @@ def _decode_cursor(cursor: str) -> tuple[datetime, int]:
         raise ValueError("cursor is not one this API returned") from None
 
 
+# The jobs page's filters (not its live refresh anchor), and the API's own page parameters.
+API_JOB_PARAMETERS = (set(JobFilterForm.base_fields) - {"anchor"}) | {"limit"}
+API_PARAMETERS_HINT = "the parameters are " + ", ".join(sorted(API_JOB_PARAMETERS))
+
+
 @csrf_exempt  # bearer-token API: GET only; other methods get 405, not a CSRF 403
 @require_GET
 @database_unavailable_is_503
@@ -117,19 +121,22 @@ def _decode_cursor(cursor: str) -> tuple[datetime, int]:
 def jobs_list(request):
     """GET /api/v1/jobs?status=failed,paused:transient&meta=git_sha:abc123&limit=50&cursor=...:
     newest first."""
-    jobs = Job.objects.defer("fold", "metadata").order_by("-started_at", "-id")
-    statuses = [s for s in request.GET.get("status", "").split(",") if s]
-    unknown = sorted(set(statuses) - {s.value for s in RunStatus})
+    unknown = sorted(set(request.GET) - API_JOB_PARAMETERS)
     if unknown:
-        return json_error(400, f"unknown status {', '.join(unknown)}")
-    if statuses:
-        jobs = jobs.filter(status__in=statuses)
-    try:
-        metadata = parse_meta(request.GET.getlist("meta"))
-    except ValueError as error:
-        return json_error(400, str(error))
-    for key, value in metadata:
-        jobs = jobs.with_metadata(key, value)
+        return json_error(400, f"unknown parameter {', '.join(unknown)}: {API_PARAMETERS_HINT}")
+    query = request.GET.copy()
+    # The API lists every job unless asked otherwise; the page starts from those that need
+    # attention. Every filter means the same on both (JobQuerySet.matching).
+    query.setdefault("show", "all")
+    form = JobFilterForm(query)
+    if not form.is_valid():
+        problems = "; ".join(
+            error if error.startswith(name) else f"{name}: {error}"
+            for name, errors in sorted(form.errors.items())
+            for error in errors
+        )
+        return json_error(400, problems)
+    jobs = Job.objects.matching(form.cleaned_data).defer("fold", "metadata")
     try:
         limit = int(request.GET.get("limit", schemas.DEFAULT_PAGE_SIZE))
     except ValueError:

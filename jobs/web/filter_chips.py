@@ -5,13 +5,15 @@ from dataclasses import dataclass
 
 from django.http import QueryDict
 
-from jobs.web.filters import FAILED_FAMILY, RANGE_CHOICES, parse_meta, statuses_of
+from jobs.models import statuses_of
+from jobs.replay.failures import FAILED_FAMILY
+from jobs.web.filters import RANGE_CHOICES, parse_meta
 
 # Parameters that are not filters: which page, the live refresh's anchor.
 NOT_FILTERS = ("cursor", "anchor", "show")
 LABELS = {
     "q": "Id",
-    "reason": "Reason contains",
+    "reason": "Reason words",
     "segment": "Segment",
     "failure_code": "Failure code",
     "error_type": "Error type",
@@ -25,7 +27,12 @@ LABELS = {
     "min_attempts": "Min attempts",
     "group": "Failure group",
 }
-FLAGS = {"retrying": "Retrying now", "stalled": "Stalled", "has_findings": "Has findings"}
+FLAGS = {
+    "retrying": "Retrying now",
+    "waiting": "Waiting to retry",
+    "stalled": "Stalled",
+    "has_findings": "Has findings",
+}
 
 
 @dataclass(frozen=True, slots=True)

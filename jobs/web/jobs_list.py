@@ -14,7 +14,7 @@ from django.shortcuts import render
 from django.views.decorators.http import require_GET
 from django.views.decorators.vary import vary_on_headers
 
-from jobs.models import Escalation, Job
+from jobs.models import Escalation, Job, list_scope
 from jobs.replay import failures
 from jobs.replay import strip as strip_cells
 from jobs.templatetags.traceviz import stamp
@@ -23,11 +23,9 @@ from jobs.web.filters import (
     JobFilterForm,
     after_cursor,
     encode_cursor,
-    filter_jobs,
     from_anchor,
     is_default,
     newer_than,
-    scope,
 )
 from jobs.web.rendering import display_zone, in_display_time_zone, wants_fragment
 
@@ -196,7 +194,7 @@ def jobs_list(request):
     form.is_valid()  # invalid fields are shown with their error and left out of the filter
     filters = form.cleaned_data
     page_size = settings.TRACEVIZ_JOBS_PAGE_SIZE
-    matching = filter_jobs(filters)
+    matching = Job.objects.matching(filters)
     sort, sort_errors = _sort(request)
     anchor = filters.get("anchor") if sort.is_default else None
     if sort.is_default:
@@ -240,7 +238,7 @@ def jobs_list(request):
         "form": form,
         "rows": [_job_row(job) for job in page],
         "showing_all": filters.get("show") == "all",
-        "scope": scope(filters),
+        "scope": list_scope(filters),
         "is_default_view": is_default(filters),
         "first_page_url": "?" + base_query if base_query else request.path,
         "is_first_page": not filters.get("cursor") and not request.GET.get("after"),

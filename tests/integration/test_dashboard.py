@@ -12,7 +12,7 @@ from django.http import QueryDict
 from jobs.dashboard import charts, headlines
 from jobs.dashboard.window import Window, parse_window
 from jobs.models import AlertRule, Job
-from jobs.web.filters import JobFilterForm, filter_jobs
+from jobs.web.filters import JobFilterForm
 from tests.factories import BASE_TS, event, finished, store, user
 
 HOUR = 3600
@@ -118,7 +118,7 @@ def list_count(url: str) -> int:
     assert parts.path == "/"
     form = JobFilterForm(QueryDict(parts.query))
     assert form.is_valid(), form.errors
-    return filter_jobs(form.cleaned_data).count()
+    return Job.objects.matching(form.cleaned_data).count()
 
 
 def assert_links_match_list(figure):

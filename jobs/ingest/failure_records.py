@@ -1,0 +1,259 @@
+"""One failure record per failure (docs/failures.md), written by projection in the batch's
+transaction with the job's other rows: ``Failure`` rows and the providers each job used
+(``JobProvider``).
+
+Three kinds of failure, each with a reason, the provider/model that failed and a failure group:
+a failed step attempt (a grouped step, ``signatures.is_grouped``; the group is its Step row's),
+a job-level failure (``job_finished`` failed with a reason or code that no failed step already
+gives) and the planner's degradation (``graph.next_step.degraded``). A step failure is
+*recovered* when a later attempt of its node succeeded.
+
+A full replay rewrites a job's records whole. An incremental fold rewrites the step failures
+of the nodes its changed steps belong to (the fold read every step of those nodes), and the job
+and planner failures only when they changed; so its cost grows with the batch. The step failures
+count in their groups through their Step rows (``failure_groups``); the job and planner failures
+add their own contributions here.
+"""
+
+from collections.abc import Iterable
+from dataclasses import dataclass
+from datetime import datetime
+
+from jobs.contract.events import Event
+from jobs.ingest import database, failure_groups
+from jobs.models import PLANNER_EVENT_TYPES, Failure, JobProvider, search_text
+from jobs.replay.calls import CallRecord
+from jobs.replay.failures import FAILED_FAMILY, Segment
+from jobs.replay.signatures import Signature, is_grouped, normalise_reason
+from jobs.replay.state import JobState, StepState
+
+# The error type of a planner degradation's signature: it keeps the planner's groups apart from
+# a job-level failure with the same reason.
+PLANNER_SIGNATURE_TYPE = "graph.next_step.degraded"
+NON_STEP = (Failure.Kind.JOB, Failure.Kind.PLANNER)
+# The columns that make a job or planner failure row, compared to decide whether to rewrite it.
+COMPARED = ("kind", "reason", "failure_code", "error_type", "provider", "model", "at", "group_id")
+
+
+@dataclass(frozen=True, slots=True)
+class JobFailure:
+    """A job or planner failure of a replayed state, before its group is known."""
+
+    kind: str
+    reason: str
+    failure_code: str
+    error_type: str
+    provider: str
+    model: str
+    at: datetime | None
+    signature: Signature
+
+
+def job_failures(state: JobState) -> list[JobFailure]:
+    """The job-level and planner failures of a replayed job."""
+    attrs = state.attributes
+    workflow = attrs.get("workflow", "")
+    found = []
+    planner = state.last_validation_error
+    if isinstance(planner, dict) and planner:
+        reason = str(planner.get("reason") or "")
+        found.append(
+            JobFailure(
+                kind=Failure.Kind.PLANNER,
+                reason=reason,
+                failure_code="",
+                error_type="",
+                provider=str(planner.get("provider") or ""),
+                model=str(planner.get("model") or ""),
+                at=state.last_event_at,
+                signature=Signature(
+                    workflow, "", "", PLANNER_SIGNATURE_TYPE, normalise_reason(reason)
+                ),
+            )
+        )
+    step_reasons = {step.reason for step in state.steps if is_grouped(step)}
+    said = state.finish_code or state.finish_reason
+    if state.status in FAILED_FAMILY and said and state.finish_reason not in step_reasons:
+        found.append(
+            JobFailure(
+                kind=Failure.Kind.JOB,
+                reason=state.finish_reason,
+                failure_code=state.finish_code,
+                error_type="",
+                provider=attrs.get("provider", ""),
+                model=attrs.get("model", ""),
+                at=state.finished_at or state.last_event_at,
+                signature=Signature(
+                    workflow, "", state.finish_code, "", normalise_reason(state.finish_reason)
+                ),
+            )
+        )
+    return found
+
+
+def _recovered(step: StepState, node_steps: list[StepState]) -> bool:
+    return any(
+        other.attempt > step.attempt and other.segment == Segment.OK and not other.ignored_stale
+        for other in node_steps
+    )
+
+
+def _failed_call(step: StepState, calls: Iterable[CallRecord]) -> tuple[str, str] | None:
+    """The provider/model of the last failed call of the step that names one."""
+    failed = [
+        call
+        for call in calls
+        if call.node_id == step.node_id
+        and call.attempt in (None, step.attempt)
+        and call.status == "error"
+        and (call.provider or call.model)
+    ]
+    return (failed[-1].provider, failed[-1].model) if failed else None
+
+
+def step_rows(
+    job_pk: int, state: JobState, nodes: set[str] | None, group_ids: dict[tuple, int]
+) -> list[Failure]:
+    """The step failures of ``nodes`` (every node for None) of a replayed job."""
+    by_node: dict[str, list[StepState]] = {}
+    for step in state.steps:
+        if nodes is None or step.node_id in nodes:
+            by_node.setdefault(step.node_id, []).append(step)
+    job_provider = (state.attributes.get("provider", ""), state.attributes.get("model", ""))
+    rows = []
+    for node_steps in by_node.values():
+        for step in node_steps:
+            if not is_grouped(step):
+                continue
+            provider, model = _failed_call(step, state.calls) or job_provider
+            rows.append(
+                Failure(
+                    job_id=job_pk,
+                    kind=Failure.Kind.STEP,
+                    node_id=step.node_id,
+                    attempt=step.attempt,
+                    reason=step.reason or "",
+                    search_text=search_text(step.reason),
+                    failure_code=step.failure_code or "",
+                    error_type=step.error_type or step.exception_type or "",
+                    provider=provider,
+                    model=model,
+                    group_id=group_ids.get((job_pk, step.node_id, step.attempt)),
+                    at=failure_groups.seen_at(step.started_at, step.finished_at),
+                    recovered=_recovered(step, node_steps),
+                    handled=bool(step.handled or step.continue_on_error),
+                )
+            )
+    return rows
+
+
+def _job_row(job_pk: int, failure: JobFailure, group_id: int) -> Failure:
+    return Failure(
+        job_id=job_pk,
+        kind=failure.kind,
+        reason=failure.reason,
+        search_text=search_text(failure.reason),
+        failure_code=failure.failure_code,
+        error_type=failure.error_type,
+        provider=failure.provider,
+        model=failure.model,
+        group_id=group_id,
+        at=failure.at,
+    )
+
+
+def write(
+    projected: dict,
+    existing: dict[str, dict],
+    ids: dict[tuple, int],
+    step_groups: dict[tuple, int],
+    contributions: failure_groups.Contributions,
+) -> set[int]:
+    """Write the failure records of these projected jobs (``projection.Projected`` by job id)
+    and add their job and planner failures' group contributions; returns the pks of the jobs
+    whose contributions changed here."""
+    full = {ids[(job_id,)]: p for job_id, p in projected.items() if p.path == "full"}
+    folded = {ids[(job_id,)]: p for job_id, p in projected.items() if p.path != "full"}
+    wanted = {pk: job_failures(p.state) for pk, p in projected_by_pk(projected, ids).items()}
+    group_ids = failure_groups.ensure_groups(
+        {
+            failure.signature.fingerprint: (failure.signature, pk, failure.kind, failure.at)
+            for pk, failures in wanted.items()
+            for failure in failures
+        }
+    )
+    stored: dict[int, list[Failure]] = {}
+    if folded:
+        for row in Failure.objects.filter(job_id__in=sorted(folded), kind__in=NON_STEP):
+            stored.setdefault(row.job_id, []).append(row)
+    touched: set[int] = set()
+    rows: list[Failure] = []
+    if full:
+        Failure.objects.filter(job_id__in=sorted(full)).delete()
+        for pk, p in full.items():
+            rows.extend(step_rows(pk, p.state, None, step_groups))
+    pairs = []
+    for pk, p in folded.items():
+        nodes = {step.node_id for step in p.state.changed_steps}
+        pairs.extend((pk, node) for node in sorted(nodes))
+        rows.extend(step_rows(pk, p.state, nodes, step_groups))
+    if pairs:
+        in_pairs = database.pairs_in(Failure, ("job", "node_id"), pairs)
+        Failure.objects.filter(in_pairs, kind=Failure.Kind.STEP).delete()
+    stale = []
+    for pk, failures in wanted.items():
+        new = [_job_row(pk, f, group_ids[f.signature.fingerprint]) for f in failures]
+        old = stored.get(pk, [])
+        if pk in folded and _values(old) == _values(new):
+            continue
+        for row in old:
+            failure_groups.subtract_stored([(pk, row.group_id, None, row.at)], contributions)
+            stale.append(row.pk)
+        for row in new:
+            contributions.add(row.group_id, pk, row.at, +1)
+        if old or new:
+            touched.add(pk)
+        rows.extend(new)
+    Failure.objects.filter(pk__in=stale).delete()
+    Failure.objects.bulk_create(rows)
+    return touched
+
+
+def projected_by_pk(projected: dict, ids: dict[tuple, int]) -> dict:
+    return {ids[(job_id,)]: p for job_id, p in projected.items()}
+
+
+def _values(rows: list[Failure]) -> list[tuple]:
+    return sorted(tuple(str(getattr(row, name)) for name in COMPARED) for row in rows)
+
+
+def write_providers(
+    projected: dict, ids: dict[tuple, int], events_by_job: dict[str, list[Event]]
+) -> None:
+    """Record the providers/models each job used: its own (``job_started``'s, else its first
+    planner event's), its planner events', its calls'. A full replay rewrites a job's set; a
+    fold adds what its new events and calls name."""
+    full, rows = [], []
+    for job_id, p in projected.items():
+        pk = ids[(job_id,)]
+        attrs = p.state.attributes
+        used = {(attrs.get("provider", ""), attrs.get("model", ""))}
+        used.update((call.provider, call.model) for call in p.state.calls)
+        for event in events_by_job.get(job_id, ()):
+            if event.type in PLANNER_EVENT_TYPES and event.type != "job_started":
+                payload = event.payload
+                used.add((_text(payload.get("provider")), _text(payload.get("model"))))
+        if p.path == "full":
+            full.append(pk)
+        rows.extend(
+            JobProvider(job_id=pk, provider=provider[:200], model=model[:200])
+            for provider, model in sorted(used)
+            if provider or model
+        )
+    if full:
+        JobProvider.objects.filter(job_id__in=sorted(full)).delete()
+    JobProvider.objects.bulk_create(rows, ignore_conflicts=True)
+
+
+def _text(value) -> str:
+    return value if isinstance(value, str) else ""
