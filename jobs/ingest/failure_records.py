@@ -196,7 +196,11 @@ def write(
     for pk, p in folded.items():
         nodes = {step.node_id for step in p.state.changed_steps}
         pairs.extend((pk, node) for node in sorted(nodes))
-        rows.extend(step_rows(pk, p.state, nodes, step_groups))
+        # The node's steps the fold read but did not change keep the group their row has.
+        groups = {
+            (pk, node, attempt): found[0] for (node, attempt), found in p.stored_groups.items()
+        }
+        rows.extend(step_rows(pk, p.state, nodes, {**groups, **step_groups}))
     if pairs:
         in_pairs = database.pairs_in(Failure, ("job", "node_id"), pairs)
         Failure.objects.filter(in_pairs, kind=Failure.Kind.STEP).delete()
