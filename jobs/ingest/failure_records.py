@@ -119,13 +119,14 @@ def step_rows(
     for step in state.steps:
         if nodes is None or step.node_id in nodes:
             by_node.setdefault(step.node_id, []).append(step)
-    job_provider = (state.attributes.get("provider", ""), state.attributes.get("model", ""))
     rows = []
     for node_steps in by_node.values():
         for step in node_steps:
             if not is_grouped(step):
                 continue
-            provider, model = _failed_call(step, state.calls) or job_provider
+            # Empty when no failed call names one: the job's, read from its row (a later
+            # job_started may name it, and a fold does not rewrite the other nodes' rows).
+            provider, model = _failed_call(step, state.calls) or ("", "")
             rows.append(
                 Failure(
                     job_id=job_pk,
