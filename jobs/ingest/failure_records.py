@@ -193,7 +193,7 @@ def write(
         Failure.objects.filter(job_id__in=sorted(full)).delete()
         for pk, p in full.items():
             rows.extend(step_rows(pk, p.state, None, step_groups))
-    pairs = []
+    pairs: list[tuple[int, str]] = []
     for pk, p in folded.items():
         nodes = {step.node_id for step in p.state.changed_steps}
         pairs.extend((pk, node) for node in sorted(nodes))
@@ -212,10 +212,12 @@ def write(
         if pk in folded and _values(old) == _values(new):
             continue
         for row in old:
-            failure_groups.subtract_stored([(pk, row.group_id, None, row.at)], contributions)
+            if row.group_id is not None:
+                failure_groups.subtract_stored([(pk, row.group_id, None, row.at)], contributions)
             stale.append(row.pk)
         for row in new:
-            contributions.add(row.group_id, pk, row.at, +1)
+            if row.group_id is not None:
+                contributions.add(row.group_id, pk, row.at, +1)
         if old or new:
             touched.add(pk)
         rows.extend(new)
@@ -238,7 +240,8 @@ def write_providers(
     """Record the providers/models each job used: its own (``job_started``'s, else its first
     planner event's), its planner events', its calls'. A full replay rewrites a job's set; a
     fold adds what its new events and calls name."""
-    full, rows = [], []
+    full: list[int] = []
+    rows: list[JobProvider] = []
     for job_id, p in projected.items():
         pk = ids[(job_id,)]
         attrs = p.state.attributes

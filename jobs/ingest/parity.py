@@ -113,7 +113,7 @@ def _failure_differences(job: Job, state: JobState) -> list[Difference]:
         (job.pk, s.node_id, s.attempt): s.failure_group_id
         for s in job.steps.exclude(failure_group=None).only("node_id", "attempt", "failure_group")
     }
-    replayed = {
+    replayed: dict[tuple[str, str, int], Failure | failure_records.JobFailure] = {
         (row.kind, row.node_id, row.attempt): row
         for row in failure_records.step_rows(job.pk, state, None, step_groups)
     }
@@ -147,7 +147,7 @@ def _failure_differences(job: Job, state: JobState) -> list[Difference]:
                     signature.fingerprint,
                 )
             )
-        elif signature is None and row.group_id != want.group_id:
+        elif isinstance(want, Failure) and row.group_id != want.group_id:
             found.append(Difference(job.job_id, where, "group", row.group_id, want.group_id))
     return found
 

@@ -155,8 +155,8 @@ def test_json_text_columns_keep_integers_past_64_bits():
 def test_a_job_survives_migrating_back_before_0024_and_forward_and_folds_on():
     """Migration 0024 turned the Job and Step JSON columns read whole from jsonb into JSON text;
     0027 moved a job's completed nodes from a list on the job onto the steps that completed
-    them. A job's rows go back through both and forward again unchanged, and its next events
-    fold onto its snapshot."""
+    them. A job's rows go back through both and forward again unchanged. 0033 (failure records)
+    clears its snapshot, so its next events replay it whole and write its failure records."""
     before = [("jobs", "0023_rollup_histogram_as_text")]
     results = {"rows": 3, "nested": {"ok": [1, "two", None]}}
     store([event("job_started", at=0), started("n1", at=1)])
@@ -174,6 +174,7 @@ def test_a_job_survives_migrating_back_before_0024_and_forward_and_folds_on():
     snapshot = Job.objects.get().fold
     executor = MigrationExecutor(connection)
     latest = executor.loader.graph.leaf_nodes("jobs")
+    before_records = [("jobs", "0032_job_workflow_newest_index")]
     executor.migrate(before)
     try:
         old = executor.loader.project_state(before).apps.get_model("jobs", "Job")
@@ -181,20 +182,23 @@ def test_a_job_survives_migrating_back_before_0024_and_forward_and_folds_on():
             ["n1", "n0", "n3"],
             snapshot,
         )
+        MigrationExecutor(connection).migrate(before_records)
+        kept = executor.loader.project_state(before_records).apps.get_model("jobs", "Job")
+        assert kept.objects.values_list("payload_results", "fold").get() == (results, snapshot)
     finally:
         MigrationExecutor(connection).migrate(latest)
     job = Job.objects.get()
     assert (job.fold, job.payload_results, job.completed_node_ids) == (
-        snapshot,
+        {},
         results,
         ["n1", "n0", "n3"],
     )
     completing = Step.objects.exclude(completes=None).order_by("completes")
     assert list(completing.values_list("node_id", "attempt")) == [("n1", 1), ("n0", 1), ("n3", 2)]
     assert Step.objects.get(node_id="n1").payload_results == results
-    incremental = projections("incremental")
+    full = projections("full")
     store([finished("n2", at=5)])
-    assert projections("incremental") == incremental + 1
+    assert projections("full") == full + 1
     assert Job.objects.get().completed_node_ids == ["n1", "n0", "n3", "n2"]
     assert parity.differences("j1") == []
 

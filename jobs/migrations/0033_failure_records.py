@@ -6,8 +6,9 @@ import django.db.models.functions.text
 
 Reason search reads ``Failure.search_text`` (a word prefix is a substring there, the same on
 every database); on PostgreSQL a trigram GIN index serves it, and the step reason's full-text
-index, which nothing reads any more, goes. Existing jobs get their records from
-``manage.py rebuild_projections``."""
+index, which nothing reads any more, goes. Existing jobs have no records yet: their fold
+snapshots are cleared, so that each job's next event replays it whole (writing its records),
+and ``manage.py rebuild_projections`` writes every job's at once."""
 
 from django.db import migrations, models
 
@@ -26,6 +27,10 @@ def _search_index(apps, schema_editor) -> None:
     schema_editor.execute(f"DROP INDEX IF EXISTS {STEP_REASON_INDEX}")
 
 
+def _replay_existing_jobs_whole(apps, schema_editor) -> None:
+    apps.get_model("jobs", "Job").objects.update(fold={})
+
+
 def _drop_search_index(apps, schema_editor) -> None:
     if schema_editor.connection.vendor != "postgresql":
         return
@@ -39,7 +44,7 @@ def _drop_search_index(apps, schema_editor) -> None:
 class Migration(migrations.Migration):
 
     dependencies = [
-        ('jobs', '0030_events_and_steps_record_masked_paths'),
+        ('jobs', '0032_job_workflow_newest_index'),
     ]
 
     operations = [
@@ -81,4 +86,5 @@ class Migration(migrations.Migration):
             },
         ),
         migrations.RunPython(_search_index, _drop_search_index),
+        migrations.RunPython(_replay_existing_jobs_whole, migrations.RunPython.noop),
     ]
