@@ -105,7 +105,7 @@ def test_the_api_filters_on_metadata(client, jobs, token_auth):
         ("meta=git_sha", "meta 'git_sha' has no colon: write key:value, as git_sha:abc123"),
         ("meta=:abc", "meta ':abc' has an empty key: write key:value, as git_sha:abc123"),
         ("meta=k:" + "v" * 400, "meta is longer than 400 characters"),
-        ("&".join(f"meta=k{n}:v" for n in range(6)), "at most 5 meta filters"),
+        ("&".join(f"meta=k{n}:v" for n in range(6)), "meta: at most 5 meta filters"),
     ],
 )
 def test_a_malformed_meta_is_a_400_naming_it(client, jobs, token_auth, query, error):

@@ -333,7 +333,9 @@ def test_all_shows_every_job(operator):
         ("show=all&provider=openai&workflow=crm", ["failed-net"]),
         ("show=all&model=claude-x", ["paused-1"]),
         ("show=all&workflow=mail", ["running-1", "done-1"]),
-        ("retrying=on", ["paused-1"]),
+        # paused-1 is paused between attempts: waiting to retry, not retrying now.
+        ("retrying=on", []),
+        ("waiting=on", ["paused-1"]),
         ("show=all&min_attempts=2", ["logic-1", "paused-1"]),
         ("show=all&min_attempts=4", ["logic-1"]),
         ("show=all&reason=timeout", ["paused-1"]),
