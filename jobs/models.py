@@ -1293,7 +1293,11 @@ class Notification(models.Model):
     escalation = models.ForeignKey(
         Escalation, on_delete=models.CASCADE, related_name="notifications"
     )
-    reason = models.CharField(max_length=32)  # opened, reopened
+    reason = models.CharField(max_length=32)  # opened, reopened, commented
+    # The audit entry whose text is the news (a comment); None for openings.
+    entry = models.ForeignKey(
+        EscalationEntry, null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
+    )
     # One row per destination, so a failing webhook never re-sends an email that went out.
     channel = models.CharField(max_length=16, choices=Channel.choices, default=Channel.EMAIL)
     status = models.CharField(max_length=16, choices=Status.choices, default=Status.PENDING)

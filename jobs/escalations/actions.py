@@ -41,8 +41,10 @@ def _require(action: str, escalation: Escalation) -> None:
         raise ActionError(f"Escalation {escalation.pk} is {escalation.status}: cannot {action} it")
 
 
-def _record(escalation, action, *, actor=None, from_status="", to_status="", note="") -> None:
-    EscalationEntry.objects.create(
+def _record(
+    escalation, action, *, actor=None, from_status="", to_status="", note=""
+) -> EscalationEntry:
+    return EscalationEntry.objects.create(
         escalation=escalation,
         actor=actor,
         actor_name=actor.get_username() if actor else SYSTEM_ACTOR,
@@ -53,12 +55,14 @@ def _record(escalation, action, *, actor=None, from_status="", to_status="", not
     )
 
 
-def _notify(escalation: Escalation, reason: str) -> None:
+def _notify(escalation: Escalation, reason: str, entry: EscalationEntry | None = None) -> None:
     """Outbox: one row per configured destination, written in the caller's transaction and
-    delivered once it commits (the periodic sweep re-sends whatever that enqueue lost)."""
+    delivered once it commits (the periodic sweep re-sends whatever that enqueue lost).
+    ``entry`` is the audit entry the notification tells of, when its text is the news (a
+    comment)."""
     for channel in outbox.configured_channels():
         notification = Notification.objects.create(
-            escalation=escalation, reason=reason, channel=channel
+            escalation=escalation, reason=reason, channel=channel, entry=entry
         )
         outbox.deliver_after_commit(notification.pk)
 
@@ -236,9 +240,40 @@ def acknowledge(escalation: Escalation, user, note: str = "") -> None:
     _change_status(escalation, Status.ACKNOWLEDGED, "acknowledged", actor=user, note=note.strip())
 
 
-def assign(escalation: Escalation, user, assignee) -> None:
-    """Assign to ``assignee`` (None unassigns); the status stays. ActionError when nothing
-    would change."""
+COMMENT_CHARS = 4000
+
+
+def comment(escalation: Escalation, user, text: str) -> EscalationEntry:
+    """A comment: an audit entry that changes no status (from and to are the escalation's
+    status), notified to the escalation's destinations like a change, with its text. Any
+    status takes comments, resolved included. ActionError for an empty comment, one longer
+    than ``COMMENT_CHARS``, or one that cannot be kept (``note_problem``)."""
+    text = text.strip()
+    if not text:
+        raise ActionError("A comment needs some text")
+    if len(text) > COMMENT_CHARS:
+        raise ActionError(
+            f"A comment holds at most {COMMENT_CHARS} characters; this one has {len(text)}"
+        )
+    if problem := note_problem(text, "A comment"):
+        raise ActionError(problem)
+    escalation.updated_at = timezone.now()
+    escalation.save(update_fields=["updated_at"])
+    entry = _record(
+        escalation,
+        "commented",
+        actor=user,
+        from_status=escalation.status,
+        to_status=escalation.status,
+        note=text,
+    )
+    _notify(escalation, "commented", entry)
+    return entry
+
+
+def assign(escalation: Escalation, user, assignee, note: str = "") -> None:
+    """Assign to ``assignee`` (None unassigns); the status stays; ``note`` (optional) goes
+    into the audit entry after who it is assigned to. ActionError when nothing would change."""
     if escalation.assignee_id == (assignee.pk if assignee else None):
         who = assignee.get_username() if assignee else "nobody"
         raise ActionError(f"Escalation {escalation.pk} is already assigned to {who}")
@@ -252,7 +287,7 @@ def assign(escalation: Escalation, user, assignee) -> None:
         actor=user,
         from_status=escalation.status,
         to_status=escalation.status,
-        note=f"Assigned to {who}",
+        note=f"Assigned to {who}" + (f": {note.strip()}" if note.strip() else ""),
     )
 
 
@@ -271,11 +306,11 @@ def reopen(escalation: Escalation, user, note: str = "") -> None:
     _notify(escalation, "reopened")
 
 
-def note_problem(note: str) -> str | None:
+def note_problem(note: str, what: str = "A note") -> str | None:
     """Why ``note`` cannot be kept with an action (None when it can): notes are stored as text,
-    which holds no NUL."""
+    which holds no NUL. ``what`` names the text in the message."""
     if "\x00" in note:
-        return "A note may not contain NUL characters"
+        return f"{what} may not contain NUL characters"
     return None
 
 

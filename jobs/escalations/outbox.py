@@ -127,7 +127,9 @@ def deliver(
     if attempt is None:
         return Outcome(claimed=False)
     notification = (
-        Notification.objects.select_related("escalation__job").filter(pk=notification_id).first()
+        Notification.objects.select_related("escalation__job", "entry")
+        .filter(pk=notification_id)
+        .first()
     )
     if notification is None:  # deleted (retention, a deleted job) since the claim
         return Outcome(claimed=True)
@@ -212,8 +214,10 @@ def send(notification: Notification) -> None:
 
 
 def webhook_body(notification: Notification) -> dict:
+    """The webhook's JSON; a comment's notification also carries ``comment`` (author, text,
+    at)."""
     escalation = notification.escalation
-    return {
+    body: dict = {
         "event": f"escalation.{notification.reason}",
         "notification_id": notification.pk,
         "escalation": {
@@ -229,6 +233,13 @@ def webhook_body(notification: Notification) -> dict:
             "opened_at": escalation.opened_at.isoformat(),
         },
     }
+    if (entry := notification.entry) is not None:
+        body["comment"] = {
+            "author": entry.actor_name,
+            "text": entry.note,
+            "at": entry.at.isoformat(),
+        }
+    return body
 
 
 def email_message(notification: Notification) -> tuple[str, str]:
@@ -242,9 +253,15 @@ def email_message(notification: Notification) -> tuple[str, str]:
     if job_id:
         subject += f" on {job_id}"
     subject = " ".join(subject.split())[:200]
+    entry = notification.entry
+    news = (
+        [f"{entry.actor_name} commented on escalation {escalation.pk}:", "", entry.note]
+        if entry is not None
+        else [f"Escalation {escalation.pk} was {notification.reason}."]
+    )
     body = "\n".join(
         [
-            f"Escalation {escalation.pk} was {notification.reason}.",
+            *news,
             "",
             f"Kind: {escalation.kind}",
             f"Severity: {escalation.severity}",

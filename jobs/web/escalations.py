@@ -16,7 +16,19 @@ from django.conf import settings
 from django.contrib.auth import get_user_model
 from django.core.paginator import Paginator
 from django.db import transaction
-from django.db.models import Case, Count, IntegerField, OuterRef, Q, Subquery, Value, When
+from django.db.models import (
+    BooleanField,
+    Case,
+    Count,
+    Exists,
+    IntegerField,
+    OuterRef,
+    Q,
+    QuerySet,
+    Subquery,
+    Value,
+    When,
+)
 from django.http import Http404, HttpResponseBadRequest, HttpResponseRedirect, QueryDict
 from django.shortcuts import render
 from django.urls import reverse
@@ -27,7 +39,7 @@ from django.views.decorators.vary import vary_on_headers
 
 from jobs.dashboard.window import iso
 from jobs.escalations import actions, stalls
-from jobs.models import AlertEpisode, AlertRule, Escalation, Job, Role, Step
+from jobs.models import AlertEpisode, AlertRule, Escalation, EscalationEntry, Job, Role, Step
 from jobs.replay import backoff
 from jobs.replay.failures import RunStatus
 from jobs.web import access
@@ -45,8 +57,13 @@ SEVERITY_ORDER = (
     Escalation.Severity.MEDIUM,
     Escalation.Severity.LOW,
 )
-BULK_MAX = 200
-BULK_ACTIONS = {"acknowledge": "Acknowledge", "resolve": "Resolve"}
+# The most escalations one bulk action changes (a selection or "all matching the filters").
+BULK_MAX = 1000
+# How many of a preview's changes it lists by name (the rest are counted).
+PREVIEW_LISTED = 50
+BULK_ACTIONS = {"acknowledge": "Acknowledge", "resolve": "Resolve", "assign": "Assign"}
+BULK_DONE = {"acknowledge": "Acknowledged", "resolve": "Resolved", "assign": "Assigned"}
+RECOVERED_FILTERS = [("", "any"), ("yes", "job recovered"), ("no", "job not recovered")]
 STATUS_FILTERS = [
     ("active", "Unresolved"),
     ("open", "Open"),
@@ -98,6 +115,7 @@ class EscalationFilterForm(forms.Form):
     )
     job = forms.CharField(required=False, max_length=200, label="Job id")
     since = forms.ChoiceField(choices=SINCE_LABELS, required=False, label="Opened or reopened")
+    recovered = forms.ChoiceField(choices=RECOVERED_FILTERS, required=False, label="Job")
 
 
 def _support_users():
@@ -126,6 +144,22 @@ class EscalationRow:
     can_resolve: bool
     can_reopen: bool
     can_take: bool
+    recovered: bool
+
+
+def job_recovered():
+    """True when the escalation's job recovered: replay wrote the "job recovered" audit entry
+    (the job finished completed while the escalation was unresolved, docs/architecture.md
+    "Escalations") and the job is still completed (a retry that failed it again takes the
+    badge away). False, never NULL, for an escalation without a job."""
+    recovered_entry = EscalationEntry.objects.filter(
+        escalation=OuterRef("pk"), action="job recovered"
+    )
+    return Case(
+        When(Q(Exists(recovered_entry), job__status=RunStatus.COMPLETED), then=Value(True)),
+        default=Value(False),
+        output_field=BooleanField(),
+    )
 
 
 def _latest_attempt():
@@ -140,7 +174,7 @@ def _with_row_data(escalations_qs):
     return (
         escalations_qs.select_related("job", "assignee")
         .defer(*JOB_DEFERRED)
-        .annotate(latest_attempt=_latest_attempt())
+        .annotate(latest_attempt=_latest_attempt(), recovered=job_recovered())
     )
 
 
@@ -171,14 +205,16 @@ def _row(escalation: Escalation, user, can_act: bool, now: datetime) -> Escalati
         can_resolve=can_act and actions.can_apply("resolve", escalation),
         can_reopen=can_act and actions.can_apply("reopen", escalation),
         can_take=can_act and unresolved and escalation.assignee_id != user.pk,
+        recovered=getattr(escalation, "recovered", False),
     )
 
 
 def filter_escalations(filters: dict, user, now: datetime):
     """The queue's queryset for the parsed filters, without the kind filter (the counts per
-    kind are taken over it), ordered open first, then acknowledged, then resolved, and within
-    each the most severe first, then the oldest trigger first (age counts from the event that
-    triggered the escalation, not from when traceviz noticed it)."""
+    kind are taken over it), annotated ``recovered`` (``job_recovered``), ordered open first,
+    then acknowledged, then resolved, and within each the most severe first, then the oldest
+    trigger first (age counts from the event that triggered the escalation, not from when
+    traceviz noticed it)."""
     escalations_qs = Escalation.objects.all()
     statuses = STATUS_FILTER_VALUES.get(filters.get("status") or "active")
     if statuses:
@@ -196,6 +232,9 @@ def filter_escalations(filters: dict, user, now: datetime):
         escalations_qs = escalations_qs.filter(job__job_id=filters["job"].strip())
     if filters.get("since") in SINCE_FILTERS:
         escalations_qs = escalations_qs.filter(opened_at__gte=now - SINCE_FILTERS[filters["since"]])
+    escalations_qs = escalations_qs.annotate(recovered=job_recovered())
+    if filters.get("recovered") in ("yes", "no"):
+        escalations_qs = escalations_qs.filter(recovered=filters["recovered"] == "yes")
     status_rank = Case(
         When(status=Status.OPEN, then=Value(0)),
         When(status=Status.ACKNOWLEDGED, then=Value(1)),
@@ -215,13 +254,31 @@ def filter_escalations(filters: dict, user, now: datetime):
     )
 
 
-def _queue_context(request, query: QueryDict, now: datetime) -> dict:
+@dataclass(slots=True)
+class Queue:
+    """The queue a query string asks for: its form, the escalations matching every filter
+    (``matching``) and those matching all but the kind (the counts per kind)."""
+
+    form: EscalationFilterForm
+    kind: str
+    without_kind: QuerySet[Escalation]
+    matching: QuerySet[Escalation]
+
+
+def queue_for(query: QueryDict, user, now: datetime) -> Queue:
     form = EscalationFilterForm(query)
     form.is_valid()  # an invalid field is shown with its error and left out of the filter
     filters = form.cleaned_data
-    without_kind = filter_escalations(filters, request.user, now)
+    without_kind = filter_escalations(filters, user, now)
     kind = (filters.get("kind") or "").strip()
-    selected = without_kind.filter(kind=kind) if kind else without_kind
+    matching = without_kind.filter(kind=kind) if kind else without_kind
+    return Queue(form=form, kind=kind, without_kind=without_kind, matching=matching)
+
+
+def _queue_context(request, query: QueryDict, now: datetime) -> dict:
+    queue = queue_for(query, request.user, now)
+    form, kind, without_kind, selected = queue.form, queue.kind, queue.without_kind, queue.matching
+    filters = form.cleaned_data
     kind_counts = list(
         without_kind.order_by().values_list("kind").annotate(n=Count("pk")).order_by("kind")
     )
@@ -229,7 +286,7 @@ def _queue_context(request, query: QueryDict, now: datetime) -> dict:
     page = paginator.get_page(query.get("page"))
     can_act = access.can_act_on_escalations(request.user)
     rows = [_row(escalation, request.user, can_act, now) for escalation in page.object_list]
-    support_names = list(_support_users().values_list("username", flat=True))
+    support_users = list(_support_users())
     base = query.copy()
     for name in ("page", "kind"):
         base.pop(name, None)
@@ -255,13 +312,17 @@ def _queue_context(request, query: QueryDict, now: datetime) -> dict:
             "assignee": (filters.get("assignee") or "").strip(),
             "job": (filters.get("job") or "").strip(),
             "since": filters.get("since") or "",
+            "recovered": filters.get("recovered") or "",
         },
+        "recovered_filters": RECOVERED_FILTERS,
         "status_filters": STATUS_FILTERS,
         "severities": Escalation.Severity.values,
         "since_filters": SINCE_LABELS,
-        "assignee_names": support_names,
+        "assignee_names": [person.get_username() for person in support_users],
         "can_act": can_act,
         "bulk_actions": BULK_ACTIONS,
+        "support_users": support_users if can_act else [],
+        "bulk_max": BULK_MAX,
         "age_target": stalls.duration_label(settings.TRACEVIZ_ESCALATION_AGE_TARGET),
     }
 
@@ -321,7 +382,9 @@ def alert_subject(escalation: Escalation, now: datetime) -> AlertSubject | None:
     return AlertSubject(label=label, value=subject, jobs_url="/?" + urlencode(params))
 
 
-def _detail_context(request, escalation: Escalation, *, error: str = "", note: str = "") -> dict:
+def _detail_context(
+    request, escalation: Escalation, *, error: str = "", note: str = "", comment: str = ""
+) -> dict:
     job = escalation.job
     attempt = None
     if job is not None and escalation.node_id:
@@ -356,6 +419,9 @@ def _detail_context(request, escalation: Escalation, *, error: str = "", note: s
         "overdue": unresolved
         and now - escalation.triggered_at > settings.TRACEVIZ_ESCALATION_AGE_TARGET,
         "entries": entries,
+        "recovered": job is not None
+        and job.status == RunStatus.COMPLETED
+        and any(entry.action == "job recovered" for entry in entries),
         "notifications": list(escalation.notifications.order_by("created_at", "pk")),
         "retry_due": retry_due,
         "can_act": can_act,
@@ -363,8 +429,10 @@ def _detail_context(request, escalation: Escalation, *, error: str = "", note: s
         "can_resolve": can_act and actions.can_apply("resolve", escalation),
         "can_reopen": can_act and actions.can_apply("reopen", escalation),
         "support_users": list(_support_users()) if can_act else [],
+        "comment_chars": actions.COMMENT_CHARS,
         "error": error,
         "note": note,
+        "comment": comment,
     }
 
 
@@ -384,7 +452,9 @@ def escalation_detail(request, escalation_id: int):
 # -- actions ---------------------------------------------------------------------------------
 
 
-def _action_response(request, escalation: Escalation, *, error: str = "", note: str = ""):
+def _action_response(
+    request, escalation: Escalation, *, error: str = "", note: str = "", comment: str = ""
+):
     """What an action answers: the queue row when posted from the queue, the detail section
     when posted from the detail page, a redirect without HTMX.
 
@@ -403,10 +473,10 @@ def _action_response(request, escalation: Escalation, *, error: str = "", note: 
                 "age_target": stalls.duration_label(settings.TRACEVIZ_ESCALATION_AGE_TARGET),
             }
             return render(request, "escalations/list.html#escalation-row", context)
-        context = _detail_context(request, escalation, error=error, note=note)
+        context = _detail_context(request, escalation, error=error, note=note, comment=comment)
         return render(request, "escalations/detail.html#escalation-detail", context)
     if error:
-        context = _detail_context(request, escalation, error=error, note=note)
+        context = _detail_context(request, escalation, error=error, note=note, comment=comment)
         return render(request, "escalations/detail.html", context, status=400)
     next_url = request.POST.get("next", "")
     if not url_has_allowed_host_and_scheme(next_url, {request.get_host()}, request.is_secure()):
@@ -436,21 +506,48 @@ def escalation_transition(request, escalation_id: int, action: str):
 @access.role_required(access.can_act_on_escalations)
 @vary_on_headers("HX-Request")
 @in_display_time_zone
-def escalation_assign(request, escalation_id: int):
-    """POST /escalations/<id>/assign/ with ``assignee``: "me", a user id, or "" to unassign."""
-    raw = request.POST.get("assignee", "").strip()
+def escalation_comment(request, escalation_id: int):
+    """POST /escalations/<id>/comment/ with ``comment``: an audit entry without a status
+    change, notified like one (``actions.comment``)."""
+    text = request.POST.get("comment", "")
     with transaction.atomic():
         escalation = get_escalation_for_user(request, escalation_id, for_action=True)
-        if raw == "me":
-            assignee = request.user
-        elif raw == "":
-            assignee = None
-        else:
-            assignee = _support_users().filter(pk=bounded_int(raw, MAX_ROW_ID)).first()
-            if assignee is None:
-                return _action_response(
-                    request, escalation, error="Assign to someone in the support group"
-                )
+        try:
+            actions.comment(escalation, request.user, text)
+        except actions.ActionError as error:
+            return _action_response(request, escalation, error=str(error), comment=text)
+    return _action_response(request, escalation)
+
+
+NOT_SUPPORT = "Assign to someone in the support group"
+
+
+def _assignee(request, raw: str):
+    """Who ``raw`` names: "me", a support user's id, or "" (nobody, None). Raises ActionError
+    for anyone else."""
+    raw = raw.strip()
+    if raw == "me":
+        return request.user
+    if raw == "":
+        return None
+    assignee = _support_users().filter(pk=bounded_int(raw, MAX_ROW_ID)).first()
+    if assignee is None:
+        raise actions.ActionError(NOT_SUPPORT)
+    return assignee
+
+
+@require_POST
+@access.role_required(access.can_act_on_escalations)
+@vary_on_headers("HX-Request")
+@in_display_time_zone
+def escalation_assign(request, escalation_id: int):
+    """POST /escalations/<id>/assign/ with ``assignee``: "me", a user id, or "" to unassign."""
+    with transaction.atomic():
+        escalation = get_escalation_for_user(request, escalation_id, for_action=True)
+        try:
+            assignee = _assignee(request, request.POST.get("assignee", ""))
+        except actions.ActionError as error:
+            return _action_response(request, escalation, error=str(error))
         try:
             actions.assign(escalation, request.user, assignee)
         except actions.ActionError as error:
@@ -468,9 +565,27 @@ class BulkItem:
     why_not: str
 
 
-def bulk_plan(action: str, selected: list[Escalation], note: str) -> tuple[list[BulkItem], str]:
+def _who(user) -> str:
+    return user.get_username() if user is not None else "nobody"
+
+
+def _bulk_applies(action: str, escalation: Escalation, assignee) -> str:
+    """Why ``action`` leaves ``escalation`` unchanged ("" when it applies)."""
+    if action == "assign":
+        if escalation.status == Status.RESOLVED:
+            return "it is resolved"
+        if escalation.assignee_id == (assignee.pk if assignee is not None else None):
+            return f"it is already assigned to {_who(assignee)}"
+        return ""
+    return "" if actions.can_apply(action, escalation) else f"it is {escalation.status}"
+
+
+def bulk_plan(
+    action: str, selected: list[Escalation], note: str, assignee=None
+) -> tuple[list[BulkItem], str]:
     """What a bulk action would do to each selected escalation, and an error that stops the
-    whole action ("" when it can go ahead)."""
+    whole action ("" when it can go ahead). ``assignee`` is whom "assign" assigns to (None:
+    nobody)."""
     if action not in BULK_ACTIONS:
         return [], "Choose an action"
     if not selected:
@@ -479,28 +594,70 @@ def bulk_plan(action: str, selected: list[Escalation], note: str) -> tuple[list[
         return [], "A resolution needs a note: say what was done or why nothing is needed"
     if problem := actions.note_problem(note):
         return [], problem
-    items = [
-        BulkItem(
-            escalation,
-            actions.can_apply(action, escalation),
-            "" if actions.can_apply(action, escalation) else f"it is {escalation.status}",
-        )
-        for escalation in selected
-    ]
+    items = []
+    for escalation in selected:
+        why_not = _bulk_applies(action, escalation, assignee)
+        items.append(BulkItem(escalation, not why_not, why_not))
     if not any(item.applies for item in items):
-        return items, "Nothing to change: none of the selected escalations can be " + (
-            "acknowledged" if action == "acknowledge" else "resolved"
+        verb = {"acknowledge": "acknowledged", "resolve": "resolved"}.get(action)
+        return items, (
+            f"Nothing to change: none of the selected escalations can be {verb}"
+            if verb
+            else f"Nothing to change: every selected escalation is resolved or already "
+            f"assigned to {_who(assignee)}"
         )
     return items, ""
 
 
-def _selected_ids(request) -> list[int] | None:
-    """The selected escalation ids, or None when one of them is not an id (ASCII digits of a
-    64-bit row id: ``int`` also reads '²' or '١٢')."""
-    ids = [bounded_int(raw, MAX_ROW_ID) for raw in request.POST.getlist("ids")]
-    if None in ids:
+class BulkRequestError(ValueError):
+    """A bulk request whose selection cannot be read: the message says why."""
+
+
+def _selected_ids(request, now: datetime) -> list[int]:
+    """The escalation ids a bulk request names: with ``select_all``, every escalation of the
+    queue its ``return_query`` filters (all pages, not only the one shown); else its ``ids``.
+    BulkRequestError for an id that is not one (ASCII digits of a 64-bit row id: ``int`` also
+    reads '²' or '١٢') and for more than ``BULK_MAX``."""
+    if request.POST.get("select_all"):
+        query = QueryDict(request.POST.get("return_query", ""))
+        matching = queue_for(query, request.user, now).matching
+        ids = list(matching.values_list("pk", flat=True)[: BULK_MAX + 1])
+    else:
+        raw_ids = [bounded_int(raw, MAX_ROW_ID) for raw in request.POST.getlist("ids")]
+        if None in raw_ids:
+            raise BulkRequestError("ids must be escalation numbers (ASCII digits)")
+        ids = [i for i in raw_ids if i is not None]
+    ids = sorted(set(ids))
+    if len(ids) > BULK_MAX:
+        raise BulkRequestError(
+            f"A bulk action changes at most {BULK_MAX} escalations at once; "
+            f"{'these filters match' if request.POST.get('select_all') else 'you selected'} "
+            "more: narrow the filters"
+        )
+    return ids
+
+
+def _bulk_assignee(request, action: str):
+    """Whom a bulk "assign" assigns to (None: nobody, and for other actions)."""
+    if action != "assign":
         return None
-    return sorted({i for i in ids if i is not None})[:BULK_MAX]
+    return _assignee(request, request.POST.get("assignee", ""))
+
+
+def _apply_bulk(action: str, escalation: Escalation, user, note: str, assignee) -> None:
+    if action == "assign":
+        actions.assign(escalation, user, assignee, note)
+    else:
+        actions.apply_action(action, escalation, user, note)
+
+
+def _bulk_preview_response(request, preview: dict, return_query: QueryDict):
+    if wants_fragment(request):
+        return render(request, "escalations/list.html#bulk-preview", {"preview": preview})
+    context = _queue_context(request, return_query, timezone.now())
+    context["preview"] = preview
+    status = 400 if preview["error"] else 200
+    return render(request, "escalations/list.html", context, status=status)
 
 
 @require_POST
@@ -508,41 +665,63 @@ def _selected_ids(request) -> list[int] | None:
 @vary_on_headers("HX-Request")
 @in_display_time_zone
 def escalation_bulk(request):
-    """POST /escalations/bulk/: ``ids``, ``action`` (acknowledge, resolve), ``note``. Without
-    ``confirm`` it previews what would change; with ``confirm`` it applies the action to those
-    it still applies to, each through its action function, in one transaction."""
+    """POST /escalations/bulk/: ``ids`` (or ``select_all`` with the queue's ``return_query``),
+    ``action`` (acknowledge, resolve, assign), ``note``, ``assignee`` (assign: "me", a support
+    user's id, "" for nobody). Without ``confirm`` it previews what would change; with
+    ``confirm`` it applies the action to those it still applies to, each through its action
+    function, in one transaction."""
     action = request.POST.get("action", "")
     note = request.POST.get("note", "").strip()
     return_query = QueryDict(request.POST.get("return_query", ""))
-    ids = _selected_ids(request)
-    if ids is None:
-        return HttpResponseBadRequest("ids must be escalation numbers (ASCII digits)")
+    now = timezone.now()
+    try:
+        ids = _selected_ids(request, now)
+    except BulkRequestError as unreadable:
+        return HttpResponseBadRequest(str(unreadable))
+    preview = {
+        "action": action,
+        "action_label": BULK_ACTIONS.get(action, ""),
+        "to_status": actions.ACTION_TO.get(action, ""),
+        "note": note,
+        "assignee_value": request.POST.get("assignee", "").strip(),
+        "assignee_name": "",
+        "changes": [],
+        "listed": [],
+        "unlisted": 0,
+        "unchanged": [],
+        "error": "",
+        "query": return_query.urlencode(),
+    }
+    try:
+        assignee = _bulk_assignee(request, action)
+    except actions.ActionError as refused:
+        preview["error"] = str(refused)
+        return _bulk_preview_response(request, preview, return_query)
+    preview["assignee_name"] = _who(assignee)
     if not request.POST.get("confirm"):
-        selected = list(Escalation.objects.filter(pk__in=ids).select_related("job").order_by("pk"))
-        items, error = bulk_plan(action, selected, note)
-        preview = {
-            "action": action,
-            "action_label": BULK_ACTIONS.get(action, ""),
-            "to_status": actions.ACTION_TO.get(action, ""),
-            "note": note,
-            "changes": [item for item in items if item.applies],
-            "unchanged": [item for item in items if not item.applies],
-            "error": error,
-            "query": return_query.urlencode(),
-        }
-        if wants_fragment(request):
-            return render(request, "escalations/list.html#bulk-preview", {"preview": preview})
-        context = _queue_context(request, return_query, timezone.now())
-        context["preview"] = preview
-        return render(request, "escalations/list.html", context, status=400 if error else 200)
+        selected = list(
+            Escalation.objects.filter(pk__in=ids).select_related("job", "assignee").order_by("pk")
+        )
+        items, error = bulk_plan(action, selected, note, assignee)
+        changes = [item for item in items if item.applies]
+        preview.update(
+            changes=changes,
+            listed=changes[:PREVIEW_LISTED],
+            unlisted=max(len(changes) - PREVIEW_LISTED, 0),
+            unchanged=[item for item in items if not item.applies],
+            error=error,
+        )
+        return _bulk_preview_response(request, preview, return_query)
     with transaction.atomic():
         selected = list(Escalation.objects.filter(pk__in=ids).select_for_update().order_by("pk"))
-        items, error = bulk_plan(action, selected, note)
+        items, error = bulk_plan(action, selected, note, assignee)
         changed = [item.escalation for item in items if item.applies] if not error else []
         for escalation in changed:
-            actions.apply_action(action, escalation, request.user, note)
-    verb = "Acknowledged" if action == "acknowledge" else "Resolved"
+            _apply_bulk(action, escalation, request.user, note, assignee)
+    verb = BULK_DONE.get(action, "Changed")
     message = error or f"{verb} {len(changed)} escalation{'s' if len(changed) != 1 else ''}"
+    if action == "assign" and changed:
+        message += f" to {_who(assignee)}"
     if len(items) > len(changed) and not error:
         message += f"; {len(items) - len(changed)} left unchanged"
     if not request.htmx:

@@ -62,6 +62,11 @@ urlpatterns = [
         name="escalation-assign",
     ),
     path(
+        "escalations/<int:escalation_id>/comment/",
+        escalations.escalation_comment,
+        name="escalation-comment",
+    ),
+    path(
         "escalations/<int:escalation_id>/<slug:action>/",
         escalations.escalation_transition,
         name="escalation-action",

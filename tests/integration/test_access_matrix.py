@@ -106,6 +106,19 @@ MATRIX = [
         "escalations/<int:escalation_id>/assign/", "GET", "/escalations/{esc}/assign/", WRONG_METHOD
     ),
     Row(
+        "escalations/<int:escalation_id>/comment/",
+        "POST",
+        "/escalations/{esc}/comment/",
+        ACTION,
+        {"comment": "looking"},
+    ),
+    Row(
+        "escalations/<int:escalation_id>/comment/",
+        "GET",
+        "/escalations/{esc}/comment/",
+        WRONG_METHOD,
+    ),
+    Row(
         "escalations/<int:escalation_id>/<slug:action>/",
         "POST",
         "/escalations/{esc}/acknowledge/",
