@@ -1600,3 +1600,37 @@ class PlannerCount(models.Model):
 
     def __str__(self):
         return f"{self.span} {self.start:%Y-%m-%d %H:00} {self.provider}/{self.model}"
+
+
+class SavedView(models.Model):
+    """A user's named filters of a list page: the page's path and its query string. Its URL
+    (``/views/<id>/``) is a share link: it opens the same filters for anyone who may see the
+    page; only its owner deletes it."""
+
+    class Page(models.TextChoices):
+        JOBS = "/", "Jobs"
+        FAILURES = "/failures/", "Failures"
+        ESCALATIONS = "/escalations/", "Escalations"
+
+    owner = models.ForeignKey(
+        settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="saved_views"
+    )
+    name = models.CharField(max_length=100)
+    path = models.CharField(max_length=32, choices=Page.choices)
+    query = models.TextField(blank=True)
+    created_at = models.DateTimeField(default=timezone.now)
+
+    class Meta:
+        constraints = [
+            # One view per name and owner; its index serves the navigation's list of a
+            # user's views.
+            models.UniqueConstraint(fields=["owner", "name"], name="saved_view_owner_name"),
+        ]
+
+    def __str__(self):
+        return f"{self.name} ({self.path})"
+
+    @property
+    def target_url(self) -> str:
+        """The page with the saved filters."""
+        return self.path + (f"?{self.query}" if self.query else "")

@@ -115,6 +115,7 @@ TEMPLATES = [
                 "django.contrib.auth.context_processors.auth",
                 "django.contrib.messages.context_processors.messages",
                 "jobs.web.context_processors.firing_alerts",
+                "jobs.web.context_processors.saved_view_here",
             ],
         },
     },

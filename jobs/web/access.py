@@ -3,10 +3,10 @@
 A user's roles are the groups of ``models.Role`` they belong to (migration 0002 creates them);
 staff hold every role. They are looked up once per request and cached on the user object, so
 a page that asks several questions costs one query. Views get the objects they show through
-``get_job_for_user`` and ``get_escalation_for_user``, which decide what the user may see and
-act on; views with no object use ``role_required``. A job asked for by an alias (a trace id
-whose trace named its job) is ``JobMoved``, which ``follows_job_aliases`` answers with a
-redirect.
+``get_job_for_user``, ``get_escalation_for_user`` and ``get_saved_view_for_user``, which
+decide what the user may see and act on; views with no object use ``role_required``. A job
+asked for by an alias (a trace id whose trace named its job) is ``JobMoved``, which
+``follows_job_aliases`` answers with a redirect.
 """
 
 from collections.abc import Callable
@@ -21,7 +21,7 @@ from django.shortcuts import get_object_or_404, redirect
 from django.urls import reverse
 from django_htmx.http import HttpResponseClientRedirect
 
-from jobs.models import Escalation, Job, JobAlias, Role
+from jobs.models import Escalation, Job, JobAlias, Role, SavedView
 
 EVERY_ROLE = frozenset(Role.values)
 ROLES_CACHE = "_traceviz_roles"
@@ -143,3 +143,23 @@ def get_escalation_for_user(request, escalation_id: int, *, for_action: bool = F
             raise PermissionDenied
         escalations = escalations.select_for_update(of=("self",))
     return get_object_or_404(escalations, pk=escalation_id)
+
+
+# Who may see each page a saved view can name: opening its share link needs the same.
+SAVED_VIEW_PAGE_ACCESS: dict[str, Callable[[object], bool]] = {
+    SavedView.Page.JOBS: can_view,
+    SavedView.Page.FAILURES: can_view,
+    SavedView.Page.ESCALATIONS: can_view,
+}
+
+
+def get_saved_view_for_user(request, view_id: int, *, for_delete: bool = False) -> SavedView:
+    """The saved view or 404. Opening it (its share link) needs the access its page needs;
+    ``for_delete`` needs to be its owner. PermissionDenied otherwise."""
+    view = get_object_or_404(SavedView, pk=view_id)
+    if for_delete:
+        if view.owner_id != request.user.pk:
+            raise PermissionDenied
+    elif not SAVED_VIEW_PAGE_ACCESS[view.path](request.user):
+        raise PermissionDenied
+    return view

@@ -1,8 +1,10 @@
-"""Template context for every page: the header's firing-alert indicator."""
+"""Template context for every page: the header's firing-alert indicator and the page a saved
+view would save."""
 
 from django.utils.functional import SimpleLazyObject
 
-from jobs.models import AlertEpisode
+from jobs.models import AlertEpisode, SavedView
+from jobs.web.saved_views import filters_of
 
 
 def firing_alerts(request) -> dict:
@@ -16,3 +18,13 @@ def firing_alerts(request) -> dict:
         return AlertEpisode.objects.filter(resolved_at=None).count()
 
     return {"firing_alert_count": SimpleLazyObject(count)}
+
+
+def saved_view_here(request) -> dict:
+    """``saved_view_here``: the page's path and filters when the page can be saved as a view
+    (None otherwise), for the navigation's save form. No query: the views themselves load
+    when the menu opens (``jobs.web.saved_views``)."""
+    here = None
+    if request.path in SavedView.Page.values:
+        here = (request.path, filters_of(request.META.get("QUERY_STRING", "")))
+    return {"saved_view_here": here}

@@ -17,6 +17,7 @@ from jobs.web import (
     jobs_list,
     metrics,
     otlp,
+    saved_views,
 )
 
 
@@ -71,6 +72,10 @@ urlpatterns = [
         escalations.escalation_transition,
         name="escalation-action",
     ),
+    path("views/", saved_views.saved_view_list, name="saved-views"),
+    path("views/save/", saved_views.saved_view_create, name="saved-view-create"),
+    path("views/<int:view_id>/", saved_views.saved_view_open, name="saved-view"),
+    path("views/<int:view_id>/delete/", saved_views.saved_view_delete, name="saved-view-delete"),
     path("", jobs_list.jobs_list, name="jobs"),
     path("jobs/<job_id:job_id>/events.ndjson", export.job_events_ndjson, name="job-events-ndjson"),
     path("jobs/<job_id:job_id>/events.json", export.job_events_json, name="job-events-json"),

@@ -9,7 +9,7 @@ import pytest
 from django.contrib.auth.models import Group, User
 from django.urls import URLResolver, get_resolver
 
-from jobs.models import Escalation, FailureGroup, IngestToken
+from jobs.models import Escalation, FailureGroup, IngestToken, SavedView
 from tests.factories import event, finished, started, store
 
 pytestmark = pytest.mark.django_db
@@ -37,6 +37,9 @@ METRICS = statuses(403, 403, 403, 403, 200, 403)  # off the allow-list: staff (o
 ADMIN = statuses(302, 302, 302, 302, 200, 302)
 SIGNED_IN = statuses(302, 200, 200, 200, 200, 302)
 LOGOUT = statuses(302, 302, 302, 302, 302, 302)
+SAVE_VIEW = statuses(302, 303, 303, 303, 303, 302)  # every role saves its own, 303 to the view
+SHARE_LINK = statuses(302, 302, 302, 302, 302, 302)  # every role is sent to the saved page
+OWNER_ONLY = statuses(302, 303, 403, 403, 403, 302)  # the view belongs to the operator
 
 EVENTS_BODY = '{"type": "job_started", "job_id": "acc-ingested"}'
 
@@ -146,6 +149,14 @@ MATRIX = [
     Row("accounts/password_reset/done/", "GET", "/accounts/password_reset/done/", PUBLIC),
     Row("accounts/reset/<uidb64>/<token>/", "GET", "/accounts/reset/MQ/bad-token/", PUBLIC),
     Row("accounts/reset/done/", "GET", "/accounts/reset/done/", PUBLIC),
+    Row("views/", "GET", "/views/", PAGE),
+    Row("views/", "POST", "/views/", WRONG_METHOD),
+    Row("views/save/", "POST", "/views/save/", SAVE_VIEW, {"name": "mine", "path": "/"}),
+    Row("views/save/", "GET", "/views/save/", WRONG_METHOD),
+    Row("views/<int:view_id>/", "GET", "/views/{view}/", SHARE_LINK),
+    Row("views/<int:view_id>/", "POST", "/views/{view}/", WRONG_METHOD),
+    Row("views/<int:view_id>/delete/", "POST", "/views/{view}/delete/", OWNER_ONLY),
+    Row("views/<int:view_id>/delete/", "GET", "/views/{view}/delete/", WRONG_METHOD),
     Row("", "GET", "/", PAGE),
     Row("", "POST", "/", WRONG_METHOD),
     Row("jobs/<job_id:job_id>/events.ndjson", "GET", "/jobs/{job}/events.ndjson", RAW_EVENTS),
@@ -209,7 +220,17 @@ def world(db):
     users["staff"] = User.objects.create(username="staff", is_staff=True)
     _token, raw = IngestToken.issue("access-matrix")
     group = FailureGroup.objects.get().fingerprint
-    return {"job": JOB_ID, "esc": str(escalation.pk), "group": group, "users": users, "token": raw}
+    view = SavedView.objects.create(
+        owner=users["operator"], name="failed", path="/", query="status=failed"
+    )
+    return {
+        "job": JOB_ID,
+        "esc": str(escalation.pk),
+        "group": group,
+        "view": str(view.pk),
+        "users": users,
+        "token": raw,
+    }
 
 
 def fill(template: str, world: dict) -> str:
@@ -217,6 +238,7 @@ def fill(template: str, world: dict) -> str:
         template.replace("{job}", world["job"])
         .replace("{esc}", world["esc"])
         .replace("{group}", world["group"])
+        .replace("{view}", world["view"])
     )
 
 
@@ -237,7 +259,10 @@ def test_access(client, world, row, role):
     )
     expected = row.expected[role]
     assert response.status_code == expected, (row.id, role, response.content[:300])
-    if expected == 302 and row.expected is not LOGOUT:
+    signed_in = role not in ("anonymous", "token")
+    if row.expected is SHARE_LINK and signed_in:
+        assert response["Location"] == "/?status=failed"
+    elif expected == 302 and row.expected is not LOGOUT:
         login = "/admin/login/" if path.startswith("/admin/") else "/accounts/login/"
         assert response["Location"].startswith(f"{login}?next="), response["Location"]
 
