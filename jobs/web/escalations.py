@@ -63,7 +63,7 @@ BULK_MAX = 1000
 PREVIEW_LISTED = 50
 BULK_ACTIONS = {"acknowledge": "Acknowledge", "resolve": "Resolve", "assign": "Assign"}
 BULK_DONE = {"acknowledge": "Acknowledged", "resolve": "Resolved", "assign": "Assigned"}
-RECOVERED_FILTERS = [("", "any"), ("yes", "job recovered"), ("no", "job not recovered")]
+RECOVERED_FILTERS = [("", "any"), ("yes", "job recovered"), ("no", "not recovered")]
 STATUS_FILTERS = [
     ("active", "Unresolved"),
     ("open", "Open"),
@@ -115,7 +115,7 @@ class EscalationFilterForm(forms.Form):
     )
     job = forms.CharField(required=False, max_length=200, label="Job id")
     since = forms.ChoiceField(choices=SINCE_LABELS, required=False, label="Opened or reopened")
-    recovered = forms.ChoiceField(choices=RECOVERED_FILTERS, required=False, label="Job")
+    recovered = forms.ChoiceField(choices=RECOVERED_FILTERS, required=False, label="Recovered")
 
 
 def _support_users():
