@@ -170,3 +170,17 @@ def test_save_share_and_delete_a_view(page, live_server, queue, browser):
     page.get_by_role("button", name="Delete the view Recovered: resolve these").click()
     page.wait_for_selector("text=Deleted “Recovered: resolve these”")
     assert not SavedView.objects.exists()
+
+
+def test_the_saved_views_menu_fits_a_narrow_screen(page, live_server, queue):
+    page.set_viewport_size({"width": 390, "height": 844})
+    log_in(page, live_server, "olga", "/?show=all")
+    page.click(".saved-views > summary")
+    page.wait_for_selector("#saved-views-panel .muted")
+    page.fill("#saved-view-name", "All jobs")
+    page.get_by_role("button", name="Save view").click()
+    page.wait_for_selector("#saved-views-panel .saved-view-link")
+    screenshot(page, "saved-views-menu-390")
+    assert page.evaluate("() => document.documentElement.scrollWidth") <= 390
+    box = page.locator("#saved-views-panel").bounding_box()
+    assert box["x"] >= 0 and box["x"] + box["width"] <= 390
