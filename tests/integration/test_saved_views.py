@@ -239,3 +239,19 @@ def test_filters_of_drops_only_position():
         "status=open&kind=a%20b"
     )
     assert saved_views.filters_of("") == ""
+
+
+def test_the_list_of_views_costs_the_same_queries_whatever_its_length(
+    olga, client, django_assert_num_queries
+):
+    SavedView.objects.create(owner=olga, name="v0", path="/")
+    client.get("/views/")  # warm the session
+    with django_assert_num_queries(4) as few:  # session, user, their roles, the views
+        client.get("/views/", **htmx_from("/"))
+    for index in range(1, 8):
+        SavedView.objects.create(
+            owner=olga, name=f"v{index}", path="/failures/", query=f"q={index}"
+        )
+    with django_assert_num_queries(len(few.captured_queries)):
+        response = client.get("/views/", **htmx_from("/"))
+    assert response.content.decode().count('class="saved-view-link"') == 8
