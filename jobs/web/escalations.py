@@ -617,13 +617,20 @@ def _selected_ids(request, now: datetime) -> list[int]:
     """The escalation ids a bulk request names: with ``select_all``, every escalation of the
     queue its ``return_query`` filters (all pages, not only the one shown); else its ``ids``.
     BulkRequestError for an id that is not one (ASCII digits of a 64-bit row id: ``int`` also
-    reads '²' or '١٢') and for more than ``BULK_MAX``."""
+    reads '²' or '١٢') and for more than ``BULK_MAX``. ``ids`` may repeat, and each may hold
+    several ids separated by commas."""
     if request.POST.get("select_all"):
         query = QueryDict(request.POST.get("return_query", ""))
         matching = queue_for(query, request.user, now).matching
         ids = list(matching.values_list("pk", flat=True)[: BULK_MAX + 1])
     else:
-        raw_ids = [bounded_int(raw, MAX_ROW_ID) for raw in request.POST.getlist("ids")]
+        # Repeated (the ticked rows) or comma-separated in one field (a preview's confirm form:
+        # a thousand fields would pass Django's DATA_UPLOAD_MAX_NUMBER_FIELDS).
+        raw_ids = [
+            bounded_int(raw.strip(), MAX_ROW_ID)
+            for field in request.POST.getlist("ids")
+            for raw in field.split(",")
+        ]
         if None in raw_ids:
             raise BulkRequestError("ids must be escalation numbers (ASCII digits)")
         ids = [i for i in raw_ids if i is not None]
@@ -706,6 +713,7 @@ def escalation_bulk(request):
         changes = [item for item in items if item.applies]
         preview.update(
             changes=changes,
+            id_list=",".join(str(item.escalation.pk) for item in changes),
             listed=changes[:PREVIEW_LISTED],
             unlisted=max(len(changes) - PREVIEW_LISTED, 0),
             unchanged=[item for item in items if not item.applies],

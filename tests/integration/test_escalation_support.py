@@ -1,13 +1,15 @@
 """Support's daily work on the queue: comments (audited and notified, no status change),
 select all of the filtered queue, bulk assign, and the "job recovered" badge and filter."""
 
+import re
+
 import pytest
 from django.core import mail
 from django.test import Client
 from django.utils import timezone
 
 from jobs.escalations import actions, outbox
-from jobs.models import Escalation, EscalationEntry, Notification
+from jobs.models import Escalation, EscalationEntry, Job, Notification
 from jobs.web import escalations as escalation_views
 from tests import factories
 from tests.factories import event, finished, started
@@ -207,7 +209,8 @@ def test_select_all_previews_every_escalation_of_the_filtered_queue_not_only_the
         {"select_all": "1", "action": "acknowledge", "return_query": "kind=user_action&page=2"},
         **htmx(),
     ).content.decode()
-    assert fragment.count('name="ids"') == 12
+    (id_list,) = re.findall(r'<input type="hidden" name="ids" value="([0-9,]*)">', fragment)
+    assert sorted(int(pk) for pk in id_list.split(",")) == sorted(changed)
     assert "Preview: acknowledge 12 escalations" in fragment
 
 
@@ -235,6 +238,45 @@ def test_select_all_then_confirm_acknowledges_every_matching_escalation(
     other.refresh_from_db()
     assert other.status == "open"
     assert EscalationEntry.objects.filter(action="acknowledged", actor=support).count() == 8
+
+
+def test_select_all_of_the_bulk_limit_is_previewed_and_applied_in_one_confirm(support, client):
+    """A thousand ids come back in one field: as a thousand fields they would pass Django's
+    DATA_UPLOAD_MAX_NUMBER_FIELDS (1,000) and the confirm would be a 400."""
+    count = escalation_views.BULK_MAX
+    Job.objects.bulk_create(Job(job_id=f"many-{n}", status="failed") for n in range(count))
+    jobs = Job.objects.filter(job_id__startswith="many-")
+    Escalation.objects.bulk_create(
+        Escalation(job=job, kind="raised", severity="low", triggered_at=timezone.now())
+        for job in jobs
+    )
+    fragment = client.post(
+        "/escalations/bulk/",
+        {"select_all": "1", "action": "acknowledge", "return_query": "kind=raised"},
+        **htmx(),
+    ).content.decode()
+    (id_list,) = re.findall(r'<input type="hidden" name="ids" value="([0-9,]*)">', fragment)
+    assert len(id_list.split(",")) == count
+    assert f"and {count - escalation_views.PREVIEW_LISTED} more" in fragment
+    response = client.post(
+        "/escalations/bulk/",
+        {"ids": id_list, "action": "acknowledge", "confirm": "1", "return_query": "kind=raised"},
+        **htmx(),
+    )
+    assert response.status_code == 200
+    assert f"Acknowledged {count} escalations" in response.content.decode()
+    assert Escalation.objects.filter(status="acknowledged").count() == count
+
+
+def test_an_id_list_with_a_non_number_is_refused(support, client):
+    (escalation,) = many_escalations(1)
+    response = client.post(
+        "/escalations/bulk/",
+        {"ids": f"{escalation.pk},²", "action": "acknowledge", "confirm": "1"},
+    )
+    assert response.status_code == 400
+    escalation.refresh_from_db()
+    assert escalation.status == "open"
 
 
 def test_select_all_past_the_bulk_limit_is_a_clear_error(support, client, monkeypatch):
