@@ -9,7 +9,7 @@ from django.db import migrations, models
 class Migration(migrations.Migration):
 
     dependencies = [
-        ('jobs', '0030_events_and_steps_record_masked_paths'),
+        ('jobs', '0033_failure_records'),
         migrations.swappable_dependency(settings.AUTH_USER_MODEL),
     ]
 
