@@ -1,4 +1,4 @@
-"""Server time of the failure groups pages over ~1M steps (DESIGN.md section 6).
+"""Server time of the failure groups pages over ~1M steps (docs/architecture.md).
 
 Runs Django in-process (test Client: no network or browser time) against the database
 DATABASE_URL names. The first run creates its data there with bulk inserts (it is a bench, not

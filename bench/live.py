@@ -1,6 +1,6 @@
 """Live producers: what incremental projection buys, against gunicorn + PostgreSQL, in one run.
 
-Prints four figures (DESIGN.md section 2; bench/README.md says what bounds each):
+Prints four figures (docs/architecture.md; bench/README.md says what bounds each):
 1. grouped vs live: J jobs x S steps (node_started + node_finished each) delivered job by job,
    then the same shape delivered live (time order across jobs), in batches of B events; with P
    producers each reporting its own jobs (as runners do), then with one producer; R rounds of

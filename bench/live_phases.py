@@ -9,7 +9,7 @@ HTTP bench on a shared machine, so it is the one to compare a change with (run b
 after, alternating).
 
 ``--ceilings`` then prints what bounds bench/live.py's "grouped ingest / raw COPY" under
-DESIGN.md section 2, from the grouped events, in this process: a raw COPY of their rows
+docs/architecture.md, from the grouped events, in this process: a raw COPY of their rows
 (bench/live.py's), ingest as it is, ingest with the projection left out (what acknowledging a
 batch would cost were projection moved out of its transaction), and parsing with validation and
 redaction alone (no database): ingest must do those and COPY the same rows, so the raw COPY's

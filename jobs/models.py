@@ -50,7 +50,7 @@ DIGITS_AS_ZERO = bytes.maketrans(b"123456789", b"000000000")
 LONG_DIGITS = b"0" * 19
 PARSE_INVALID = "graph.next_step.parse_invalid"
 DEGRADED = "graph.next_step.degraded"
-# What the planner panels and alerts count (DESIGN.md section 4), when it carries provider and
+# What the planner panels and alerts count (docs/contract.md), when it carries provider and
 # model: the jobs that name a provider/model on job_started or on a planner event.
 PLANNER_EVENT_TYPES = ("job_started", PARSE_INVALID, DEGRADED)
 
@@ -206,7 +206,7 @@ def today_utc() -> date:
 
 
 class Role(models.TextChoices):
-    """The groups that grant access (DESIGN.md section 8); migration 0002 creates them."""
+    """The groups that grant access (docs/architecture.md); migration 0002 creates them."""
 
     OPERATOR = "operator"
     SUPPORT = "support"
@@ -260,7 +260,7 @@ class IngestToken(models.Model):
 
 class EventQuerySet(models.QuerySet):
     def in_event_order(self) -> "EventQuerySet":
-        """Event order (DESIGN.md section 4) in SQL, from the same rank table as the Python
+        """Event order (docs/contract.md) in SQL, from the same rank table as the Python
         ``contract.events.order_key``: ts, seq (missing = 0), type rank, attempt, event_id
         compared by code point (the "C" collation on PostgreSQL, SQLite's BINARY)."""
         rank = Case(
@@ -355,7 +355,7 @@ class Event(models.Model):
         return f"{self.job_id}/{self.event_id} {self.type}"
 
     def as_contract_dict(self) -> dict:
-        """The event as the event contract writes it (DESIGN.md section 3), for export and the
+        """The event as the event contract writes it (docs/contract.md), for export and the
         raw-event view): a ``seq`` the producer left out stays out (the contract has no
         ``null`` seq, so an export imports again)."""
         item: dict[str, Any] = {
@@ -371,7 +371,7 @@ class Event(models.Model):
 
 
 def stalled_condition(now: datetime) -> Q:
-    """The stall rule (DESIGN.md section 4): a job in a status that still expects events that has
+    """The stall rule (docs/contract.md): a job in a status that still expects events that has
     received none for TRACEVIZ_STALL_AFTER. ``Job.is_stalled_at`` is the same rule for a row
     in hand; nothing else decides it. The receive hour adds nothing to the rule: it is what the
     ``job_stall`` index holds."""

@@ -1,4 +1,4 @@
-"""Celery tasks: side effects only (DESIGN.md section 2). Each takes ids or nothing, re-fetches
+"""Celery tasks: side effects only (docs/architecture.md). Each takes ids or nothing, re-fetches
 what it needs, returns quietly when a row is gone, and works in bounded batches; the logic lives
 in the packages below (escalations, ingest, dashboard) so it is tested without a worker.
 Nothing imports this module but the app config and Celery: the domain enqueues by task name.

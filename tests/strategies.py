@@ -1,4 +1,4 @@
-"""Hypothesis strategies: whole jobs' event streams in the event contract (DESIGN.md section 3).
+"""Hypothesis strategies: whole jobs' event streams in the event contract (docs/contract.md).
 
 Timestamps are drawn from a small range so ties are common: ties exercise the rest of the event
 order (seq, type rank, attempt, event_id)."""

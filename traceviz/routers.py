@@ -1,5 +1,5 @@
 """An optional read replica (``DATABASE_REPLICA_URL``): pages and the read API read from it,
-ingest and every action never do (DESIGN.md section 2: pages read rows, writers own them).
+ingest and every action never do (docs/architecture.md: pages read rows, writers own them).
 
 ``ReplicaReadsMiddleware`` marks safe requests (GET, HEAD) as replica reads; ``ReplicaRouter``
 sends the app's reads there while that mark is set. Everything else reads the primary:

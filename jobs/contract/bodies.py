@@ -1,4 +1,4 @@
-"""Request bodies of the event contract (DESIGN.md section 3): media types, gzip, JSON arrays
+"""Request bodies of the event contract (docs/contract.md): media types, gzip, JSON arrays
 and NDJSON lines, and the per-request limits.
 
 Pure: bytes in, a ``ParsedBatch`` of validated events and per-item errors out. Only a body that

@@ -1,4 +1,4 @@
-"""The event contract v1 (DESIGN.md section 3): one event, its validation, and event order.
+"""The event contract v1 (docs/contract.md): one event, its validation, and event order.
 
 Pure: plain decoded data in, ``Event`` objects and field-level errors out. Nothing here raises
 for a bad event; the same bad input always gets the same messages. Request bodies (media types,
@@ -37,7 +37,7 @@ TS_RANGE_MESSAGE = f"must fall in the years {MIN_TS_YEAR} to {MAX_TS_YEAR} (UTC)
 TRUNCATION_MARKER = "… [truncated {dropped} bytes]"
 
 
-# Event order within a job (DESIGN.md section 4): ts, seq, this rank, attempt, event_id.
+# Event order within a job (docs/contract.md): ts, seq, this rank, attempt, event_id.
 TYPE_RANK = {
     "job_started": 0,
     "node_started": 1,
@@ -279,7 +279,7 @@ PAYLOAD_FIELDS: dict[str, dict[str, Check]] = {
         "node_id": NAME,
         "severity": one_of("low", "medium", "high", "critical"),
     },
-    # One OpenTelemetry span, as POST /v1/traces stores it (DESIGN.md section 3b; the event's
+    # One OpenTelemetry span, as POST /v1/traces stores it (docs/otlp.md; the event's
     # ts is the span's start). Replay decides what it means (job, step or call).
     "span": {
         "trace_id": hex_id(32),
@@ -611,5 +611,5 @@ def bounded_long_text(payload: dict[str, Any]) -> dict[str, Any]:
 
 
 def order_key(ts: datetime, seq: int | None, event_type: str, attempt: int, event_id: str):
-    """The total order of events within a job, independent of arrival (DESIGN.md section 4)."""
+    """The total order of events within a job, independent of arrival (docs/contract.md)."""
     return (ts, seq or 0, TYPE_RANK.get(event_type, OTHER_TYPE_RANK), attempt, event_id)

@@ -1,4 +1,4 @@
-"""OpenTelemetry traces as traceviz events (OTLP/HTTP ``POST /v1/traces``; DESIGN.md section 3b).
+"""OpenTelemetry traces as traceviz events (OTLP/HTTP ``POST /v1/traces``; docs/otlp.md).
 
 Pure: bytes and decoded ``ExportTraceServiceRequest`` messages in, event dicts, a
 ``ParsedBatch`` and per-span errors out; no models, no HTTP. Each span becomes one ``span`` event
@@ -6,7 +6,7 @@ that keeps the whole span (name, kind, times, status, attributes, span events, l
 bounded, with its start as the event's ts: what it means (the job, a step or a call inside a
 step, which attempt, which result) depends on the rest of the trace, so replay decides it
 (``jobs.replay.spans``), in any arrival order, and ``rebuild_projections`` applies a changed
-mapping to the stored spans. Span events named like the planner's events (source 001) also
+mapping to the stored spans. Span events named like the planner's events (the planner contract) also
 become planner events of the job, so counters, the dashboard and alerts see them as if they had
 been sent to ``/api/v1/events``.
 
@@ -68,7 +68,7 @@ STATUS_NAMES = {
     Status.StatusCode.STATUS_CODE_ERROR: "error",
 }
 
-# Bounds (DESIGN.md section 3b). Inputs, outputs, messages and stack traces are cut at
+# Bounds (docs/otlp.md). Inputs, outputs, messages and stack traces are cut at
 # MAX_VALUE_BYTES each; every other attribute of a span shares MAX_ATTRIBUTES_BYTES.
 MAX_VALUE_BYTES = 64 * 1024
 MAX_ATTRIBUTES_BYTES = 16 * 1024
@@ -374,7 +374,7 @@ def span_items(
     job_ids: dict[bytes, str] | None = None,
 ) -> tuple[list[dict[str, Any]], list[tuple[str, ...]]]:
     """The event dicts of one span: its ``span`` event, and a planner event for each span event
-    named like one (source 001); and for each, the paths redaction masked in its payload.
+    named like one (the planner contract); and for each, the paths redaction masked in its payload.
     Every text is redacted before it is bounded, so a secret straddling a cut is masked whole.
     Raises ``Unreadable``."""
     trace_id = required_id(span.trace_id, 16, "trace_id")
@@ -487,7 +487,7 @@ def job_id(trace_id: str, *attribute_sets: dict[str, Any], found: str | None = N
 
 
 def _planner_payload(attrs: dict[str, Any]) -> dict[str, Any]:
-    """The planner event's payload from its span event's attributes: the fields source 001
+    """The planner event's payload from its span event's attributes: the fields the planner contract
     names, in the types the contract wants (anything else is dropped; the span keeps it)."""
     payload: dict[str, Any] = {}
     for name, check in events.PLANNER_FIELDS.items():

@@ -3,7 +3,7 @@
 
 Pure: plain dicts out. Each known type gets its own branch (its payload fields, their checks'
 fragments, its required fields); any other type gets an open payload, because unknown types are
-stored, not rejected (DESIGN.md section 3). Every branch keeps unknown payload keys.
+stored, not rejected (docs/contract.md). Every branch keeps unknown payload keys.
 """
 
 from typing import Any

@@ -1,4 +1,5 @@
-"""The operations dashboard's numbers and figures (DESIGN.md section 6, source 001 phase 2).
+"""The operations dashboard's numbers and figures (docs/architecture.md; the planner contract's
+dashboard).
 
 Every number is a SQL aggregate (GROUP BY, COUNT DISTINCT, percentile_cont); Python only shapes
 the few aggregated rows into plotly figures (plain dicts, emitted with ``json_script`` and drawn by
@@ -197,7 +198,8 @@ def _step_results_figure(window: Window, counts: dict, jobs_per_bucket: dict) ->
 
 
 def failures_by_code(window: Window, plan: rollup.Plan | None = None) -> dict:
-    """Steps carrying each canonical failure code, coloured by its retry owner (source 002);
+    """Steps carrying each canonical failure code, coloured by its retry owner (the failure-code
+    contract);
     customdata: [list URL, jobs with such a step, owner]. Producer codes outside the canonical
     set count as unknown_failure in the taxonomy but cannot be listed by code: ``unlisted``
     reports how many steps carry them."""
@@ -242,7 +244,7 @@ def failures_by_code(window: Window, plan: rollup.Plan | None = None) -> dict:
         data,
         layout,
         "No failure codes in this range. Failed node_finished events "
-        "with a failure_code (source 002 codes) show up here.",
+        "with a failure_code (a canonical failure code) show up here.",
     )
     figure["unlisted"] = unlisted
     return figure
@@ -250,8 +252,8 @@ def failures_by_code(window: Window, plan: rollup.Plan | None = None) -> dict:
 
 def failures_by_error_type(window: Window, plan: rollup.Plan | None = None) -> dict:
     """Jobs by the error type of their final root failure (each job once, not every type it
-    hit on the way), stacked by the job's run status (source 003 table); each segment links to
-    exactly those jobs (root_error_type + status)."""
+    hit on the way), stacked by the job's run status (the run-status contract's table); each
+    segment links to exactly those jobs (root_error_type + status)."""
     cells: dict[tuple[str, str], dict] = {}
     for cell in window.cells(plan, Kind.ERROR_TYPE):
         if cell.dimension not in failures.RUN_STATUS_BY_ERROR_TYPE:
@@ -412,7 +414,7 @@ def planner(window: Window, plan: rollup.Plan | None = None) -> tuple[dict, dict
         )
     empty = (
         "No planner events in this range. Send graph.next_step.parse_invalid and "
-        "graph.next_step.degraded events with provider and model (source 001)."
+        "graph.next_step.degraded events with provider and model (the planner contract)."
     )
     xaxis = _time_axis(window, "event time")
     counts_figure = _figure(

@@ -1,4 +1,4 @@
-"""Failure groups, read side (DESIGN.md section 6): the groups active in a window with their
+"""Failure groups, read side (docs/architecture.md): the groups active in a window with their
 trend and providers, from the rows ingest keeps (jobs.ingest.failure_groups). A page reads a
 bounded number of hour rows (and, over more than 48 hours, day rows for the whole days); it
 never scans steps.

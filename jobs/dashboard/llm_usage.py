@@ -1,4 +1,4 @@
-"""The dashboard's LLM panels (DESIGN.md section 3b): tokens and cost per provider/model over
+"""The dashboard's LLM panels (docs/otlp.md): tokens and cost per provider/model over
 time, from the calls replay made of OpenTelemetry spans (Call rows).
 
 A call counts in the bucket of its job's start, like every step panel, so a bar's link lists

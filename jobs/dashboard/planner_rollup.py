@@ -1,4 +1,4 @@
-"""Pre-aggregates behind the dashboard's planner panels (DESIGN.md sections 4 and 6).
+"""Pre-aggregates behind the dashboard's planner panels (docs/contract.md and docs/architecture.md).
 
 The planner panels count, per provider/model and bucket of event ts, the distinct jobs that carry
 that provider/model on job_started or on a planner event, and the parse_invalid and degraded

@@ -1,4 +1,4 @@
-"""Hourly pre-aggregates behind the dashboard's step and LLM panels (DESIGN.md section 6).
+"""Hourly pre-aggregates behind the dashboard's step and LLM panels (docs/architecture.md).
 
 The step panels (results over time, failure codes, error types, durations) count steps and
 distinct jobs by the hour of job start. Aggregated from Step rows on every request they read every

@@ -1,4 +1,4 @@
-"""Escalations (DESIGN.md section 5): applying replay's triggers, and every change people make.
+"""Escalations (docs/contract.md): applying replay's triggers, and every change people make.
 
 Every state change goes through one action function here, which writes the row, its audit entry
 and (for openings) the outbox notification together, whatever view, task or command calls it.
@@ -22,7 +22,7 @@ class ActionError(ValueError):
     """An action that does not apply: the message says why, in words support can act on."""
 
 
-# Which statuses each status-changing action starts from (DESIGN.md section 5: open ->
+# Which statuses each status-changing action starts from (docs/contract.md: open ->
 # acknowledged -> resolved, reopen allowed).
 ACTION_FROM: dict[str, frozenset[str]] = {
     "acknowledge": frozenset({Status.OPEN}),

@@ -1,4 +1,4 @@
-"""Alert rules (source 001 phase 2: an alert threshold for repeated planner degradation).
+"""Alert rules (the planner contract phase 2: an alert threshold for repeated planner degradation).
 
 ``evaluate(now)`` measures every enabled rule over its window, one SQL aggregate per rule, and
 moves each subject (a provider/model, or a failure code) through episodes: a rule that holds
@@ -77,7 +77,7 @@ def planner_activity(
     """Planner counts per provider/model (and per ``bucket``, a Trunc kind, when given) from
     events with ts in [start, end): rows of provider, model, [bucket,] jobs, parse_invalid,
     degraded. ``jobs`` are the jobs that carry that provider/model on job_started or on a planner
-    event in the window (DESIGN.md section 4). Served by the event (type, ts) index."""
+    event in the window (docs/contract.md). Served by the event (type, ts) index."""
     rows = Event.objects.filter(ts__gte=start, ts__lt=end).planner(provider, model)
     group = ["provider", "model"]
     if bucket:

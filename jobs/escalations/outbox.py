@@ -5,8 +5,9 @@ A delivery first claims its row with a conditional update (pending and due, or s
 lapsed lease -> sending with a fresh lease, attempts + 1) and goes on only when that update
 changed exactly one row, so two workers never send the same notification at once. The claimed
 attempt number fences the outcome: a worker whose lease lapsed while it was stuck cannot record
-over the worker that took the row after it. Failures are retried on the source 003 backoff up
-to TRACEVIZ_NOTIFY_MAX_ATTEMPTS, then the row is marked failed; every error is kept on the row.
+over the worker that took the row after it. Failures are retried on the run-status contract's
+backoff up to TRACEVIZ_NOTIFY_MAX_ATTEMPTS, then the row is marked failed; every error is kept on
+the row.
 
 Exactly once, as the receiver sees it: an attempt's outcome is recorded after the destination
 answered, so a worker killed, or a database lost, between the two leaves the row claimed with

@@ -1,4 +1,4 @@
-"""The repair budget (source 003): failed:logic runs in one retry_of chain beyond
+"""The repair budget (the run-status contract): failed:logic runs in one retry_of chain beyond
 TRACEVIZ_REPAIR_BUDGET open a ``repair_budget_exhausted`` escalation on the run that went over."""
 
 from collections.abc import Iterable

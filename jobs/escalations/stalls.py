@@ -1,4 +1,4 @@
-"""Stalls (DESIGN.md section 4): a job that expects events and has received none for
+"""Stalls (docs/contract.md): a job that expects events and has received none for
 TRACEVIZ_STALL_AFTER gets a ``stalled`` escalation, found by a periodic task.
 
 Whether a job is stalled is decided in one place, ``Job.objects.stalled`` / ``Job.is_stalled``
@@ -71,7 +71,7 @@ def stall_trigger(job: Job, now: datetime, waiting_step: Step | None = None) -> 
         earliest, latest = backoff.retry_window(waiting_step.finished_at, waiting_step.attempt)
         message += (
             f" Node {waiting_step.node_id} attempt {waiting_step.attempt} failed retryably at "
-            f"{waiting_step.finished_at:%Y-%m-%d %H:%M:%S} UTC; by the source 003 backoff its "
+            f"{waiting_step.finished_at:%Y-%m-%d %H:%M:%S} UTC; by the expected backoff its "
             f"next attempt was due between {earliest:%H:%M:%S} and {latest:%H:%M:%S} UTC and "
             f"has not arrived."
         )
@@ -87,7 +87,7 @@ def stall_trigger(job: Job, now: datetime, waiting_step: Step | None = None) -> 
 
 def check_stalls(now: datetime | None = None, *, batch_size: int = STALL_BATCH) -> int:
     """Open (or reopen) a ``stalled`` escalation on every job that received no event for
-    TRACEVIZ_STALL_AFTER while running, cancelling or paused:transient (DESIGN.md section 4).
+    TRACEVIZ_STALL_AFTER while running, cancelling or paused:transient (docs/contract.md).
 
     Works in bounded batches, longest silence first, and skips in the query the jobs whose
     current stall episode already opened or reopened their escalation. A job it cannot handle

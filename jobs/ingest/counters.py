@@ -1,5 +1,5 @@
-"""Counters on the write path (DESIGN.md section 6, source 001 metrics): what ingest adds to the
-Prometheus counters kept in the database.
+"""Counters on the write path (docs/architecture.md; the planner contract's metrics): what ingest
+adds to the Prometheus counters kept in the database.
 
 Counters are rows of ``Counter`` incremented with ``INSERT ... ON CONFLICT DO UPDATE`` (one
 statement per batch), inside the ingest transaction, so every web process adds to the same number,
@@ -46,12 +46,12 @@ class CounterSpec:
 
 COUNTERS: dict[str, CounterSpec] = {
     PARSE_INVALID: CounterSpec(
-        "Planner outputs that failed to parse (source 001).",
+        "Planner outputs that failed to parse (the planner contract).",
         ("provider", "model"),
         producer_labels=True,
     ),
     DEGRADED: CounterSpec(
-        "Planner runs that ended degraded after bounded retries (source 001).",
+        "Planner runs that ended degraded after bounded retries (the planner contract).",
         ("provider", "model"),
         producer_labels=True,
     ),

@@ -1,4 +1,4 @@
-"""Everything that differs between PostgreSQL and SQLite, in one module (DESIGN.md section 1):
+"""Everything that differs between PostgreSQL and SQLite, in one module (docs/architecture.md):
 bulk writes (COPY and upserts), advisory locks, how PostgreSQL's timestamps are read, and the
 SQL fragments whose spelling differs. Nothing else in traceviz branches on the database
 vendor, except QuerySet methods of ``jobs.models``.

@@ -1,4 +1,4 @@
-"""Failure groups kept up to date by projection (DESIGN.md section 6), inside the batch's
+"""Failure groups kept up to date by projection (docs/architecture.md), inside the batch's
 transaction: never computed per page view.
 
 Every grouped failure (``signatures.is_grouped``) is a *contribution* of one step to its group:
@@ -173,7 +173,7 @@ def apply(
     ``relabeled``); their (group, job) rows follow them. A replaced job's stored rows are
     subtracted whole first. ``relabeled`` jobs changed provider or model: all their rows are
     read. Of the other jobs only the rows of the changed cells are: a long job has a row per
-    group it failed in, and a batch must not read them all (DESIGN.md section 2)."""
+    group it failed in, and a batch must not read them all (docs/architecture.md)."""
     cells = Counter(contributions.cells)
     whole = contributions.replaced.union(relabeled)
     current = _stored(FailureGroupJob.objects.filter(job_id__in=sorted(whole))) if whole else {}

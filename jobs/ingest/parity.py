@@ -1,4 +1,4 @@
-"""Replay parity (DESIGN.md section 2): a job's stored Job, Step, Call and Escalation rows against
+"""Replay parity (docs/architecture.md): a job's stored Job, Step, Call and Escalation rows against
 ``walk.build`` over its stored events.
 
 Used by ``manage.py check_parity``, by the load and fault benchmarks after a run and by tests.

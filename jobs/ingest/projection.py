@@ -1,4 +1,4 @@
-"""Projection (DESIGN.md section 2): a job's events folded into its Job, Step and Escalation rows.
+"""Projection (docs/architecture.md): a job's events folded into its Job, Step and Escalation rows.
 
 Incremental: each Job row keeps the replay fold's snapshot (``Job.fold``). When every new event
 of a job sorts after the snapshot's last event, the batch is folded onto the snapshot with the

@@ -1,4 +1,4 @@
-"""Store a batch of events and project the jobs it touched (DESIGN.md section 2).
+"""Store a batch of events and project the jobs it touched (docs/architecture.md).
 
 Knows no HTTP: the ingest view, the import command, the demo loader and the OTLP endpoint all
 call ``store_batch``. One transaction per batch: the batch's job locks and each event's job

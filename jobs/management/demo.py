@@ -175,7 +175,7 @@ def demo_streams(now: datetime, seed: int = 7) -> list[list[dict]]:
         _happy(stream, WORKFLOWS[workflow])
         stream.emit("job_finished", 50, status="completed")
 
-    s = new("release-42", 2.5, "publish-release")  # retry, then permanent (source 000)
+    s = new("release-42", 2.5, "publish-release")  # retry, then permanent (step results)
     s.step("build", 0, payload_results={"artifact": "dist/app.tar.gz"}, state="done")
     s.step(
         "upload",
@@ -222,7 +222,7 @@ def demo_streams(now: datetime, seed: int = 7) -> list[list[dict]]:
         reason="release 991 deleted",
     )
 
-    s = new("fanout-7", 1.2, "fanout-export")  # cancel with a stale late result (source 002)
+    s = new("fanout-7", 1.2, "fanout-export")  # cancel, a stale late result (fences)
     s.step("plan", 0)
     s.emit("node_started", 10, node_id="shard-1", epoch=1)
     s.emit("node_started", 0, node_id="shard-2", epoch=1)
@@ -236,7 +236,7 @@ def demo_streams(now: datetime, seed: int = 7) -> list[list[dict]]:
     s.emit("node_started", 10, node_id="shard-1", epoch=1)
     s.emit("cancel_requested", 1500, reason="deploy freeze", epoch=2)
 
-    s = new("mail-5", 4.0, "mail-digest")  # token expired: needs a person (source 003)
+    s = new("mail-5", 4.0, "mail-digest")  # token expired: needs a person (the run-status contract)
     s.step("collect", 0)
     s.step("summarize", 1)
     s.step(
@@ -319,7 +319,7 @@ def demo_streams(now: datetime, seed: int = 7) -> list[list[dict]]:
         )
         previous = s.job_id
 
-    s = new("pdca-88", 1.5, "pdca")  # planner output invalid twice, then degraded (source 001)
+    s = new("pdca-88", 1.5, "pdca")  # planner output invalid twice, degraded
     for attempt, (kind, preview) in enumerate(
         [("json_decode", '{"next_step": "deploy" "args": ...'), ("schema", '{"step": "deploy"}')],
         start=1,
@@ -392,7 +392,7 @@ def demo_streams(now: datetime, seed: int = 7) -> list[list[dict]]:
     )
     s.emit("job_finished", 100, status="failed", code="provider_terminal", reason="quota")
 
-    s = new("crm-13", 11.0, "crm-sync")  # continue_on_error (source 004), then completed
+    s = new("crm-13", 11.0, "crm-sync")  # continue_on_error, then completed
     s.step("fetch_contacts", 0)
     s.step(
         "dedupe",

@@ -1,4 +1,4 @@
-"""Default alert rules (source 001 phase 2: alert threshold for repeated planner degradation).
+"""Default alert rules (the planner contract phase 2: alert threshold for repeated planner degradation).
 
 Staff tune or disable them in the admin; deleting the migration's rules is never needed.
 """

@@ -1,7 +1,7 @@
 from django.contrib.auth.management import create_permissions
 from django.db import migrations
 
-# What staff do in the admin (DESIGN.md section 8): alert rules and ingest tokens; the rest
+# What staff do in the admin (docs/architecture.md): alert rules and ingest tokens; the rest
 # they read (the admin's own read-only classes refuse edits whatever the permission).
 STAFF_PERMISSIONS = (
     "add_alertrule",

@@ -1,4 +1,5 @@
-"""Exponential backoff with jitter (source 003, "Backoff Calculation"). Pure: no Django.
+"""Exponential backoff with jitter (the run-status contract, "Backoff Calculation"). Pure: no
+Django.
 
 The same curve times our own notification retries and tells support when a paused:transient
 job's producer should have retried.
@@ -28,9 +29,9 @@ def backoff_seconds(retry_count: int, *, rand: Callable[[], float] = random.rand
 
 
 def retry_window(finished_at: datetime, attempt: int) -> tuple[datetime, datetime]:
-    """When a producer following source 003 should have started the attempt after ``attempt``
-    (1-based) that finished at ``finished_at``: the earliest (no jitter) and latest (full
-    jitter) due times."""
+    """When a producer following the run-status contract should have started the attempt after
+    ``attempt`` (1-based) that finished at ``finished_at``: the earliest (no jitter) and latest
+    (full jitter) due times."""
     retries_made = max(attempt - 1, 0)
     earliest = backoff_seconds(retries_made, rand=lambda: 0.0)
     latest = backoff_seconds(retries_made, rand=lambda: 1.0)

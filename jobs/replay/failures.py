@@ -47,7 +47,8 @@ SEGMENT_BY_RESULT_TYPE: dict[ResultType, Segment] = {
     ResultType.COMPENSATABLE_FAILURE: Segment.FAILED,
 }
 
-# Source 003's closed table, extended with source 004's structured error types.
+# The run-status contract's closed table, extended with the failure-report contract's structured
+# error types.
 RUN_STATUS_BY_ERROR_TYPE: dict[str, RunStatus] = {
     "auth": RunStatus.PAUSED_APPROVAL,
     "permission": RunStatus.PAUSED_APPROVAL,
@@ -59,7 +60,7 @@ RUN_STATUS_BY_ERROR_TYPE: dict[str, RunStatus] = {
     "PermanentError": RunStatus.FAILED,
     "BoundaryViolation": RunStatus.FAILED,
 }
-# Source 003: an error nobody classified is a bug in our own code, never the user's.
+# The run-status contract: an error nobody classified is a bug in our own code, never the user's.
 UNCLASSIFIED_RUN_STATUS = RunStatus.FAILED_INTERNAL
 
 
@@ -77,7 +78,8 @@ class FailureCode(StrEnum):
     UNKNOWN_FAILURE = "unknown_failure"
 
 
-# (retryable, retry owner) per canonical code: one owner each (source 002's single-owner rule).
+# (retryable, retry owner) per canonical code: one owner each (the failure-code contract's
+# single-owner rule).
 FAILURE_CODES: dict[FailureCode, tuple[bool, RetryOwner]] = {
     FailureCode.ADAPTER_TIMEOUT: (True, RetryOwner.ADAPTER),
     FailureCode.ADAPTER_ERROR: (True, RetryOwner.ADAPTER),
@@ -124,9 +126,9 @@ def retry_owner(code: str) -> RetryOwner:
     return FAILURE_CODES[canonical_failure_code(code)][1]
 
 
-# What (retryable, owner) means for the failed step, as the step panel says it (source 002's
-# single-owner rule). "Retried by reducer" read as if something would retry: the reducer owns
-# the codes nobody retries.
+# What (retryable, owner) means for the failed step, as the step panel says it (the
+# failure-code contract's single-owner rule). "Retried by reducer" read as if something would
+# retry: the reducer owns the codes nobody retries.
 RETRY_MEANING: dict[tuple[bool, RetryOwner], str] = {
     (True, RetryOwner.ADAPTER): "retryable: the adapter retries the call (transport failure)",
     (True, RetryOwner.PLAN): "retryable: the plan re-dispatches the step with repaired arguments",

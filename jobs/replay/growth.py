@@ -1,4 +1,4 @@
-"""A live trace's new spans, expanded onto what its stored spans decided (DESIGN.md sections 2
+"""A live trace's new spans, expanded onto what its stored spans decided (docs/architecture.md
 and 3b). Pure.
 
 ``spans.expand`` reads a job's whole trace, because what a span means can depend on spans that

@@ -1,4 +1,4 @@
-"""Contract lint: where a producer broke the failure contract (DESIGN.md section 4, findings).
+"""Contract lint: where a producer broke the failure contract (docs/contract.md, findings).
 
 Pure, fed by replay's single walk in event order, so the same events in any delivery order give
 the same findings. Sources: 000 (no duplicate side effects, a permanent failure never re-runs),
@@ -27,7 +27,7 @@ SEVERITY_BY_KIND = {
     "plan_hash_mismatch": "error",
 }
 # Error findings that open a contract_violation escalation; plan_hash_mismatch opens a
-# boundary_violation instead (source 004).
+# boundary_violation instead (the failure-report contract).
 CONTRACT_VIOLATION_KINDS = frozenset({"duplicate_success", "rerun_after_permanent"})
 
 

@@ -1,9 +1,9 @@
-"""The run status and the escalation rules (DESIGN.md sections 4 and 5), evaluated by the fold
+"""The run status and the escalation rules (docs/contract.md), evaluated by the fold
 after each event in event order.
 
 Pure functions of the fold's state: the failing nodes (each one's latest non-stale failure), the
 cancel and finish seen, the planner's degradation, the boundary violations and the findings. And
-source 002's cancellation fence, which decides which results are stale.
+the failure-code contract's cancellation fence, which decides which results are stale.
 """
 
 from typing import Protocol
@@ -38,9 +38,9 @@ STATE_KINDS = frozenset(
 
 
 class CancelFence:
-    """Source 002's cancellation fence: once a cancel came in event order, a node_finished whose
-    epoch is lower than the cancel's, or that has no epoch, or follows a cancel without one, is
-    stale."""
+    """The failure-code contract's cancellation fence: once a cancel came in event order, a
+    node_finished whose epoch is lower than the cancel's, or that has no epoch, or follows a
+    cancel without one, is stale."""
 
     __slots__ = ("epoch", "epochless", "seen")
 
@@ -75,7 +75,7 @@ def active_failures(fold: Fold) -> list[StepState]:
 
 
 def run_status(fold: Fold, failing: list[StepState]) -> RunStatus:
-    """DESIGN.md section 4's rules, the first that applies."""
+    """docs/contract.md's rules, the first that applies."""
     if fold.finished_status:
         return RunStatus(fold.finished_status)
     if fold.cancel.seen:

@@ -1,4 +1,4 @@
-"""Failure signatures (DESIGN.md section 6): which failed steps are "the same failure".
+"""Failure signatures (docs/architecture.md): which failed steps are "the same failure".
 
 A signature is the workflow, the node, the failure code, the error or exception type and the
 reason with everything that varies from run to run (numbers, ids, uuids, hashes, paths, quoted

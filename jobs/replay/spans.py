@@ -1,4 +1,4 @@
-"""OpenTelemetry spans as a job's story (DESIGN.md section 3b). Pure.
+"""OpenTelemetry spans as a job's story (docs/otlp.md). Pure.
 
 ``expand`` takes every ``span`` event of a job and returns the contract events replay folds
 (job_started and job_finished from the job's root span, node_started and node_finished for each
@@ -840,7 +840,8 @@ def _failed_payload(reason: str) -> dict:
 
 
 def planner_step(span: SpanView) -> bool:
-    """A planner's step: named plan or planner, or it reported a planner event (source 001)."""
+    """A planner's step: named plan or planner, or it reported a planner event (the planner
+    contract)."""
     tokens = set(re.split(r"[^a-z0-9]+", span.node_id.lower()))
     return bool(tokens & {"plan", "planner"}) or any(
         str(e.get("name", "")).startswith("graph.next_step.") for e in span.events

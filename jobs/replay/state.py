@@ -1,4 +1,4 @@
-"""What replay produces: a job's state and its steps' states (DESIGN.md sections 4 and 5).
+"""What replay produces: a job's state and its steps' states (docs/contract.md).
 
 Plain data: ``walk.Fold`` fills these in, and the projection stores them as Job and Step rows
 (every StepState field has a Step column of the same name).
@@ -73,10 +73,10 @@ class StepState:
     """One attempt of one node. ``result_type`` is None while the attempt is running.
 
     ``history`` keeps the results this attempt no longer shows, oldest first: a stale result
-    that came after the attempt had finished (source 002: it never overwrites), or a result a
-    later non-stale finish replaced. ``marks`` is replay's own bookkeeping (event positions and
-    the first success and permanent failure of the attempt), which lets a later batch resume
-    the fold from this row; ``lint.node_facts`` reads it.
+    that came after the attempt had finished (the failure-code contract: it never overwrites), or
+    a result a later non-stale finish replaced. ``marks`` is replay's own bookkeeping (event
+    positions and the first success and permanent failure of the attempt), which lets a later
+    batch resume the fold from this row; ``lint.node_facts`` reads it.
     """
 
     node_id: str
@@ -142,8 +142,8 @@ class StepState:
         return self.result_type is None and bool(self.started_event_id)
 
     def keep_stale(self, event: Event) -> None:
-        """Keep a stale result that came after the attempt finished in its history (source 002:
-        it never overwrites)."""
+        """Keep a stale result that came after the attempt finished in its history (the
+        failure-code contract: it never overwrites)."""
         payload = event.payload
         assert event.ts is not None  # a stored event always has its time
         record = {

@@ -1,4 +1,5 @@
-"""Replay: a job's events in, its state out (DESIGN.md sections 2, 4 and 5; source 000 section 5).
+"""Replay: a job's events in, its state out (docs/architecture.md and docs/contract.md; the
+step-result contract).
 
 Pure: no models, no ORM. Replay is a fold over the job's events in event order: ``Fold.apply``
 takes one event, and after each one the status and the escalation rules are evaluated again, so
@@ -134,7 +135,7 @@ class Fold:
         # is expanded onto it (``growth``) or the job replayed whole.
         self.trace: growth.TraceSummary | None = None
         # [node, attempt, holding, triggered]: the last event folded is a span step's inferred
-        # permanent failure, which a later attempt makes retryable (DESIGN.md section 3b); the
+        # permanent failure, which a later attempt makes retryable (docs/otlp.md); the
         # rules' state before it, to decide them again then. ``reopened``: that happened.
         self.reopenable: list | None = None
         self.reopened = False
@@ -312,7 +313,8 @@ class Fold:
         stale = self.cancel.is_stale(event)
         step, before = self._step(event)
         if stale and step.result_type is not None:
-            # Source 002: a stale result never overwrites; it is kept beside the attempt's.
+            # The failure-code contract: a stale result never overwrites; it is kept beside the
+            # attempt's.
             step.keep_stale(event)
             self._changed(step, before)
             return
@@ -350,8 +352,8 @@ class Fold:
             self.state.payload_results.update(step.payload_results)
             self.state.cursor_node = node
         elif step.continue_on_error or step.handled:
-            # Source 004's declared continue-on-error, or a failure its caller handled: the
-            # run goes on.
+            # The failure-report contract's declared continue-on-error, or a failure its caller
+            # handled: the run goes on.
             self._recovered(node)
         else:
             self.failing.pop(node, None)

@@ -1,4 +1,4 @@
-"""Who may do what (DESIGN.md section 8), decided here and nowhere else.
+"""Who may do what (docs/architecture.md), decided here and nowhere else.
 
 A user's roles are the groups of ``models.Role`` they belong to (migration 0002 creates them);
 staff hold every role. They are looked up once per request and cached on the user object, so

@@ -1,4 +1,4 @@
-"""GET /dashboard/: the operations dashboard (DESIGN.md section 6). Operators and up.
+"""GET /dashboard/: the operations dashboard (docs/architecture.md). Operators and up.
 
 One view serves the page and, on an HTMX request that is not a history restore, the
 ``dashboard-panels`` partial (headline numbers, firing alerts, charts), which the filter form

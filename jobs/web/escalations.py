@@ -1,5 +1,5 @@
-"""Escalation pages (DESIGN.md sections 5, 6 and 8): the support queue, one escalation with its
-audit trail and notifications, and the actions.
+"""Escalation pages (docs/contract.md and docs/architecture.md): the support queue, one
+escalation with its audit trail and notifications, and the actions.
 
 Every role reads; only support (and staff) act, checked here on the server for every POST (403
 otherwise), whatever the templates show. Each action calls one action function in

@@ -1,5 +1,5 @@
 """Failure groups (GET /failures/, /failures/<fingerprint>/): failed steps grouped by signature
-(DESIGN.md section 6), read from the rows ingest keeps. Operators and up."""
+(docs/architecture.md), read from the rows ingest keeps. Operators and up."""
 
 from django.http import Http404
 from django.shortcuts import render

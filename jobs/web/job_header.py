@@ -17,7 +17,7 @@ HEADER_LIST_LIMIT = 8
 PLANNER_ATTEMPTS_SHOWN = 20
 # Metadata values longer than this show their start, the whole value on expand.
 METADATA_PREVIEW_CHARS = 80
-# The planner's invalid-output event (source 001).
+# The planner's invalid-output event (the planner contract).
 PARSE_INVALID = "graph.next_step.parse_invalid"
 # How often a live job page asks for news (the poll answers without this trigger once the job
 # stops expecting events): a big job's page costs more to render, so it asks less often.

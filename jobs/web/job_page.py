@@ -1,5 +1,5 @@
 """The job page (GET /jobs/<job_id>/[?step=node:attempt]): header, resume preview, waterfall,
-step list, narrative and the step detail panel (DESIGN.md section 6).
+step list, narrative and the step detail panel (docs/architecture.md).
 
 One view serves the whole page and, on an HTMX request that is not a history restore, the
 partial that request swaps (the step panel, or the next window of a long list). It reads rows
@@ -315,7 +315,7 @@ EVENT_COLUMNS = ("type", "job_id", "event_id", "ts", "seq", "payload", "attempt"
 
 
 def _events_in_order(job: Job, start: int, stop: int) -> list[ReplayEvent]:
-    """The job's events ``start:stop`` in event order (DESIGN.md section 4). When they are all
+    """The job's events ``start:stop`` in event order (docs/contract.md). When they are all
     of its events (most jobs) they are read unordered and sorted here by ``order_key``, the
     order ``in_event_order`` writes in SQL: compiling that CASE cost a 10-step page ~2 ms."""
     if start == 0 and job.event_count <= stop:

@@ -1,4 +1,4 @@
-"""The step panel's OpenTelemetry part (DESIGN.md section 3b): the calls a step made (LLM calls
+"""The step panel's OpenTelemetry part (docs/otlp.md): the calls a step made (LLM calls
 with their transcript, tokens and cost; tools with their arguments and result), the span's own
 events, links and attributes, and the stack trace apart from the one-line reason.
 

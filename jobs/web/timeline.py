@@ -285,7 +285,8 @@ class ResumeNode:
 
 @dataclass(frozen=True, slots=True)
 class ResumePreview:
-    """Source 000's replay rule made visible: a restart skips completed nodes, runs the rest."""
+    """The step-result contract's replay rule made visible: a restart skips completed nodes,
+    runs the rest."""
 
     skip: list[str]
     rerun: list[ResumeNode]

@@ -1,4 +1,4 @@
-"""Every URL of the app (DESIGN.md section 6); traceviz/urls.py includes this at the root.
+"""Every URL of the app (docs/architecture.md); traceviz/urls.py includes this at the root.
 
 Export URLs come before the job page and end without a slash, so "<job_id>/events.ndjson"
 never reads as a job page (those always end with "/"); job ids may contain slashes.

@@ -1,4 +1,4 @@
-"""Who may do what (DESIGN.md section 8), as one table: every URL the project serves x every
+"""Who may do what (docs/architecture.md), as one table: every URL the project serves x every
 kind of caller -> the status it gets. Rows are keyed by the URL pattern; a pattern without a row
 fails ``test_every_url_pattern_has_a_row``, so a new URL cannot ship without deciding who may
 use it. Admin is one row (its index); everything under admin/ is Django's own checks."""

@@ -1,4 +1,4 @@
-"""Production settings (DESIGN.md sections 7 and 8): ``manage.py check --deploy`` is clean with
+"""Production settings (docs/architecture.md): ``manage.py check --deploy`` is clean with
 the production environment, and the Content Security Policy allows no inline or eval script."""
 
 import os

@@ -1,4 +1,4 @@
-"""Event order (DESIGN.md section 4) has one definition: the SQL order the pages and the export
+"""Event order (docs/contract.md) has one definition: the SQL order the pages and the export
 read in (``Event.objects.in_event_order``) is the Python ``order_key`` replay sorts by."""
 
 import itertools

@@ -1,4 +1,4 @@
-"""Failure groups are kept by ingest (DESIGN.md section 6): counts stay exact through
+"""Failure groups are kept by ingest (docs/architecture.md): counts stay exact through
 incremental batches, full replays, rebuilds and retention; a new group can raise an alert."""
 
 from datetime import timedelta

@@ -1,4 +1,4 @@
-"""Incremental projection (DESIGN.md section 2): new events that sort after a job's snapshot are
+"""Incremental projection (docs/architecture.md): new events that sort after a job's snapshot are
 folded onto it, out-of-order ones replay the job, and the rows are the same either way."""
 
 import gc

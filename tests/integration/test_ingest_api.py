@@ -1,4 +1,5 @@
-"""The ingest and read API through Django's test client (DESIGN.md sections 3, 6 and 8)."""
+"""The ingest and read API through Django's test client (docs/contract.md and
+docs/architecture.md)."""
 
 import gc
 import gzip

@@ -1,7 +1,7 @@
 """A real producer of the GenAI semantic conventions: the OpenAI client, instrumented by
 OpenTelemetry's opentelemetry-instrumentation-openai-v2, against a fake OpenAI API (an httpx
-transport, no network), exporting to a live traceviz over OTLP/HTTP span by span (DESIGN.md
-section 3b). The other producers are in test_otel_producers.py."""
+transport, no network), exporting to a live traceviz over OTLP/HTTP span by span
+(docs/otlp.md). The other producers are in test_otel_producers.py."""
 
 import contextlib
 import json

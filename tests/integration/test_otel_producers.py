@@ -1,5 +1,5 @@
 """Real producers, as users instrument them, exporting to a live traceviz over OTLP/HTTP
-(DESIGN.md section 3b): a LangGraph graph through OpenInference's LangChainInstrumentor with
+(docs/otlp.md): a LangGraph graph through OpenInference's LangChainInstrumentor with
 langchain-core's fake chat models, a Celery task through opentelemetry-instrumentation-celery
 on a real worker (Redis when there is one; eager otherwise), and plain OpenTelemetry SDK traces
 (the OpenAI client's: test_otel_openai.py). No network, no real LLM. Each test asserts what a user
@@ -97,7 +97,7 @@ def agent_graph(model: FakeOpenAI, flaky_failures: int):
 
     def plan(state: Plan):
         reply = model.invoke([HumanMessage(content=state["question"])])
-        # The planner's output did not parse the first time (source 001's events).
+        # The planner's output did not parse the first time (the planner contract's events).
         get_current_span().add_event(
             "graph.next_step.parse_invalid",
             {"provider": "openai", "model": "gpt-4o-mini", "attempt": 1, "reason": "not json"},

@@ -1,4 +1,4 @@
-"""Events and steps laid out by day (DESIGN.md section 2; migration 0015).
+"""Events and steps laid out by day (docs/architecture.md; migration 0015).
 
 A job's rows live in the day its first event arrived (``Job.partition_day``); on PostgreSQL that
 day is a partition of ``jobs_event`` and ``jobs_step``, and retention drops whole days. The same

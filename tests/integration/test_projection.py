@@ -1,6 +1,7 @@
 """Projection: stored Job/Step/Escalation rows equal replay over the stored events, whatever the
-batching (DESIGN.md sections 2 and 5), rebuilds, escalation life cycle. The import command's
-tests are in test_import_events.py, the repair budget's in test_escalations_lifecycle.py."""
+batching (docs/architecture.md and docs/contract.md), rebuilds, escalation life cycle. The
+import command's tests are in test_import_events.py, the repair budget's in
+test_escalations_lifecycle.py."""
 
 import threading
 

@@ -1,4 +1,4 @@
-"""Secrets sent through the ingest API never reach the database or a page (DESIGN.md section 8):
+"""Secrets sent through the ingest API never reach the database or a page (docs/architecture.md):
 a corpus of secret shapes in every free-text and object field the contract has, then a scan of
 every jobs_* table's text and of every page's HTML."""
 

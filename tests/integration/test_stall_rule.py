@@ -1,4 +1,4 @@
-"""The stall rule (DESIGN.md section 4) is decided in one place: the SQL filter the list and
+"""The stall rule (docs/contract.md) is decided in one place: the SQL filter the list and
 the stall check use and the row predicate the pages use agree on every status and silence."""
 
 from datetime import UTC, datetime, timedelta

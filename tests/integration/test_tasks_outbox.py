@@ -1,5 +1,5 @@
 """The escalation outbox: rows written with the change, delivered on commit, claimed with a
-conditional update, retried on the source 003 backoff, bounded, swept, and leased."""
+conditional update, retried on the run-status contract's backoff, bounded, swept, and leased."""
 
 import json
 import urllib.error

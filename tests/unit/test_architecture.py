@@ -1,4 +1,4 @@
-"""The package layout's rules (DESIGN.md section 1) are executable: import-linter's contracts
+"""The package layout's rules (docs/architecture.md) are executable: import-linter's contracts
 in pyproject.toml hold for the tree, and a deliberate violation breaks them."""
 
 import os

@@ -1,4 +1,4 @@
-"""Escalation triggers at the replay level (DESIGN.md section 5): kind, attached node, severity
+"""Escalation triggers at the replay level (docs/contract.md): kind, attached node, severity
 and the event after which the rule started to hold."""
 
 import json

@@ -12,7 +12,7 @@ from jobs.contract import events, schema
 VALIDATOR = Draft202012Validator(
     schema.event_schema(), format_checker=Draft202012Validator.FORMAT_CHECKER
 )
-# Every bound and choice DESIGN.md section 3 names, whatever the schema says, so a bound the
+# Every bound and choice docs/contract.md names, whatever the schema says, so a bound the
 # schema lost is still probed; plus one value of each JSON type.
 FIXED_PROBES = [
     None,

@@ -1,4 +1,4 @@
-"""The event contract v1 at the parser level (DESIGN.md section 3): every bad input of the issue."""
+"""The event contract v1 at the parser level (docs/contract.md): every bad input of the issue."""
 
 import gzip
 import json

@@ -1,4 +1,4 @@
-"""Contract lint findings (DESIGN.md section 4): one minimal stream per kind, in order and
+"""Contract lint findings (docs/contract.md): one minimal stream per kind, in order and
 shuffled, with severity and message."""
 
 import random

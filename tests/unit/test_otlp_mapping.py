@@ -1,4 +1,4 @@
-"""OpenTelemetry spans as traceviz events (DESIGN.md section 3b): what ingest keeps of a span
+"""OpenTelemetry spans as traceviz events (docs/otlp.md): what ingest keeps of a span
 (jobs/contract/otlp.py) and what replay makes of a job's spans (jobs/replay/spans.py). Pure,
 no database; the real libraries end to end are in tests/integration/test_otel_producers.py."""
 
@@ -226,7 +226,7 @@ def test_step_reason_is_one_line_with_the_stack_and_exception_type_apart():
     [step] = state.steps
     assert step.reason == "ConnectionError: timeout talking to crm"
     assert (step.exception_type, step.stack) == ("ConnectionError", "Traceback ...")
-    assert step.error_type == ""  # classified at the source only (source 003)
+    assert step.error_type == ""  # classified at the source only (the run-status contract)
 
 
 def test_default_service_name_is_not_a_workflow():

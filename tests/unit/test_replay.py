@@ -1,4 +1,4 @@
-"""Replay rules: source 000 section 5 and DESIGN.md section 4, each with a minimal stream (the
+"""Replay rules: the step-result contract and docs/contract.md, each with a minimal stream (the
 event order replay folds in: test_replay_order.py)."""
 
 import pytest
@@ -25,7 +25,7 @@ def job_finished(status: str, at: float = 9):
     return event("job_finished", at=at, status=status)
 
 
-# --- completion (source 000 section 5) ------------------------------------------------------
+# --- completion (the step-result contract) ------------------------------------------------------
 
 
 def test_missing_result_type_counts_as_success():
@@ -121,7 +121,7 @@ def test_failed_compensation_does_not_mark_compensated():
     assert state.steps[0].compensated is False
 
 
-# --- cancellation fence (source 002) --------------------------------------------------------
+# --- cancellation fence (the failure-code contract) ----------------------------------------------
 
 
 @pytest.mark.parametrize(
@@ -434,7 +434,7 @@ def test_replay_of_no_events_is_an_error():
         build([])
 
 
-# --- issue 12's rulings (DESIGN.md sections 4 and 5) --------------------------------------------
+# --- issue 12's rulings (docs/contract.md) --------------------------------------------
 
 
 def test_stale_result_never_overwrites_an_attempt_that_finished():

@@ -1,4 +1,4 @@
-"""The event order replay folds a job's events in (DESIGN.md section 4): by ts, then seq, type
+"""The event order replay folds a job's events in (docs/contract.md): by ts, then seq, type
 rank, attempt and event_id, whatever order they arrived in."""
 
 from hypothesis import given, settings

@@ -1,4 +1,4 @@
-"""Failure signatures (DESIGN.md section 6): the variable parts of a reason become placeholders,
+"""Failure signatures (docs/architecture.md): the variable parts of a reason become placeholders,
 so the same failure in different runs has the same fingerprint."""
 
 import pytest
