@@ -20,6 +20,7 @@ from urllib.parse import urlencode
 
 from django.db.models import Count, Q
 from django.db.models.functions import Trunc
+from django.urls import reverse
 
 from jobs.dashboard import histograms, planner_rollup, rollup
 from jobs.dashboard.window import BUCKETS, Window, jobs_url, wall, zone_label
@@ -557,7 +558,10 @@ def open_escalations(now: datetime) -> dict:
                 "x": [row["kind"] for row in own],
                 "y": [row[f"band{i}"] for row in own],
                 "customdata": [
-                    ["/escalations/?" + urlencode({"kind": row["kind"]}), row[f"band{i}"]]
+                    [
+                        reverse("jobs:escalations") + "?" + urlencode({"kind": row["kind"]}),
+                        row[f"band{i}"],
+                    ]
                     for row in own
                 ],
                 "marker": {"color": color},

@@ -4,6 +4,7 @@ from dataclasses import dataclass
 from datetime import datetime
 
 from django.db.models import Count, Q
+from django.urls import reverse
 
 from jobs.dashboard import rollup
 from jobs.dashboard.window import Window, jobs_url
@@ -95,6 +96,6 @@ def headlines(window: Window, now: datetime, plan: rollup.Plan | None = None) ->
             rate(failed_before, jobs_before),
             percent=True,
         ),
-        Headline("Open escalations", open_escalations, open_before, "/escalations/"),
+        Headline("Open escalations", open_escalations, open_before, reverse("jobs:escalations")),
         Headline("Firing alerts", firing["now"], firing["before"], "#alerts"),
     ]

@@ -173,7 +173,7 @@ def job_detail(request, job_id: str):
         job = get_object_or_404(Job.objects.defer("fold"), job_id=job_id)
     except Http404:
         if (named := JobAlias.objects.job_of(job_id)) is not None:
-            return HttpResponseRedirect(moved_url(request, "api-job", named), status=307)
+            return HttpResponseRedirect(moved_url(request, "jobs:api-job", named), status=307)
         return json_error(404, f"no job {job_id!r}")
     return json_response(schemas.Job.from_job(job))
 

@@ -361,7 +361,7 @@ def _page_context(request, comparison: compare.Comparison, pair: Pair, shown: in
 
 
 def _job_href(job: Job) -> str:
-    return reverse("job", args=[job.job_id])
+    return reverse("jobs:job", args=[job.job_id])
 
 
 def _gap(node_ids: list[str]) -> dict:

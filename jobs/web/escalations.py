@@ -182,7 +182,7 @@ def job_links(job: Job | None, node_id: str, attempt: int | None) -> tuple[str, 
     """The job page URL and the deep link to the node's step panel ("" when there is none)."""
     if job is None:
         return "", ""
-    job_url = reverse("job", args=[job.job_id])
+    job_url = reverse("jobs:job", args=[job.job_id])
     step_url = f"{job_url}?{step_query(node_id, attempt)}" if node_id and attempt else ""
     return job_url, step_url
 
@@ -304,7 +304,7 @@ def _queue_context(request, query: QueryDict, now: datetime) -> dict:
         "kind_missing": bool(kind) and kind not in dict(kind_counts),
         "kind_base_query": base.urlencode(),
         "query": query.urlencode(),
-        "return_url": reverse("escalations") + ("?" + query.urlencode() if query else ""),
+        "return_url": reverse("jobs:escalations") + ("?" + query.urlencode() if query else ""),
         "selected": {
             "status": filters.get("status") or "active",
             "kind": kind,
@@ -469,7 +469,7 @@ def _action_response(
                 "row": row,
                 "can_act": True,
                 "row_error": error,
-                "return_url": reverse("escalations"),
+                "return_url": reverse("jobs:escalations"),
                 "age_target": stalls.duration_label(settings.TRACEVIZ_ESCALATION_AGE_TARGET),
             }
             return render(request, "escalations/list.html#escalation-row", context)
@@ -480,7 +480,7 @@ def _action_response(
         return render(request, "escalations/detail.html", context, status=400)
     next_url = request.POST.get("next", "")
     if not url_has_allowed_host_and_scheme(next_url, {request.get_host()}, request.is_secure()):
-        next_url = reverse("escalation", args=[escalation.pk])
+        next_url = reverse("jobs:escalation", args=[escalation.pk])
     return HttpResponseRedirect(next_url, status=303)
 
 
@@ -734,7 +734,7 @@ def escalation_bulk(request):
         message += f"; {len(items) - len(changed)} left unchanged"
     if not request.htmx:
         return HttpResponseRedirect(
-            reverse("escalations") + ("?" + return_query.urlencode() if return_query else ""),
+            reverse("jobs:escalations") + ("?" + return_query.urlencode() if return_query else ""),
             status=303,
         )
     context = _queue_context(request, return_query, timezone.now())

@@ -31,7 +31,7 @@ def _export(request, job_id: str, as_ndjson: bool) -> HttpResponse:
 
 @require_GET
 @login_required
-@access.follows_job_aliases("job-events-ndjson")
+@access.follows_job_aliases("jobs:job-events-ndjson")
 def job_events_ndjson(request, job_id: str):
     """The job's stored events in event order, one JSON object a line (engineers, staff)."""
     return _export(request, job_id, as_ndjson=True)
@@ -39,7 +39,7 @@ def job_events_ndjson(request, job_id: str):
 
 @require_GET
 @login_required
-@access.follows_job_aliases("job-events-json")
+@access.follows_job_aliases("jobs:job-events-json")
 def job_events_json(request, job_id: str):
     """The job's stored events in event order as one JSON array (engineers, staff)."""
     return _export(request, job_id, as_ndjson=False)

@@ -52,7 +52,7 @@ def _list_item(row: failure_groups.GroupRow, range_key: str) -> dict:
     return {
         "row": row,
         "group": group,
-        "href": reverse("failure-group", args=[group.fingerprint]) + f"?range={range_key}",
+        "href": reverse("jobs:failure-group", args=[group.fingerprint]) + f"?range={range_key}",
         "jobs_url": group_jobs_url(group),
         "sparkline": row.sparkline,
         "spark_label": f"{row.steps_in_window} failed steps over the range, per {row.per}",
@@ -113,7 +113,7 @@ def failure_group_detail(request, fingerprint: str):
         "jobs": list(failure_groups.recent_jobs(group)),
         "jobs_url": group_jobs_url(group),
         "example_url": (
-            f"{reverse('job', args=[example.job_id])}?{step_query(node_id, int(attempt))}"
+            f"{reverse('jobs:job', args=[example.job_id])}?{step_query(node_id, int(attempt))}"
             if example is not None and attempt.isdigit()
             else ""
         ),

@@ -81,7 +81,9 @@ def _metadata_item(key: str, value) -> dict:
         "text": text,
         "long": long,
         "preview": text[:METADATA_PREVIEW_CHARS],
-        "filter_href": reverse("jobs") + "?" + urlencode({"show": "all", "meta": f"{key}:{text}"})
+        "filter_href": reverse("jobs:jobs")
+        + "?"
+        + urlencode({"show": "all", "meta": f"{key}:{text}"})
         if filterable and key
         else "",
     }

@@ -567,7 +567,7 @@ def _navigation(request, job: Job, steps: list[StepRow], selected_key: str, raw_
 
 @require_GET
 @login_required
-@access.follows_job_aliases("job")
+@access.follows_job_aliases("jobs:job")
 @vary_on_headers("HX-Request")
 @in_display_time_zone
 def job_detail(request, job_id: str):

@@ -97,7 +97,7 @@ def _panel_context(request, *, message: str = "", error: str = "", name: str = "
             {
                 "view": view,
                 "page": Page(view.path).label,
-                "share_url": request.build_absolute_uri(reverse("saved-view", args=[view.pk])),
+                "share_url": request.build_absolute_uri(reverse("jobs:saved-view", args=[view.pk])),
                 "current": where == (view.path, view.query),
             }
             for view in views
@@ -172,5 +172,5 @@ def saved_view_delete(request, view_id: int):
         return _panel_response(request, message=f"Deleted “{name}”")
     next_url = request.POST.get("next", "")
     if not url_has_allowed_host_and_scheme(next_url, {request.get_host()}, request.is_secure()):
-        next_url = reverse("saved-views")
+        next_url = reverse("jobs:saved-views")
     return HttpResponseRedirect(next_url, status=303)

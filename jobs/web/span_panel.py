@@ -198,5 +198,5 @@ def _link(link: dict, jobs_by_trace: dict[str, str]) -> dict[str, str]:
         "trace_id": trace_id,
         "span_id": str(link.get("span_id", "")),
         "job_id": job_id or "",
-        "href": reverse("job", args=[job_id]) if job_id else "",
+        "href": reverse("jobs:job", args=[job_id]) if job_id else "",
     }

@@ -38,6 +38,8 @@ class JobIdConverter:
 
 register_converter(JobIdConverter, "job_id")
 
+app_name = "jobs"
+
 urlpatterns = [
     # Producers and tools.
     path("api/v1/events", api.ingest_events, name="api-events"),

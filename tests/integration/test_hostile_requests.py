@@ -77,7 +77,7 @@ def test_stored_bad_job_id_keeps_every_page_working(engineer, job_id):
     store_unchecked(job_id)
     job = Job.objects.get(job_id=job_id)
     assert Escalation.objects.filter(job=job).exists()
-    job_url = reverse("job", args=[job_id])
+    job_url = reverse("jobs:job", args=[job_id])
     quoted = job_id.replace("\n", "%0A").replace("\t", "%09")
     assert engineer.get("/").status_code == 200
     for path in ["/?show=all", "/escalations/", f"/escalations/?job={quoted}"]:

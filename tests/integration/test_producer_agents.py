@@ -116,7 +116,7 @@ def failed_needs_attention(client, jobs: dict[str, Job]) -> None:
     """The run that raised is in the jobs list's default "needs attention" view; the others
     are not."""
     client.force_login(factories.user("eng", "engineer"))
-    page = client.get(reverse("jobs")).content.decode()
+    page = client.get(reverse("jobs:jobs")).content.decode()
     shown = {name for name, job in jobs.items() if job.job_id in page}
     assert shown == {"raises"}
 
