@@ -74,7 +74,7 @@ def assign_groups(
     """Create the groups of these steps that do not exist yet; returns each grouped step's
     group id by (job pk, node, attempt). ``steps_by_job``: job pk -> (its job_id's workflow,
     the steps about to be written)."""
-    wanted: dict[str, tuple[Signature, int, StepState]] = {}
+    wanted: dict[str, tuple[Signature, int, str, datetime | None]] = {}
     keys: dict[tuple[int, str, int], str] = {}
     for job_pk, (workflow, steps) in steps_by_job.items():
         for step in steps:
@@ -83,21 +83,16 @@ def assign_groups(
                 continue
             fingerprint = found.fingerprint
             keys[(job_pk, step.node_id, step.attempt)] = fingerprint
-            wanted.setdefault(fingerprint, (found, job_pk, step))
-    if not wanted:
-        return {}
-    ids = dict(
-        FailureGroup.objects.filter(fingerprint__in=list(wanted)).values_list("fingerprint", "id")
-    )
-    missing = sorted(set(wanted) - ids.keys())
-    if missing:
-        FailureGroup.objects.bulk_create(
-            [_new_group(fingerprint, *wanted[fingerprint]) for fingerprint in missing],
-            ignore_conflicts=True,
-        )
-        ids.update(
-            FailureGroup.objects.filter(fingerprint__in=missing).values_list("fingerprint", "id")
-        )
+            wanted.setdefault(
+                fingerprint,
+                (
+                    found,
+                    job_pk,
+                    f"{step.node_id}:{step.attempt}",
+                    seen_at(step.started_at, step.finished_at),
+                ),
+            )
+    ids = ensure_groups(wanted)
     return {key: ids[fingerprint] for key, fingerprint in keys.items()}
 
 
@@ -133,22 +128,6 @@ def _group(
         reason=found.reason,
         example_job_id=job_pk,
         example_step=example,
-        first_seen=at,
-        last_seen=at,
-    )
-
-
-def _new_group(fingerprint: str, found: Signature, job_pk: int, step: StepState) -> FailureGroup:
-    at = seen_at(step.started_at, step.finished_at)
-    return FailureGroup(
-        fingerprint=fingerprint,
-        workflow=found.workflow,
-        node_id=found.node_id,
-        failure_code=found.failure_code,
-        error_type=found.error_type,
-        reason=found.reason,
-        example_job_id=job_pk,
-        example_step=f"{step.node_id}:{step.attempt}",
         first_seen=at,
         last_seen=at,
     )
