@@ -1,9 +1,5 @@
 """The JSON API: ingest for producers, read endpoints for tools, health for monitoring."""
 
-import base64
-import binascii
-from datetime import datetime
-
 from django.conf import settings
 from django.db import connection
 from django.http import Http404, HttpResponseRedirect, JsonResponse
@@ -26,7 +22,7 @@ from jobs.web.decorators import (
     token_or_login_required,
     token_rate_limited,
 )
-from jobs.web.filters import JobFilterForm
+from jobs.web.filters import JobFilterForm, after_cursor, encode_cursor
 from jobs.web.openapi import openapi_document
 from jobs.web.schemas import json_response
 
@@ -94,21 +90,6 @@ def ingest_events(request):
     return json_response(answer, result.http_status)
 
 
-def _encode_cursor(job: Job) -> str:
-    assert job.started_at is not None  # a job's first event sets it
-    raw = f"{job.started_at.isoformat()}|{job.pk}"
-    return base64.urlsafe_b64encode(raw.encode()).decode().rstrip("=")
-
-
-def _decode_cursor(cursor: str) -> tuple[datetime, int]:
-    try:
-        raw = base64.urlsafe_b64decode(cursor + "=" * (-len(cursor) % 4)).decode()
-        started, pk = raw.split("|")
-        return datetime.fromisoformat(started), int(pk)
-    except (ValueError, binascii.Error, UnicodeDecodeError):
-        raise ValueError("cursor is not one this API returned") from None
-
-
 # The jobs page's filters (not its live refresh anchor), and the API's own page parameters.
 API_JOB_PARAMETERS = (set(JobFilterForm.base_fields) - {"anchor"}) | {"limit"}
 API_PARAMETERS_HINT = "the parameters are " + ", ".join(sorted(API_JOB_PARAMETERS))
@@ -144,19 +125,14 @@ def jobs_list(request):
     max_limit = settings.TRACEVIZ_API_MAX_PAGE_SIZE
     if not 1 <= limit <= max_limit:
         return json_error(400, f"limit must be from 1 to {max_limit}")
-    if cursor := request.GET.get("cursor"):
-        try:
-            started, pk = _decode_cursor(cursor)
-        except ValueError as error:
-            return json_error(400, str(error))
-        jobs = jobs.filter(started_at__lte=started).exclude(started_at=started, id__gte=pk)
+    jobs = after_cursor(jobs, form.cleaned_data.get("cursor"))
     page = list(jobs[: limit + 1])
     more = len(page) > limit
     page = page[:limit]
     return json_response(
         schemas.JobPage(
             jobs=[schemas.JobSummary.from_job(job) for job in page],
-            next_cursor=_encode_cursor(page[-1]) if more else None,
+            next_cursor=encode_cursor(page[-1]) if more else None,
         )
     )
 
