@@ -29,12 +29,19 @@ MAX_SMALL_INT = 2**62
 MAX_ATTEMPT = 1_000_000
 MAX_STEP_INDEX = 10_000_000
 MAX_DURATION_MS = 10**12
+# A call's token count: far past any model's context, small enough that the sums of a job's,
+# a provider's or a day's calls stay within a BIGINT, and a call's cost within its column.
+MAX_TOKENS = 10**12
 # Payloads nest at most this deep (the payload object is level 1): deeper ones are refused, so
 # redaction, storage and pages never recurse without bound.
 MAX_PAYLOAD_DEPTH = 64
 MIN_TS_YEAR, MAX_TS_YEAR = 1970, 8999
 TS_RANGE_MESSAGE = f"must fall in the years {MIN_TS_YEAR} to {MAX_TS_YEAR} (UTC)"
 TRUNCATION_MARKER = "… [truncated {dropped} bytes]"
+CUT_MARKER = "… [+{dropped} chars]"
+# An integer attribute sent as digits longer than this is past every bound (it is not read).
+MAX_DIGITS = 20
+PAST_EVERY_BOUND = 10**MAX_DIGITS
 
 
 # Event order within a job (docs/contract.md): ts, seq, this rank, attempt, event_id.
@@ -346,7 +353,33 @@ ID_PAYLOAD_FIELDS = (
     "trace_span_id",
     "parent_span_id",
 )
+# A span's attributes that replay makes ids of (``traceviz.job_id`` is the event's job_id).
+SPAN_ID_ATTRIBUTES = tuple(
+    f"traceviz.{name}" for name in ("node_id", "retry_of", "correlation_id", "session_id")
+)
 CONTROL_CATEGORIES = frozenset({"Cc", "Zl", "Zp"})
+# Span attributes replay reads as numbers (docs/otlp.md), with the bounds of the contract's
+# fields they become: a span holding one past its bound is refused with a field error, from
+# /v1/traces as from /api/v1/events, where it would overflow a column or a sum.
+INPUT_TOKEN_KEYS = (
+    "gen_ai.usage.input_tokens",
+    "llm.token_count.prompt",
+    "gen_ai.usage.prompt_tokens",
+)
+OUTPUT_TOKEN_KEYS = (
+    "gen_ai.usage.output_tokens",
+    "llm.token_count.completion",
+    "gen_ai.usage.completion_tokens",
+)
+TOTAL_TOKEN_KEYS = ("llm.token_count.total", "gen_ai.usage.total_tokens")
+SPAN_NUMBER_BOUNDS: dict[str, tuple[int, int]] = {
+    "traceviz.attempt": (1, MAX_ATTEMPT),
+    "traceviz.step_index": (0, MAX_STEP_INDEX),
+    "traceviz.epoch": (0, MAX_SMALL_INT),
+    "traceviz.step_epoch": (0, MAX_SMALL_INT),
+    "celery.retries": (0, MAX_ATTEMPT - 1),
+    **{key: (0, MAX_TOKENS) for key in INPUT_TOKEN_KEYS + OUTPUT_TOKEN_KEYS + TOTAL_TOKEN_KEYS},
+}
 ENVELOPE_FIELDS = frozenset({"type", "job_id", "event_id", "ts", "seq", "payload"})
 REQUIRED_ENVELOPE_FIELDS = ("type", "job_id")
 
@@ -382,6 +415,54 @@ def truncate_text(value: str, limit: int = MAX_REASON_BYTES) -> str:
     kept = encoded[: limit - marker_room].decode("utf-8", errors="ignore")
     dropped = len(encoded) - len(kept.encode("utf-8"))
     return kept + TRUNCATION_MARKER.format(dropped=dropped)
+
+
+def cut(value: str, max_chars: int = MAX_ID_CHARS) -> str:
+    """``value`` in at most ``max_chars`` characters, ending with a marker saying how many went
+    when it is cut: the marker counts in the length (a name, an id, a ``traceviz.*`` text)."""
+    if len(value) <= max_chars:
+        return value
+    # Sized first for the most that could go; keeping more can shorten what the marker says.
+    keep = max_chars - len(CUT_MARKER.format(dropped=len(value)))
+    if keep <= 0:
+        return value[:max_chars]
+    while keep + 1 + len(CUT_MARKER.format(dropped=len(value) - keep - 1)) <= max_chars:
+        keep += 1
+    return value[:keep] + CUT_MARKER.format(dropped=len(value) - keep)
+
+
+def attribute_int(value: Any) -> int | None:
+    """An integer as attributes carry it: an int (not a bool), or ASCII digits with spaces
+    around them; None for anything else. Digits past ``MAX_DIGITS`` read as
+    ``PAST_EVERY_BOUND``, not converted."""
+    if _is_int(value):
+        return value
+    if not isinstance(value, str):
+        return None
+    digits = value.strip()
+    if not (digits.isascii() and digits.isdigit()):
+        return None
+    digits = digits.lstrip("0") or "0"
+    return int(digits) if len(digits) <= MAX_DIGITS else PAST_EVERY_BOUND
+
+
+def bounded_attribute(attrs: dict[str, Any], key: str) -> int | None:
+    """The span attribute ``key`` (one of ``SPAN_NUMBER_BOUNDS``) as an integer within its
+    bounds; None when absent, not an integer, or out of them (a span stored before they were
+    checked)."""
+    value = attribute_int(attrs.get(key))
+    lo, hi = SPAN_NUMBER_BOUNDS[key]
+    return value if value is not None and lo <= value <= hi else None
+
+
+def _span_attribute_errors(attrs: dict[str, Any]) -> Iterable[FieldError]:
+    for key, (lo, hi) in SPAN_NUMBER_BOUNDS.items():
+        if key in attrs:
+            value = attribute_int(attrs[key])
+            if value is not None and not lo <= value <= hi:
+                yield FieldError(
+                    f"payload.attributes.{key}", f"must be an integer from {lo} to {hi}"
+                )
 
 
 def default_event_id(item: dict[str, Any]) -> str:
@@ -449,13 +530,22 @@ def id_problem(value: str) -> str | None:
     id is refused: control characters and '.' or '..' path segments break the URLs pages build
     from ids, and a credential in a format nothing else has (``secret_text.contains_token``: a
     ghp_ or sk- key, an AKIA key id, a JWT, a private key, a URL password) would be stored and
-    shown unmasked. Anything else an id may look like (digits that pass the Luhn check, a
+    shown unmasked. An id that would look like another is refused too: one holding an invisible
+    format character (Unicode's Cf: a right-to-left override, a zero-width space, a BOM...), or
+    only spaces. Anything else an id may look like (digits that pass the Luhn check, a
     base64 word, ``session:1234``) is an ordinary id."""
     # Every character of CONTROL_CATEGORIES is unprintable: most ids skip the walk.
     if not value.isprintable() and any(
         unicodedata.category(char) in CONTROL_CATEGORIES for char in value
     ):
         return "must not contain control characters (newline, tab, ...)"
+    if not value.isprintable() and any(unicodedata.category(char) == "Cf" for char in value):
+        return (
+            "must not contain invisible format characters (a bidirectional override or "
+            "isolate, a zero-width character, a byte order mark): it would look like another id"
+        )
+    if value and value.isspace():
+        return "must not be only spaces"
     if any(segment in (".", "..") for segment in value.split("/")):
         return "must not be '.' or '..' (nor have them as a '/' segment)"
     if contains_token(value):
@@ -476,6 +566,12 @@ def _id_errors(item: dict[str, Any], payload: Any) -> Iterable[FieldError]:
             value = payload.get(name)
             if isinstance(value, str) and value and (problem := id_problem(value)):
                 yield FieldError(f"payload.{name}", problem)
+        attrs = payload.get("attributes")
+        if item.get("type") == "span" and isinstance(attrs, dict):
+            for key in SPAN_ID_ATTRIBUTES:
+                value = attrs.get(key)
+                if isinstance(value, str) and value and (problem := id_problem(value)):
+                    yield FieldError(f"payload.attributes.{key}", problem)
 
 
 def nesting_depth(value: Any, limit: int = MAX_PAYLOAD_DEPTH) -> int:
@@ -590,6 +686,9 @@ def _payload_errors(event_type: str, payload: dict[str, Any]) -> Iterable[FieldE
         for name in checks:
             if name in problems:
                 yield FieldError(f"payload.{name}", problems[name])
+    attrs = payload.get("attributes")
+    if event_type == "span" and isinstance(attrs, dict):
+        yield from _span_attribute_errors(attrs)
     context = payload.get("context")
     if "context" in checks and isinstance(context, dict):
         for name, check in CONTEXT_FIELDS.items():

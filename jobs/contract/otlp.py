@@ -18,8 +18,9 @@ trace an event belongs to).
 Event ids are derived from the trace and span ids, so a resent export request stores nothing
 twice. A span is never rejected for a long string: names and ids are cut with a marker,
 inputs and outputs at 64 KiB each, the remaining attributes at 16 KiB per span. A span that
-cannot be read at all (bad ids or times) is rejected and counted in the response's
-``partial_success``; the other spans are stored.
+cannot be read at all (bad ids or times), or holds a number replay reads past the contract's
+bound for it (``events.SPAN_NUMBER_BOUNDS``), is rejected and counted in the response's
+``partial_success`` with the reason; the other spans are stored.
 """
 
 import base64
@@ -493,7 +494,7 @@ def _planner_payload(attrs: dict[str, Any]) -> dict[str, Any]:
     for name, check in events.PLANNER_FIELDS.items():
         value = attrs.get(name)
         if isinstance(value, str) and check.json_schema.get("type") == "integer":
-            value = int(value) if value.isdigit() else None
+            value = events.attribute_int(value)
         if isinstance(value, str) and check.json_schema.get("type") == "array":
             value = _json_list(value)
         if isinstance(value, str) and "maxLength" in check.json_schema:
@@ -550,13 +551,8 @@ def nanos_timestamp(nanos: int, name: str) -> str:
 # --- bounds -------------------------------------------------------------------------------
 
 
-def cut(value: str, max_chars: int) -> str:
-    """``value`` at most ``max_chars`` characters, ending with a marker when cut."""
-    if len(value) <= max_chars:
-        return value
-    marker = f"… [+{len(value) - max_chars} chars]"
-    keep = max(max_chars - len(marker), 0)
-    return value[:keep] + f"… [+{len(value) - keep} chars]"
+# Names and ids are cut with the contract's marker, which counts in their length.
+cut = events.cut
 
 
 def cut_bytes(value: str, max_bytes: int) -> str:

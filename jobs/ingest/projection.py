@@ -26,7 +26,15 @@ from django.utils import timezone
 from jobs.contract.events import Event
 from jobs.escalations import actions, repair_budget
 from jobs.ingest import counters, database, failure_groups, failure_records, trace_growth
-from jobs.models import PLANNER_EVENT_TYPES, Call, DashboardDirtyHour, Escalation, Job, Step
+from jobs.models import (
+    MAX_BIGINT,
+    PLANNER_EVENT_TYPES,
+    Call,
+    DashboardDirtyHour,
+    Escalation,
+    Job,
+    Step,
+)
 from jobs.models import Event as EventRow
 from jobs.replay import strip as strip_cells
 from jobs.replay import walk
@@ -366,17 +374,23 @@ def job_row(state: JobState, received_at: datetime, snapshot: dict, partition_da
         planner_parse_invalid=state.planner_parse_invalid,
         planner_degraded=state.planner_degraded,
         segment_strip=state.strip,
-        input_tokens=trace.get("input_tokens", 0),
-        output_tokens=trace.get("output_tokens", 0),
+        input_tokens=min(trace.get("input_tokens", 0), MAX_BIGINT),
+        output_tokens=min(trace.get("output_tokens", 0), MAX_BIGINT),
         cost=usd(trace["cost"]) if trace.get("cost") is not None else None,
         fold=snapshot,
         partition_day=partition_day,
     )
 
 
+# Within what a cost column holds (16 digits, 8 of them decimals; a whole number, as SQLite's
+# REAL reads it back the same): a job's sum of calls is held there, as its token sums are at
+# the largest BIGINT.
+MAX_USD = Decimal("99999999")
+
+
 def usd(amount: float) -> Decimal:
-    """An amount of USD as the cost columns store it (8 decimal places)."""
-    return Decimal(f"{amount:.8f}")
+    """An amount of USD as the cost columns store it (8 decimal places), held at MAX_USD."""
+    return min(Decimal(f"{amount:.8f}"), MAX_USD)
 
 
 def call_row(call: CallRecord, job_pk: int) -> dict:

@@ -19,6 +19,7 @@ from typing import Any
 from genai_prices import Usage, calc_price
 from genai_prices.data_snapshot import find_provider_by_id, get_snapshot
 
+from jobs.contract import events
 from jobs.contract.events import loads_within_depth
 
 OPENINFERENCE_KIND = "openinference.span.kind"
@@ -52,21 +53,17 @@ KIND_BY_TRACELOOP = {"tool": "tool", "agent": "agent", "task": "task", "workflow
 PROVIDER_KEYS = ("gen_ai.provider.name", "llm.provider", "gen_ai.system", "llm.system")
 MODEL_KEYS = ("gen_ai.response.model", "llm.model_name", "gen_ai.request.model")
 # The first key a span has counts: the older ``prompt_tokens`` / ``completion_tokens`` that some
-# SDKs write beside the current names (Strands) are the same tokens, never added to them.
-INPUT_TOKEN_KEYS = (
-    "gen_ai.usage.input_tokens",
-    "llm.token_count.prompt",
-    "gen_ai.usage.prompt_tokens",
-)
-OUTPUT_TOKEN_KEYS = (
-    "gen_ai.usage.output_tokens",
-    "llm.token_count.completion",
-    "gen_ai.usage.completion_tokens",
-)
-TOTAL_TOKEN_KEYS = ("llm.token_count.total", "gen_ai.usage.total_tokens")
-OPENINFERENCE_MESSAGE = re.compile(r"^llm\.(input|output)_messages\.(\d+)\.message\.(.+)$")
-LEGACY_GEN_AI_MESSAGE = re.compile(r"^gen_ai\.(prompt|completion)\.(\d+)\.(role|content)$")
-TOOL_CALL = re.compile(r"^tool_calls\.(\d+)\.tool_call\.(?:function\.)?(name|arguments|id)$")
+# SDKs write beside the current names (Strands) are the same tokens, never added to them. The
+# contract bounds each (``SPAN_NUMBER_BOUNDS``).
+INPUT_TOKEN_KEYS = events.INPUT_TOKEN_KEYS
+OUTPUT_TOKEN_KEYS = events.OUTPUT_TOKEN_KEYS
+TOTAL_TOKEN_KEYS = events.TOTAL_TOKEN_KEYS
+# A call's price is held here (USD): a sum of ten of them still fits a job's cost column, so a
+# price table's odd entry times MAX_TOKENS cannot overflow it.
+MAX_CALL_COST = 10_000_000.0
+OPENINFERENCE_MESSAGE = re.compile(r"^llm\.(input|output)_messages\.(\d{1,9})\.message\.(.+)$")
+LEGACY_GEN_AI_MESSAGE = re.compile(r"^gen_ai\.(prompt|completion)\.(\d{1,9})\.(role|content)$")
+TOOL_CALL = re.compile(r"^tool_calls\.(\d{1,9})\.tool_call\.(?:function\.)?(name|arguments|id)$")
 CONTENT_TEXT = re.compile(r"^contents\.\d+\.message_content\.text$")
 # Attributes a call shows in its own fields; the rest are its "other attributes".
 SHOWN_APART = frozenset(
@@ -172,7 +169,8 @@ def call_record(
     (an agent's run total): kept in ``detail["usage_total"]``, not as the call's own tokens,
     so that every sum over calls counts each model call once."""
     attrs = span.attrs
-    provider, model = first_text(attrs, PROVIDER_KEYS), first_text(attrs, MODEL_KEYS)
+    provider = events.cut(first_text(attrs, PROVIDER_KEYS))
+    model = events.cut(first_text(attrs, MODEL_KEYS))
     tokens_in = first_int(attrs, INPUT_TOKEN_KEYS)
     tokens_out = first_int(attrs, OUTPUT_TOKEN_KEYS)
     total_tokens = first_int(attrs, TOTAL_TOKEN_KEYS)
@@ -236,11 +234,9 @@ def first_text(attrs: dict[str, Any], keys: tuple[str, ...]) -> str:
 
 
 def first_int(attrs: dict[str, Any], keys: tuple[str, ...]) -> int | None:
+    """The first of ``keys`` (token counts) that holds a count within the contract's bounds."""
     for key in keys:
-        value = attrs.get(key)
-        if isinstance(value, str) and value.isdigit():
-            value = int(value)
-        if isinstance(value, int) and not isinstance(value, bool) and value >= 0:
+        if (value := events.bounded_attribute(attrs, key)) is not None:
             return value
     return None
 
@@ -262,12 +258,13 @@ def price(
         except LookupError:
             pass
         else:
-            return float(found.total_price), provider
+            return min(float(found.total_price), MAX_CALL_COST), provider
     try:
         found = calc_price(usage, model_ref=model)
     except LookupError:
         return None, provider
-    return float(found.total_price), provider if knows_provider(provider) else found.provider.id
+    cost = min(float(found.total_price), MAX_CALL_COST)
+    return cost, provider if knows_provider(provider) else found.provider.id
 
 
 @functools.lru_cache(maxsize=256)

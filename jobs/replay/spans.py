@@ -40,6 +40,8 @@ from jobs.contract.events import (
     MAX_ID_CHARS,
     MAX_PAYLOAD_DEPTH,
     Event,
+    bounded_attribute,
+    cut,
     loads_within_depth,
     nesting_depth,
     parse_timestamp,
@@ -62,6 +64,7 @@ STRING_FIELDS = ("failure_code", "error_type", "tool", "source", "plan_hash", "s
 INT_FIELDS = ("step_index", "epoch", "step_epoch")
 JSON_OBJECT_FIELDS = ("payload_results", "context")
 TRACEBACK = "Traceback (most recent call last)"
+STATUS_CODES = frozenset({"ok", "error", "unset"})
 # The OTel SDK's default service.name when the producer set none: not a workflow name.
 UNKNOWN_SERVICE = "unknown_service"
 
@@ -110,10 +113,8 @@ class SpanView:
         return value if isinstance(value, str) and value else None
 
     def number(self, key: str) -> int | None:
-        value = self.attrs.get(key)
-        if isinstance(value, str) and value.strip().isdigit():
-            return int(value)
-        return value if isinstance(value, int) and not isinstance(value, bool) else None
+        """The attribute ``key`` (one the contract bounds) within its bounds, else None."""
+        return bounded_attribute(self.attrs, key)
 
 
 @dataclass(slots=True)
@@ -153,7 +154,8 @@ def read_span(event: Event) -> SpanView | None:
         kind=_text(payload.get("kind")) or "unspecified",
         start=event.ts,
         end=max(end, event.ts),
-        status_code=_text(status.get("code")) or "unset",
+        # The mapping writes one of these; an event sent to /api/v1/events may say anything.
+        status_code=code if (code := status.get("code")) in STATUS_CODES else "unset",
         status_message=_text(status.get("message")),
         attrs=_dict(payload.get("attributes")),
         events=[e for e in _list(payload.get("events")) if isinstance(e, dict)],
@@ -514,17 +516,13 @@ def base_node(span: SpanView) -> str:
 
 
 def _cut(value: str) -> str:
-    if len(value) <= MAX_ID_CHARS:
-        return value
-    marker = f"… [+{len(value) - MAX_ID_CHARS} chars]"
-    keep = MAX_ID_CHARS - len(marker)
-    return value[:keep] + f"… [+{len(value) - keep} chars]"
+    return cut(value, MAX_ID_CHARS)
 
 
 def explicit_attempt(span: SpanView) -> int | None:
     """``traceviz.attempt``, else a Celery run's retries so far + 1; None: by order."""
     attempt = span.number(PREFIX + "attempt")
-    if attempt is not None and attempt >= 1:
+    if attempt is not None:
         return attempt
     if _is_celery_run(span):
         return (span.number("celery.retries") or 0) + 1
@@ -561,7 +559,12 @@ def number_attempts(
 
 
 def iteration_node(base: str, iteration: int) -> str:
-    return base if iteration == 1 else _cut(f"{base} #{iteration}")
+    """``base``'s node id for its ``iteration``: the " #N" suffix survives a cut, so two
+    iterations of a long name never share one."""
+    if iteration == 1:
+        return base
+    suffix = f" #{iteration}"
+    return cut(base, MAX_ID_CHARS - len(suffix)) + suffix
 
 
 def _failed(span: SpanView) -> bool:
@@ -686,9 +689,9 @@ def step_events(
         if value := span.text(PREFIX + name):
             finished[name] = _cut(value)
     for name in INT_FIELDS:
-        number = span.number(PREFIX + name)
-        if number is not None and number >= 0:
-            finished[name] = number
+        value = span.number(PREFIX + name)
+        if value is not None and value >= 0:
+            finished[name] = value
     if isinstance(span.attrs.get(PREFIX + "continue_on_error"), bool):
         finished["continue_on_error"] = span.attrs[PREFIX + "continue_on_error"]
     for name in JSON_OBJECT_FIELDS:
