@@ -1,9 +1,12 @@
-"""Template filters for the pages: times in the display time zone (the views activate it)."""
+"""Template filters for the pages: times in the display time zone (the views activate it), and
+the scripts an id mixes (its look-alike mark)."""
 
 from datetime import datetime
 
 from django import template
 from django.utils import timezone
+
+from jobs.contract import scripts
 
 register = template.Library()
 
@@ -31,3 +34,10 @@ def stamp(value: datetime | None) -> str:
 def percent(value: float) -> str:
     """A CSS percentage that does not depend on the locale: ``12.345%``."""
     return f"{float(value):.3f}%"
+
+
+@register.inclusion_tag("jobs/_mixed_scripts.html")
+def mixed_script_mark(value: str) -> dict:
+    """A badge beside an id whose letters mix scripts (``scripts.mixed_scripts``): it may be a
+    look-alike of another id. Nothing for any other id."""
+    return {"scripts": scripts.mixed_scripts(value) if isinstance(value, str) else ()}

@@ -13,7 +13,7 @@ from datetime import UTC, datetime
 
 from django.contrib.auth.decorators import login_required
 from django.db.models import Q, TextField
-from django.db.models.functions import Cast
+from django.db.models.functions import Cast, Length
 from django.shortcuts import render
 from django.utils.dateparse import parse_datetime
 from django.utils.http import urlencode
@@ -28,8 +28,12 @@ from jobs.replay.state import completed_node_ids
 from jobs.web import access, job_header, narrative, overview, span_panel, step_list, timeline
 from jobs.web.access import get_job_for_user
 from jobs.web.rendering import (
+    MAX_CHARS_OF_A_LINKED_NODE,
     display_zone,
     in_display_time_zone,
+    is_short_node,
+    link_node,
+    link_step_key,
     parse_step_key,
     step_query,
     wants_fragment,
@@ -132,6 +136,25 @@ class StepEntry:
     label: str
 
 
+def resolve_step_key(job: Job, raw: str) -> str:
+    """A ``step`` parameter as a link carried it: a node's short form (``link_node``) becomes
+    that node's own ``node:attempt`` key; anything else, an old link's long key too, is
+    returned as it is. Only the job's node ids long enough for the short form are read."""
+    parsed = parse_step_key(raw)
+    if parsed is None or not is_short_node(parsed[0]):
+        return raw
+    long_ids = (
+        job_steps(job)
+        .annotate(chars=Length("node_id"))
+        .filter(chars__gt=MAX_CHARS_OF_A_LINKED_NODE)
+        .order_by()
+        .values_list("node_id", flat=True)
+        .distinct()
+    )
+    node_id = next((node for node in long_ids if link_node(node) == parsed[0]), None)
+    return f"{node_id}:{parsed[1]}" if node_id is not None else raw
+
+
 def _step_entry(step: Step | StepRow, root_key: str) -> StepEntry:
     label = step.result_type or ("running" if not step.finished_at else "success")
     key = step.step_key
@@ -154,6 +177,7 @@ def _step_item(step: Step | StepRow, root_key: str) -> dict:
     stale = " stale" if step.ignored_stale else ""
     return {
         "key": key,
+        "link_key": link_step_key(key),
         "href": "?" + step_query(step.node_id, step.attempt),
         "segment": step.segment,
         "css": f"seg-word seg-{step.segment}{stale}",
@@ -204,7 +228,7 @@ def _panel_context(
     are picked from them instead of read again)."""
     if not raw_key:
         return {"step": None, "panel_message": ""}, 200
-    parsed = parse_step_key(raw_key)
+    parsed = parse_step_key(resolve_step_key(job, raw_key))
     attempts = (
         list(
             job_steps(job)
@@ -262,6 +286,7 @@ def _panel_context(
         "step": step,
         "step_group": step.failure_group,
         "step_key": step.step_key,
+        "step_link_key": link_step_key(step.step_key),
         "panel_message": "",
         "attempts": [_step_entry(s, root_key) for s in attempts],
         "attempt_count": len(attempts),
@@ -358,6 +383,18 @@ def _window(request, name: str = "rows") -> int:
     except ValueError:
         rows = ROWS_WINDOW
     return min(max(rows, ROWS_WINDOW), MAX_ROWS_WINDOW)
+
+
+def _finding_links(finding: dict) -> dict:
+    """A finding with the step links of the attempts it names."""
+    node_id = finding.get("node_id")
+    attempts = finding.get("attempts") or []
+    links = [
+        {"attempt": attempt, "query": step_query(node_id, attempt)}
+        for attempt in attempts
+        if node_id and isinstance(attempt, int)
+    ]
+    return {**finding, "links": links}
 
 
 def _more_from(request) -> int:
@@ -646,7 +683,7 @@ def job_detail(request, job_id: str):
         "metadata": job_header.metadata_items(job.metadata),
         "resume": resume,
         "resume_skip": job_header.collapsible(resume.skip),
-        "findings": job.findings,
+        "findings": [_finding_links(finding) for finding in job.findings],
         "planner_attempts": job_header.planner_attempts(job_events(job))
         if job.last_validation_error
         else [],
@@ -737,7 +774,8 @@ def _more_rows(request, job: Job, part: str, raw_step: str):
     stop = start + ROWS_WINDOW
     root = _root_failure(job)
     root_key = root.step_key if root else ""
-    context: dict = {"job": job, "current_step_key": raw_step or root_key, "root_key": root_key}
+    current_key = resolve_step_key(job, raw_step) if raw_step else root_key
+    context: dict = {"job": job, "current_step_key": current_key, "root_key": root_key}
     if part == "steps":
         step_filter, _form = step_list.parse_filter(request.GET)
         listed = step_filter.apply(job_steps(job)).order_by("position")
