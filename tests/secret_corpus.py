@@ -165,6 +165,163 @@ SECRET_TEXTS: list[tuple[str, str, str]] = [
         "AAHCorpusTelegram",
     ),
     ("Slack bot token", "slack xoxb-1234567890-SecretSlackTok", "SecretSlackTok"),
+    # Issue 34: formats that reached the database before.
+    ("npm access token", "npm " + "npm_" + "CorpusNpmAccess0123456789abcdefghijkl", "CorpusNpmAcc"),
+    ("Shopify access token", "shop " + "shpat_" + "c0ffee" * 5 + "ab", "c0ffeec0ffee"),
+    ("Shopify shared secret", "shpss_" + "0123456789abcdef" * 2 + " used", "0123456789abcdef01"),
+    (
+        "Vault service token",
+        "VAULT_TOKEN " + "hvs." + "CorpusVaultService0123456789",
+        "CorpusVault",
+    ),
+    ("Vault batch token", "hvb." + "AAAAAQCorpusVaultBatch0123456789abc", "CorpusVaultBatch"),
+    ("DigitalOcean token", "do " + "dop_v1_" + "ab12" * 16, "ab12ab12ab12ab12"),
+    ("DigitalOcean OAuth", "doo_v1_" + "cd34" * 16, "cd34cd34cd34cd34"),
+    (
+        "Sentry org token",
+        "sntrys_" + "eyJpYXQiOjE3MDAwMDAwMDAsCorpusSentryOrg0123456789",
+        "CorpusSentryOrg",
+    ),
+    ("Sentry user token", "auth " + "sntryu_" + "5e" * 32, "5e5e5e5e5e5e5e5e"),
+    ("Doppler token", "dp.pt." + "CorpusDopplerPersonal0123456789abcdefghijkl", "CorpusDoppler"),
+    (
+        "Linear API key",
+        "linear " + "lin_api_" + "CorpusLinear0123456789abcdefghijklmnopqr",
+        "CorpusLinear0",
+    ),
+    (
+        "HubSpot private app token",
+        "pat-na1-" + "1a2b3c4d-5e6f-7a8b-9c0d-1e2f3a4b5c6d",
+        "1a2b3c4d-5e6f",
+    ),
+    (
+        "Postman API key",
+        "PMAK-" + "0123456789abcdef01234567-" + "0123456789abcdef0123456789abcdef01",
+        "0123456789abcdef01234567-",
+    ),
+    ("Databricks token", "dapi" + "0123456789abcdef" * 2, "dapi0123456789abcdef"),
+    (
+        "Grafana service account",
+        "glsa_" + "CorpusGrafana0123456789abcdefghi" + "_0a1b2c3d",
+        "CorpusGrafana0",
+    ),
+    (
+        "Grafana cloud token",
+        "glc_" + "eyJvIjoiQ29ycHVzIiwibiI6ImdyYWZhbmEifQ==",
+        "eyJvIjoiQ29ycHVz",
+    ),
+    ("Pulumi token", "pul-" + "0123456789abcdef0123456789abcdef01234567", "0123456789abcdef0123"),
+    (
+        "Terraform Cloud token",
+        "CorpusTfc01234" + ".atlasv1." + "CorpusTerraform" * 5,
+        "CorpusTerraformCorpus",
+    ),
+    ("New Relic key", "NRAK-" + "CORPUSNEWRELIC0123456789ABC", "CORPUSNEWRELIC0123"),
+    (
+        "Notion token",
+        "ntn_" + "12345678901" + "CorpusNotion0123456789abcdefghijklmno",
+        "CorpusNotion0123",
+    ),
+    ("Figma token", "figd_" + "CorpusFigma0123456789abcdefghijklmnopqrstu", "CorpusFigma0123"),
+    (
+        "PlanetScale token",
+        "pscale_tkn_" + "CorpusPlanetScale0123456789abcdefgh",
+        "CorpusPlanetScale",
+    ),
+    (
+        "Supabase token",
+        "sbp_" + "0123456789abcdef0123456789abcdef01234567",
+        "0123456789abcdef01234",
+    ),
+    (
+        "Heroku token",
+        "HRKU-" + "AACorpusHeroku0123456789abcdefghijklmnopqrstuvwx",
+        "CorpusHeroku0123",
+    ),
+    ("Docker Hub token", "dckr_pat_" + "CorpusDockerHub0123456789ab", "CorpusDockerHub"),
+    ("LangSmith key", "lsv2_pt_" + "0123456789abcdef" * 2 + "_0123456789", "0123456789abcdef0123"),
+    (
+        "Age secret key",
+        "AGE-SECRET-KEY-1" + "QPZRY9X8GF2TVDW0S3JN54KHCE6MUA7L" + "QPZRY9X8GF2TVDW0S3JN54KHCE6M",
+        "QPZRY9X8GF2TVDW0S3JN",
+    ),
+    ("Alibaba access key id", "alibaba " + "LTAI" + "CorpusAlibaba0123456", "CorpusAlibaba0123"),
+    ("RubyGems key", "rubygems_" + "0123456789abcdef" * 3, "0123456789abcdef0123"),
+    (
+        "Airtable token",
+        "pat" + "CorpusAirtable" + ".0123456789abcdef" + "0123456789abcdef" * 3,
+        "0123456789abcdef0123",
+    ),
+    (
+        "Pinecone key",
+        "pcsk_" + "CorpusPinecone_0123456789abcdefghijklmnopqrstuvwxyz",
+        "CorpusPinecone_",
+    ),
+    (
+        "Dynatrace token",
+        "dt0c01." + "CORPUSDYNATRACE012345678" + "." + "CORPUSDYNATRACESECRET0123456789" * 2 + "AB",
+        "CORPUSDYNATRACESECRET",
+    ),
+    (
+        "Sendinblue key",
+        "xkeysib-" + "0123456789abcdef" * 4 + "-CorpusBrevo01234",
+        "0123456789abcdef0123",
+    ),
+    # Context forms: the secret is known by what stands before it.
+    ("mysql -p", "mysql -u root -pS3cretMysql9 -h db app", "S3cretMysql9"),
+    ("mysqldump --password", "mysqldump --password=DumpPw42x app > out.sql", "DumpPw42x"),
+    ("--password flag", "deploy.sh --user bob --password Flag9Secret --verbose", "Flag9Secret"),
+    ("--token flag", "cli login --token CliTok3nValue", "CliTok3nValue"),
+    ("--api-key flag", "run --api-key=KeyFlag8value", "KeyFlag8value"),
+    ("curl -u", "curl -u bob:CurlPass77 https://api.example.com/x", "CurlPass77"),
+    ("curl --user", "curl --user alice:CurlUser88 https://api.example.com", "CurlUser88"),
+    (
+        "XML password element",
+        "<config><user>bob</user><password>XmlPw6secret</password></config>",
+        "XmlPw6secret",
+    ),
+    ("XML secret element", "<clientSecret>XmlClient5Sec</clientSecret>", "XmlClient5Sec"),
+    (
+        "URL ?key=",
+        "GET https://maps.example.com/api/geocode?key=QueryKey4Value&q=x",
+        "QueryKey4Value",
+    ),
+    (
+        "URL &signature=",
+        "https://cdn.example.com/a.png?expires=1&signature=SigQuery3Value",
+        "SigQuery3Value",
+    ),
+    (
+        "URL X-Amz-Signature",
+        "https://b.s3.amazonaws.com/o?X-Amz-Date=2&X-Amz-Signature=AmzSig2Value9",
+        "AmzSig2Value9",
+    ),
+    ("openssl pass:", "openssl rsa -in k.pem -passin pass:OpensslPw1x -out k2.pem", "OpensslPw1x"),
+    ("sshpass -p", "sshpass -p SshPass0word ssh bob@host", "SshPass0word"),
+    ("redis-cli -a", "redis-cli -h cache -a RedisAuth5x ping", "RedisAuth5x"),
+    ("sqlcmd -P", "sqlcmd -S db -U sa -P SqlCmdPw7x -Q select", "SqlCmdPw7x"),
+    ("netrc password", "machine api.example.com login bob password NetrcPw8x", "NetrcPw8x"),
+    # Encoded forms: a token in base64, hex or URL encoding.
+    (
+        "base64 of a token",
+        "cfg Z2hwX0NvcnB1c0dpdGh1YjAxMjM0NTY3ODlhYmNkZWZBQkNERUYxMg== end",
+        "Z2hwX0NvcnB1c0dpdGh1YjAx",
+    ),
+    (
+        "hex of a token",
+        "blob 6768705f436f72707573476974687562303132333435363738396162636465664142434445463132 end",
+        "6768705f436f727075734769746875623031",
+    ),
+    (
+        "URL-encoded token",
+        "next=%2Fcb%3Ftoken%3Dsk-proj-UrlEncSecret0123456789ab",
+        "UrlEncSecret0123",
+    ),
+    (
+        "URL-encoded header",
+        "h=Authorization%3A%20Bearer%20UrlEncBearer0123456789",
+        "UrlEncBearer0123",
+    ),
 ]
 
 # Values under keys named like a secret: masked whatever they look like.
@@ -246,4 +403,17 @@ ORDINARY_TEXTS: list[str] = [
     "graph.next_step.parse_invalid",
     "APACHEKAFKA1 topic lag",
     "fe80::1ff:fe23:4567:890a",
+    "mysql -u root -h db app",  # no password given
+    "pip install --no-password-prompt pkg",
+    "deploy --password-file /run/secrets/db",
+    "curl -u $USER https://api.example.com",
+    "<password/> left empty",
+    "https://example.com/search?q=key&page=2",
+    "https://example.com/api?keyword=signature",
+    "https://example.com/a%20b/c%3Fd",
+    "6d61782d746f6b656e73",  # hex of "max-tokens"
+    "aGVsbG8gd29ybGQgdGhpcyBpcyBwbGFpbiB0ZXh0",  # base64 of plain words
 ]
+# Card numbers sent as JSON numbers: masked; ordinary numbers (ids, epochs, amounts) kept.
+CARD_NUMBERS = [4111111111111111, 5555555555554444, 378282246310005, 6011111111111117]
+ORDINARY_NUMBERS = [4111111111111112, 1700000000000, 1732312345678901234, 9780306406157, 42]

@@ -16,9 +16,10 @@ import functools
 import json
 import re
 from typing import Any, NamedTuple
+from urllib.parse import quote, unquote
 
 from jobs.contract.events import bounded_long_text
-from jobs.contract.secret_text import MASK, mask_formats, mask_tokens
+from jobs.contract.secret_text import MASK, is_card_number, mask_formats, mask_tokens
 
 __all__ = [
     "MASK",
@@ -153,6 +154,60 @@ SECRET_PATTERNS: list[tuple[re.Pattern[str], str, tuple[str, ...]]] = [
         ("bearer", "basic"),
     ),
 ]
+# Secrets known by what stands before them in a command line, a query string or a document:
+# the group ``secret`` is masked. Each runs only on text holding one of its needles.
+CONTEXT_PATTERNS: list[tuple[re.Pattern[str], tuple[str, ...]]] = [
+    (re.compile(pattern), needles)
+    for pattern, needles in (
+        # The MySQL and MariaDB clients' -p<password>, written against the flag.
+        (
+            r"\b(?:mysql|mysqldump|mysqladmin|mysqlimport|mysqlshow|mariadb)\b[^\r\n]*?"
+            r"\s-p(?P<secret>[^\s'\"]+)",
+            ("mysql", "mariadb"),
+        ),
+        # curl's and wget's -u / --user user:password.
+        (r"(?:^|\s)(?:-u\s*|--user[\s=]+)[^\s:'\"]+:(?P<secret>[^\s'\"]+)", ("-u", "--user")),
+        # sshpass -p, redis-cli -a, docker login -p, mongo -p, sqlcmd/bcp -P, ldapsearch -w.
+        (r"\bsshpass\b[^\r\n]*?\s-p\s*(?P<secret>[^\s'\"]+)", ("sshpass",)),
+        (r"\bredis-cli\b[^\r\n]*?\s-a\s+(?P<secret>[^\s'\"]+)", ("redis-cli",)),
+        (r"\bdocker\s+login\b[^\r\n]*?\s-p\s+(?P<secret>[^\s'\"]+)", ("docker",)),
+        (
+            r"\bmongo(?:sh|dump|restore|import|export)?\b[^\r\n]*?\s-p\s+(?P<secret>[^\s'\"-]\S*)",
+            ("mongo",),
+        ),
+        (
+            r"\b(?:sqlcmd|bcp|osql|isql)\b[^\r\n]*?\s-P\s*(?P<secret>[^\s'\"]+)",
+            ("sqlcmd", "bcp", "sql"),
+        ),
+        (r"\bldap\w*\b[^\r\n]*?\s-w\s+(?P<secret>[^\s'\"]+)", ("ldap",)),
+        # smbclient -U user%password; htpasswd -b file user password.
+        (
+            r"\b(?:smbclient|rpcclient|smbmap)\b[^\r\n]*?-U\s*[^\s%]+%(?P<secret>[^\s'\"]+)",
+            ("smb", "rpcclient"),
+        ),
+        (r"\bhtpasswd\s+-\w*b\w*\s+\S+\s+\S+\s+(?P<secret>[^\s'\"]+)", ("htpasswd",)),
+        # OpenSSL's -passin/-passout/-pass pass:<password>.
+        (r"(?i)\bpass:(?P<secret>[^\s'\"]+)", ("pass:",)),
+        # A .netrc line: machine <host> login <user> password <password>.
+        (r"(?i)\blogin\s+\S+\s+password\s+(?P<secret>[^\s'\"]+)", ("password",)),
+        # Query parameters that carry a key or a signature (Google's ?key=, signed URLs).
+        (
+            r"(?i)[?&;](?:key|sig|signature|x-amz-signature|x-goog-signature|x-amz-credential"
+            r"|x-goog-credential|code_verifier)=(?P<secret>[^&#\s\"'<>]+)",
+            ("key=", "sig", "signature=", "credential=", "code_verifier="),
+        ),
+    )
+]
+# A command line's --flag value (or --flag=value) whose flag names a secret (``is_secret_key``:
+# --password, --token, --api-key, --client-secret; not --password-file nor --no-password).
+SECRET_FLAG = re.compile(
+    r"(?i)(?:^|\s)--(?P<flag>[a-z][\w-]{0,63})(?:=|\s+)(?P<secret>\"[^\"]*\"|'[^']*'|(?!-)[^\s'\"]+)"
+)
+# An XML element whose name names a secret: <password>...</password>, <ns:clientSecret>.
+SECRET_ELEMENT = re.compile(r"<(?P<flag>[\w.:-]{1,64})(?:\s[^<>]*)?>(?P<secret>[^<]+)</(?P=flag)>")
+# A word holding URL escapes (%3A, %20...): decoded, it is redacted as text is.
+MAX_PERCENT_DECODINGS = 3
+PERCENT_WORD = re.compile(r"(?<![^\s\"'<>])[^\s\"'<>]*%[0-9A-Fa-f]{2}[^\s\"'<>]*")
 # Substrings one of which every key naming a secret holds (lowercase): text without any has no
 # secret pair to look for.
 PAIR_KEYWORDS = ("pass", "pwd", "secret", "token", "auth", "credential", "cookie", "key", "session")
@@ -259,7 +314,9 @@ def redact_text(value: str) -> str:
     return _redact_short(value) if len(value) <= CACHED_TEXT_CHARS else _redact_text(value)
 
 
-def _redact_text(value: str) -> str:
+def _redact_text(value: str, percent_words: bool = True) -> str:
+    """``value`` redacted; ``percent_words``: URL-encoded words are decoded and redacted too
+    (False for the decoded text itself)."""
     if len(value) < 6:
         return value
     if "{" in value or "[" in value:
@@ -275,7 +332,47 @@ def _redact_text(value: str) -> str:
             value = pattern.sub(replacement, value)
     if ("=" in value or ":" in value) and any(word in lowered for word in PAIR_KEYWORDS):
         value = SECRET_PAIR.sub(_mask_pair, value)
+    for pattern, needles in CONTEXT_PATTERNS:
+        if any(needle in lowered for needle in needles):
+            value = pattern.sub(_mask_secret_group, value)
+    if "--" in value:
+        value = SECRET_FLAG.sub(_mask_named_secret, value)
+    if "</" in value:
+        value = SECRET_ELEMENT.sub(_mask_named_secret, value)
+    if percent_words and "%" in value:
+        value = PERCENT_WORD.sub(_mask_percent_word, value)
     return value
+
+
+def _mask_secret_group(match: re.Match[str]) -> str:
+    start, end = match.span("secret")
+    if match.group("secret") == MASK:
+        return match.group(0)
+    whole = match.group(0)
+    offset = match.start()
+    return whole[: start - offset] + MASK + whole[end - offset :]
+
+
+def _mask_named_secret(match: re.Match[str]) -> str:
+    flag = match.group("flag").rsplit(":", 1)[-1]
+    if flag.lower().startswith("no-") or not (is_secret_key(flag) or flag.lower() == "pass"):
+        return match.group(0)
+    return _mask_secret_group(match)
+
+
+def _mask_percent_word(match: re.Match[str]) -> str:
+    """A URL-encoded word whose decoded text holds a secret: that text redacted, encoded again
+    (the mask kept readable); any other word as it is."""
+    word = decoded = match.group(0)
+    for _level in range(MAX_PERCENT_DECODINGS):
+        once = unquote(decoded)
+        if once == decoded:
+            break
+        decoded = once
+    if decoded == word:
+        return word
+    cleaned = _redact_text(decoded, percent_words=False)
+    return word if cleaned == decoded else quote(cleaned, safe="[]")
 
 
 def _redact_embedded_json(value: str) -> str:
@@ -387,6 +484,9 @@ def _redact_object(item: dict[str, Any], path: str, masked: list[str]) -> dict[s
             if text != value:
                 masked.append(_child(path, name))
             cleaned[name] = text
+        elif kind != ID and _is_card(value):
+            cleaned[name] = MASK
+            masked.append(_child(path, name))
         elif isinstance(value, dict | list):
             child = _child(path, name)
             cleaned[name] = (
@@ -403,12 +503,21 @@ def _redact_array(items: list[Any], path: str, masked: list[str]) -> list[Any]:
     if len(items) == 2 and _is_secret_header(items[0]) and _holds_secret(items[1]):
         masked.append(path)
         return [items[0], MASK]  # a header as [name, value]
-    return [
-        redact_into(item, f"{path}[{index}]", masked)
-        if isinstance(item, str | dict | list)
-        else item
-        for index, item in enumerate(items)
-    ]
+    cleaned = []
+    for index, item in enumerate(items):
+        if isinstance(item, str | dict | list):
+            cleaned.append(redact_into(item, f"{path}[{index}]", masked))
+        elif _is_card(item):
+            cleaned.append(MASK)
+            masked.append(f"{path}[{index}]")
+        else:
+            cleaned.append(item)
+    return cleaned
+
+
+def _is_card(value: Any) -> bool:
+    """A JSON number that is a card number (``secret_text.is_card_number``)."""
+    return type(value) is int and is_card_number(value)
 
 
 def _redact_id(value: str | list, path: str, masked: list[str]) -> Any:

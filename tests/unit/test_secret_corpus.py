@@ -7,6 +7,8 @@ from jobs.contract.events import validate
 from jobs.contract.redaction import MASK, redact, redact_payload, redact_text
 from jobs.contract.secret_text import luhn_valid
 from tests.secret_corpus import (
+    CARD_NUMBERS,
+    ORDINARY_NUMBERS,
     ORDINARY_TEXTS,
     SECRET_OBJECT,
     SECRET_OBJECT_VALUES,
@@ -115,3 +117,18 @@ def test_ordinary_ids_are_accepted(text):
     event, errors = validate({"type": "node_started", "job_id": text, "payload": {"node_id": text}})
     assert errors == []
     assert event.job_id == text
+
+
+@pytest.mark.parametrize("number", CARD_NUMBERS)
+def test_a_card_number_sent_as_a_json_number_is_masked(number):
+    redacted, masked = redact_payload({"card": number, "charge": {"pan": [number]}}, 512)
+    assert redacted == {"card": MASK, "charge": {"pan": [MASK]}}
+    assert masked == ("card", "charge.pan[0]")
+
+
+@pytest.mark.parametrize("number", ORDINARY_NUMBERS + CARD_NUMBERS)
+def test_a_number_under_an_id_key_or_not_a_card_is_kept(number):
+    payload = {"order_id": number, "ids": [number]}
+    if number not in CARD_NUMBERS:
+        payload["amount"] = number
+    assert redact_payload(payload, 512) == (payload, ())
