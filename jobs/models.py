@@ -176,6 +176,77 @@ class JSONField(models.JSONField):
         return super().from_db_value(value, expression, connection)
 
 
+# A span or log event's stored payload holds its resource and its scope as {RESOURCE_REF:
+# <digest>}: their attributes are ``SpanResource`` rows, each stored once (``EventPayloadField``
+# puts them back on read).
+RESOURCE_REF = "$resource"
+STORED_APART = ("resource", "scope")
+# 32 hex digits (128 bits) of the SHA-256 of a resource's JSON text name it.
+DIGEST_CHARS = 32
+# Resources read, by digest: a digest names one content for good (it is that content's hash),
+# so what was read once is kept (the least recently used go past this many).
+RESOURCE_CACHE_SIZE = 1024
+_resources: dict[str, dict] = {}
+
+
+def resource_digest(text: str) -> str:
+    """The digest a resource's JSON text (``json_text``) is stored under."""
+    return hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest()[:DIGEST_CHARS]
+
+
+def stored_payload(event_type: str, payload: dict) -> tuple[dict, dict[str, str]]:
+    """The payload as its row stores it, and what to store apart, as {digest: JSON text}: a
+    span or log event's non-empty resource and scope become references."""
+    if event_type not in ("span", "log"):
+        return payload, {}
+    apart: dict[str, str] = {}
+    stored = payload
+    for name in STORED_APART:
+        value = payload.get(name)
+        if isinstance(value, dict) and value:
+            text = json_text(value)
+            digest = resource_digest(text)
+            apart[digest] = text
+            stored = {**stored, name: {RESOURCE_REF: digest}}
+    return stored, apart
+
+
+def _resource_of(digest: str) -> dict | None:
+    found = _resources.get(digest)
+    if found is None:
+        row = SpanResource.objects.filter(digest=digest).values_list("attributes", flat=True)
+        found = next(iter(row), None)
+        if found is None:
+            return None
+        if len(_resources) >= RESOURCE_CACHE_SIZE:
+            _resources.pop(next(iter(_resources)))
+        _resources[digest] = found
+    return found
+
+
+def with_resource(payload):
+    """A stored payload with its resource and scope put back (``stored_payload``); a
+    reference to no row (purged) reads as empty. The dicts are shared: read, not changed."""
+    if not isinstance(payload, dict):
+        return payload
+    restored = payload
+    for name in STORED_APART:
+        reference = payload.get(name)
+        if isinstance(reference, dict) and len(reference) == 1 and RESOURCE_REF in reference:
+            digest = reference[RESOURCE_REF]
+            attributes = _resource_of(digest) if isinstance(digest, str) else None
+            restored = {**restored, name: attributes if attributes is not None else {}}
+    return restored
+
+
+class EventPayloadField(JSONField):
+    """An event's payload: a span's or log record's resource read back from its
+    ``SpanResource`` row (``with_resource``)."""
+
+    def from_db_value(self, value, expression, connection):
+        return with_resource(super().from_db_value(value, expression, connection))
+
+
 class JSONTextField(models.TextField):
     """JSON kept as text on every database, for a value always read whole and never queried
     into. PostgreSQL parses each jsonb value it is given and prints it back out on each read:
@@ -313,7 +384,7 @@ class Event(models.Model):
     ts = models.DateTimeField()
     seq = models.BigIntegerField(null=True, blank=True)
     attempt = models.IntegerField(default=1)
-    payload = JSONField(default=dict)
+    payload = EventPayloadField(default=dict)
     received_at = models.DateTimeField(default=timezone.now)
     # Who sent it. Tokens are revoked, never deleted (the admin offers no delete), so no
     # database constraint checks each new row against them: deferred to commit, that check cost
@@ -368,6 +439,20 @@ class Event(models.Model):
             item["seq"] = self.seq
         item["payload"] = self.payload
         return item
+
+
+class SpanResource(models.Model):
+    """An OpenTelemetry resource's attributes (redacted and bounded, as the mapping stores
+    them), or an instrumentation scope, once for every span and log event that carried it:
+    they reference it by ``digest``, of its JSON text (``stored_payload``). A 12 KB resource copied
+    into each span of an export made the database grow hundreds of times what was sent."""
+
+    digest = models.CharField(max_length=DIGEST_CHARS, primary_key=True)
+    attributes = JSONTextField(default=dict)
+    first_seen = models.DateTimeField(default=timezone.now)
+
+    def __str__(self):
+        return self.digest
 
 
 def stalled_condition(now: datetime) -> Q:

@@ -12,6 +12,7 @@ from django.db.models.functions import Cast
 from jobs.ingest.locks import lock_jobs
 from jobs.ingest.projection import replay_jobs
 from jobs.models import (
+    RESOURCE_REF,
     DashboardDirtyHour,
     Escalation,
     EscalationEntry,
@@ -19,6 +20,7 @@ from jobs.models import (
     FailureGroup,
     Job,
     Notification,
+    SpanResource,
     Step,
 )
 
@@ -93,6 +95,18 @@ def _matching(model, needle: str):
     return rows.filter(query)
 
 
+def _inline_resources_holding(needle: str) -> None:
+    """A stored resource holding ``needle`` goes: the events that reference it get it back in
+    their own payload (where the scrub below finds it), and no other reads it again."""
+    for digest in SpanResource.objects.filter(_contains("attributes", needle)).values_list(
+        "digest", flat=True
+    ):
+        referencing = Event.objects.filter(payload__resource={RESOURCE_REF: digest})
+        for event in referencing.iterator():
+            Event.objects.filter(pk=event.pk).update(payload=event.payload)
+        SpanResource.objects.filter(digest=digest).delete()
+
+
 def purge_text(needle: str, *, dry_run: bool) -> PurgeReport:
     """Count (dry run) or scrub every row holding ``needle``; rebuilds the affected jobs."""
     if len(needle) < 4:
@@ -103,6 +117,7 @@ def purge_text(needle: str, *, dry_run: bool) -> PurgeReport:
     if dry_run:
         return report
     with transaction.atomic():
+        _inline_resources_holding(needle)
         job_ids = set(_matching(Event, needle).values_list("job_id", flat=True))
         job_ids.update(_matching(Job, needle).values_list("job_id", flat=True))
         job_ids.update(_matching(Step, needle).values_list("job__job_id", flat=True))

@@ -23,7 +23,7 @@ from jobs.contract.redaction import bounded_payload, redact_payload
 from jobs.ingest import aliases, counters, database
 from jobs.ingest.projection import project_jobs, read_jobs, unseen_jobs
 from jobs.models import Event as EventRow
-from jobs.models import IngestToken, json_text
+from jobs.models import IngestToken, SpanResource, json_text, json_value, stored_payload
 
 TOKEN_USE_RESOLUTION = timedelta(minutes=1)
 EVENT_COLUMNS = (
@@ -185,20 +185,32 @@ def _insert_events(
     rows' (job_id, event_id). ``unseen``: ``projection.unseen_jobs``."""
     adapt = database.adapt_datetime
     received, token_id = adapt(received_at), token.pk if token else None
-    rows = (
-        (
-            event.job_id,
-            event.event_id,
-            days[event.job_id],
-            event.type,
-            adapt(event.ts),
-            event.seq,
-            event.attempt,
-            json_text(event.payload),
-            received,
-            token_id,
-            json_text(event.masked),
+    rows, resources = [], {}
+    for event in events:
+        payload, apart = stored_payload(event.type, event.payload)
+        resources.update(apart)
+        rows.append(
+            (
+                event.job_id,
+                event.event_id,
+                days[event.job_id],
+                event.type,
+                adapt(event.ts),
+                event.seq,
+                event.attempt,
+                json_text(payload),
+                received,
+                token_id,
+                json_text(event.masked),
+            )
         )
-        for event in events
-    )
+    if resources:
+        # Each resource once, whatever number of spans (and exports) carried it.
+        SpanResource.objects.bulk_create(
+            [
+                SpanResource(digest=digest, attributes=json_value(text))
+                for digest, text in resources.items()
+            ],
+            ignore_conflicts=True,
+        )
     return database.insert_new_events(EventRow, EVENT_COLUMNS, rows, unseen=unseen)
