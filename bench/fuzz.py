@@ -5,9 +5,12 @@ Prints the answers by status, every 5xx (which URL, caller and input), requests 
 answer, and the producers' verdict: acknowledged events lost or stored twice, replay parity.
 
     .venv/bin/python bench/fuzz.py --requests 50000 --port 8218
+    .venv/bin/python bench/fuzz.py --deployed --requests 50000
 
 It starts gunicorn on 127.0.0.1 against a PostgreSQL database of its own (--database, dropped
-afterwards unless --keep); every loop is bounded by the request count.
+afterwards unless --keep); every loop is bounded by the request count. ``--deployed``: gunicorn
+as deploy/ runs it (deploy/gunicorn.conf.py: preloaded app, its timeouts, worker recycling;
+2 sync workers, DEBUG off), where a 500 is what a producer or a reader would see.
 """
 
 import http.client
@@ -236,6 +239,9 @@ def main() -> None:
     parser.add_argument("--threads", type=int, default=6)
     parser.add_argument("--schemathesis-share", type=float, default=0.3)
     parser.add_argument("--max-minutes", type=float, default=60, help="stop sending after this")
+    parser.add_argument(
+        "--deployed", action="store_true", help="gunicorn with deploy/gunicorn.conf.py, DEBUG off"
+    )
     args = parser.parse_args()
     os.environ["SECRET_KEY"] = secrets.token_urlsafe(50)  # the server's, to sign our sessions
     os.environ["CELERY_BROKER_URL"] = ""
@@ -246,7 +252,18 @@ def main() -> None:
     try:
         load.setup_django(database_url)
         world = make_world()
-        server, url = load.start_gunicorn(database_url, args.port, args.workers)
+        if args.deployed:
+            # As deploy/ runs it: with DEBUG off, pages need the collected static files.
+            from django.core.management import call_command
+
+            call_command("collectstatic", "--noinput", verbosity=0)
+            config = load.ROOT / "deploy" / "gunicorn.conf.py"
+            deployed_env = {"DEBUG": "0", "GUNICORN_ACCESSLOG": "", "GUNICORN_LOGLEVEL": "warning"}
+            server, url = load.start_gunicorn(
+                database_url, args.port, args.workers, deployed_env, config=config
+            )
+        else:
+            server, url = load.start_gunicorn(database_url, args.port, args.workers)
         started = time.monotonic()
         stats, _elapsed = load.run_producers(
             url,

@@ -330,6 +330,142 @@ def otlp_bodies() -> list[tuple[str, str, bytes, dict]]:
     return bodies
 
 
+# Issue 34's causes, each as the request that reproduced it: numbers past the columns and
+# sums, strings just past 200 characters, look-alike and 4-byte ids, a 12 KB resource.
+BOUND_VALUES = (2**31, 2**63 - 1, "99999999999", "9" * 31, "9" * 5000, "\u00b2", -1)
+BOUND_KEYS = (
+    "traceviz.attempt",
+    "traceviz.step_index",
+    "traceviz.epoch",
+    "traceviz.step_epoch",
+    "celery.retries",
+    "gen_ai.usage.input_tokens",
+    "llm.token_count.completion",
+)
+LOOKALIKE_IDS = (
+    "inv\u202egpj.exe",
+    "job\u200b1",
+    "\ufeffjob",
+    "   ",
+    "p\u0430ypal",
+    "\U0001f600" * 200,
+)
+
+
+def _otlp_value(value) -> dict:
+    if isinstance(value, int) and -(2**63) <= value < 2**63:
+        return {"intValue": str(value)}
+    return {"stringValue": str(value)}
+
+
+def _otlp(*spans: dict, resource: dict | None = None) -> bytes:
+    attributes = [{"key": k, "value": _otlp_value(v)} for k, v in (resource or {}).items()]
+    return json.dumps(
+        {
+            "resourceSpans": [
+                {
+                    "resource": {"attributes": attributes},
+                    "scopeSpans": [{"scope": {"name": "fuzz"}, "spans": list(spans)}],
+                }
+            ]
+        }
+    ).encode()
+
+
+def _span(n: int, name: str = "s", parent: str = "", kind: int = 1, **attributes) -> dict:
+    return {
+        "traceId": "1af7651916cd43dd8448eb211c80319c",
+        "spanId": f"{n:016x}",
+        "parentSpanId": parent,
+        "name": name,
+        "kind": kind,
+        "startTimeUnixNano": "1772442000000000000",
+        "endTimeUnixNano": "1772442000250000000",
+        "attributes": [{"key": k, "value": _otlp_value(v)} for k, v in attributes.items()],
+    }
+
+
+def issue34_otlp_bodies() -> list[tuple[str, str, bytes, dict]]:
+    """(label, content type, body, extra headers) for POST /v1/traces: issue 34's causes."""
+    root = _span(1, "run")
+    bodies = []
+    for key in BOUND_KEYS:
+        for value in BOUND_VALUES:
+            extra = {"celery.task_name": "t.fetch"} if key == "celery.retries" else {}
+            child = _span(2, "fetch", f"{1:016x}", 5 if extra else 1, **{key: value}, **extra)
+            bodies.append(
+                (f"otlp {key}={str(value)[:12]}", "application/json", _otlp(root, child), {})
+            )
+    long_name = "p" * 250
+    chat = _span(
+        2,
+        "chat",
+        f"{1:016x}",
+        **{
+            "gen_ai.operation.name": "chat",
+            "gen_ai.provider.name": long_name,
+            "gen_ai.request.model": long_name,
+            "gen_ai.usage.input_tokens": 10**12,
+            "gen_ai.usage.output_tokens": 10**12,
+        },
+    )
+    bodies.append(("otlp provider and model over 200", "application/json", _otlp(root, chat), {}))
+    same = "n" * 200
+    siblings = _otlp(root, _span(2, same, f"{1:016x}"), _span(3, same, f"{1:016x}"))
+    bodies.append(("otlp two siblings of one 200-char name", "application/json", siblings, {}))
+    for length in range(200, 211):
+        text = "x" * length
+        child = _span(
+            2,
+            text,
+            f"{1:016x}",
+            **{f"traceviz.{name}": text for name in ("node_id", "failure_code", "tool", "state")},
+        )
+        named = _span(1, text, **{"traceviz.job_id": "j" * length, "traceviz.workflow": text})
+        bodies.append((f"otlp strings of {length}", "application/json", _otlp(named, child), {}))
+    for value in LOOKALIKE_IDS:
+        for key in ("traceviz.job_id", "traceviz.node_id"):
+            child = _span(2, "fetch", f"{1:016x}", **{key: value})
+            bodies.append((f"otlp {key}={value[:8]!r}", "application/json", _otlp(root, child), {}))
+    resource = {f"k8s.pod.label{index}": "v" * 300 for index in range(40)}
+    spans = [root, *(_span(n, f"s{n}", f"{1:016x}") for n in range(2, 60))]
+    bodies.append(("otlp 12 KB resource", "application/json", _otlp(*spans, resource=resource), {}))
+    return bodies
+
+
+def issue34_event_bodies() -> list[tuple[str, str, bytes, dict]]:
+    """(label, content type, body, extra headers) for POST /api/v1/events: issue 34's causes."""
+    bodies = []
+    for key in BOUND_KEYS:
+        for value in BOUND_VALUES:
+            span = {
+                "type": "span",
+                "job_id": "fz-span",
+                "ts": "2026-03-02T09:00:00Z",
+                "payload": {
+                    "trace_id": "2af7651916cd43dd8448eb211c80319c",
+                    "span_id": "00000000000000a2",
+                    "end": "2026-03-02T09:00:01Z",
+                    "status": {"code": "x" * 40},
+                    "attributes": {key: value, "llm.input_messages.9999999999.message.role": "u"},
+                },
+            }
+            body = json.dumps([span]).encode()
+            bodies.append((f"span {key}={str(value)[:12]}", "application/json", body, {}))
+    for value in LOOKALIKE_IDS:
+        for field in ("job_id", "node_id"):
+            item = {"type": "node_started", "job_id": "fz-ids", "payload": {"node_id": "n1"}}
+            if field == "job_id":
+                item["job_id"] = value
+            else:
+                item["payload"]["node_id"] = value
+            body = json.dumps([item]).encode()
+            bodies.append((f"{field}={value[:8]!r}", "application/json", body, {}))
+    card = {"type": "job_started", "job_id": "fz-card", "payload": {"card": 4111111111111111}}
+    bodies.append(("card number as a number", "application/json", json.dumps(card).encode(), {}))
+    return bodies
+
+
 def deep_json(span, attribute) -> bytes:
     sys.setrecursionlimit(20_000)
     try:
@@ -397,9 +533,20 @@ def hand_made(world: dict) -> list[tuple[str, str, str, bytes, dict, str]]:
             cases.append(
                 (f"POST /api/v1/events {label}", "POST", "/api/v1/events", body, headers, role)
             )
-        for label, content_type, body, extra in otlp_bodies():
+        for label, content_type, body, extra in otlp_bodies() + issue34_otlp_bodies():
             headers = {**auth, "Content-Type": content_type, **extra}
             cases.append((f"POST /v1/traces {label}", "POST", "/v1/traces", body, headers, role))
+        for label, content_type, body, extra in issue34_event_bodies():
+            headers = {**auth, "Content-Type": content_type, **extra}
+            cases.append(
+                (f"POST /api/v1/events {label}", "POST", "/api/v1/events", body, headers, role)
+            )
+        for query in ("step=~0123456789abcdef:1", "step=%7E" + "f" * 16 + ":1"):
+            for extra in ({}, {"HX-Request": "true"}):
+                path = f"/jobs/{job}/?{query}"
+                cases.append(
+                    ("GET /jobs/<id>/?step=~short", "GET", path, b"", {**auth, **extra}, role)
+                )
         for value in HOSTILE:
             raw = value.encode("utf-8", "surrogatepass")
             for action in ACTIONS:

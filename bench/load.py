@@ -103,7 +103,8 @@ def start_gunicorn(
             stderr=subprocess.STDOUT,
         )
     url = f"http://{HOST}:{port}"
-    for _ in range(150):
+    # A preloaded app on a loaded machine takes its time to import: up to a minute.
+    for _ in range(600):
         try:
             urllib.request.urlopen(url + "/healthz", timeout=2)
             return server, url
@@ -112,7 +113,7 @@ def start_gunicorn(
                 raise RuntimeError("gunicorn exited during start-up") from None
             time.sleep(0.1)
     stop_process(server)
-    raise RuntimeError("gunicorn did not answer /healthz within 15 s")
+    raise RuntimeError("gunicorn did not answer /healthz within 60 s")
 
 
 def stop_process(process: subprocess.Popen, sig: int = signal.SIGTERM) -> None:
