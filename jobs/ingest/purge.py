@@ -49,6 +49,8 @@ def _contains(field_name: str, needle: str) -> Q:
 
 TEXT_FIELDS = {
     Event: ["payload"],
+    # A resource or scope its spans reference (a dry run counts it; a purge inlines it first).
+    SpanResource: ["attributes"],
     Job: [
         "failing_reason",
         "finish_reason",

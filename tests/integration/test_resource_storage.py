@@ -65,6 +65,7 @@ def test_a_resend_stores_nothing_twice():
 def test_purging_a_string_in_a_resource_scrubs_every_span_that_carried_it():
     resource = attrs(service__name="crm-sync", leaked__note="oops-LeakedValue-1234")
     store_spans(root(), span(span_id=CHILD_ID, parent=ROOT_ID), resource=resource)
+    assert purge_text("LeakedValue-1234", dry_run=True).rows["SpanResource"] == 1
     purge_text("LeakedValue-1234", dry_run=False)
     assert not SpanResource.objects.filter(attributes__contains="LeakedValue").exists()
     for event in Event.objects.filter(type="span"):
