@@ -401,3 +401,20 @@ def test_a_json_attribute_nested_too_deep_is_kept_as_text_and_the_job_reads_back
     # The step's input is shown as the text it came as.
     panel = engineer.get(f"/jobs/{job.job_id}/?step=fetch:1", HTTP_HX_REQUEST="true")
     assert escape(deep[:60]).encode() in panel.content
+
+
+@pytest.mark.parametrize(
+    "moment",
+    [
+        "9999-12-31T23:59:59-23:59",
+        "0001-01-01T00:00:00%2B14:00",
+        "9999-12-31T23:59:59",
+        "0001-01-01",
+    ],
+)
+@pytest.mark.parametrize("name", ["since", "until"])
+def test_a_jobs_list_time_filter_at_the_edge_of_the_calendar_answers_a_page(engineer, name, moment):
+    store([started("n1", "j1", 0), finished("n1", "success", "j1", 1)])
+    for headers in ({}, {"HTTP_HX_REQUEST": "true"}):
+        response = engineer.get(f"/?{name}={moment}", **headers)
+        assert response.status_code in (200, 400), (name, moment, headers)
