@@ -8,7 +8,7 @@ from django.db import migrations, models
 class Migration(migrations.Migration):
 
     dependencies = [
-        ('jobs', '0030_events_and_steps_record_masked_paths'),
+        ('jobs', '0034_support_comments_and_saved_views'),
     ]
 
     operations = [
