@@ -689,9 +689,9 @@ def step_events(
         if value := span.text(PREFIX + name):
             finished[name] = _cut(value)
     for name in INT_FIELDS:
-        value = span.number(PREFIX + name)
-        if value is not None and value >= 0:
-            finished[name] = value
+        number = span.number(PREFIX + name)
+        if number is not None and number >= 0:
+            finished[name] = number
     if isinstance(span.attrs.get(PREFIX + "continue_on_error"), bool):
         finished["continue_on_error"] = span.attrs[PREFIX + "continue_on_error"]
     for name in JSON_OBJECT_FIELDS:
