@@ -100,7 +100,6 @@ VALUE_KEY_PREFIXES = (
     "message.",
     "exception.",
 )
-DROPPED_MARKER = "… [truncated to fit the span's 16 KiB of attributes]"
 
 
 @dataclass(slots=True)
