@@ -17,6 +17,7 @@ from jobs.replay.failures import FailureCode, RunStatus
 SHOW_CHOICES = [("attention", "Needs attention"), ("all", "All jobs")]
 SEGMENT_CHOICES = [("", "any"), ("retryable", "has retryable"), ("failed", "has failed")]
 STATUS_CHOICES = [(s.value, s.value) for s in RunStatus]
+ALL_STATUSES = "all"
 FAILURE_CODE_CHOICES = [("", "any")] + [(c.value, c.value) for c in FailureCode]
 ERROR_TYPE_CHOICES = [("", "any")] + [(t, t) for t in failures.RUN_STATUS_BY_ERROR_TYPE]
 RANGE_CHOICES = [("", "any time"), ("1h", "last hour"), ("24h", "last 24 h"), ("7d", "last 7 days")]
@@ -64,10 +65,15 @@ class MetaFilterField(forms.Field):
 
 
 class StatusField(forms.MultipleChoiceField):
-    """Run statuses, repeated (``status=a&status=b``) or comma-separated (``status=a,b``)."""
+    """Run statuses, repeated (``status=a&status=b``) or comma-separated (``status=a,b``).
+    ``status=all``, which links made before ``show=all`` existed still carry, means every
+    status (the form turns it into ``show=all``)."""
 
     def to_python(self, value) -> list[str]:
         return [part for item in super().to_python(value) for part in item.split(",") if part]
+
+    def valid_value(self, value) -> bool:
+        return value == ALL_STATUSES or super().valid_value(value)
 
 
 # No job starts outside the contract's years (docs/contract.md): a time filter past them is
@@ -125,6 +131,13 @@ class JobFilterForm(forms.Form):
     cursor = forms.CharField(required=False, max_length=200)
     # The live refresh's first row: rows newer than it are counted, not inserted above it.
     anchor = forms.CharField(required=False, max_length=200)
+
+    def clean(self):
+        cleaned = super().clean()
+        if ALL_STATUSES in (cleaned.get("status") or []):
+            cleaned["status"] = [s for s in cleaned["status"] if s != ALL_STATUSES]
+            cleaned["show"] = "all"
+        return cleaned
 
     def clean_q(self):
         return self.cleaned_data["q"].strip()

@@ -21,7 +21,8 @@ SVG = "<svg/onload=alert('xss-svg')>"
 RTL = "\u202eevil.exe\u202c"
 EMOJI = "🔥💥🧨 job ünïcödé"
 LONG = "A" * 5000
-JOB = f"job-{IMG}-{RTL}"
+# A right-to-left override is refused in an id (a look-alike), so only free text carries it.
+JOB = f"job-{IMG}-{EMOJI}"
 NODE = f"node{SVG}{EMOJI}"
 WORKFLOW = f"wf {SCRIPT} {RTL}"
 REASON = f"{SCRIPT} {IMG} {SVG} {RTL} {EMOJI} {LONG}"

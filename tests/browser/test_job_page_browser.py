@@ -38,7 +38,8 @@ def in_viewport(page, selector: str) -> bool:
     return page.eval_on_selector(
         selector,
         """element => { const box = element.getBoundingClientRect();
-             return box.top >= 0 && box.top < window.innerHeight && box.height > 0; }""",
+             // Scrolled to the top, an element can sit a fraction of a pixel above it.
+             return box.top > -1 && box.top < window.innerHeight && box.height > 0; }""",
     )
 
 

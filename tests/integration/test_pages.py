@@ -349,6 +349,14 @@ def test_filters_return_exactly_the_matching_jobs(operator, query, expected):
     assert ids(operator.get(f"/?{query}")) == expected
 
 
+def test_status_all_from_older_links_lists_every_job(operator):
+    make_jobs()
+    every = ids(operator.get("/?show=all"))
+    assert len(every) > len(ids(operator.get("/")))
+    assert ids(operator.get("/?status=all")) == every
+    assert ids(operator.get("/?status=all&status=failed")) == ids(operator.get("/?status=failed"))
+
+
 def test_time_range_filter_uses_started_at(operator):
     make_jobs()
     base = factories.BASE_TS
