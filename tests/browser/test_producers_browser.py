@@ -10,7 +10,7 @@ import pytest
 from tests import factories
 from tests.browser.conftest import axe_violations, log_in, screenshot
 
-pytestmark = pytest.mark.django_db(transaction=True)
+pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.producers]
 
 
 def job_url(run: dict, name: str, step: str) -> str:

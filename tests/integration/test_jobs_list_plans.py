@@ -47,20 +47,19 @@ def jobs(db):
     )
 
 
-@pytest.mark.parametrize(
-    ("url", "index"),
-    [("/?provider=openai", "job_provider_newest"), ("/?show=all&model=gpt-4O", "job_model_newest")],
-)
-def test_provider_and_model_filters_use_their_functional_index(operator, jobs, url, index):
+@pytest.mark.parametrize("url", ["/?provider=openai", "/?show=all&model=gpt-4O"])
+def test_provider_and_model_filters_read_indexes_only(operator, jobs, url):
+    """A provider/model filter matches every provider the job used (JobProvider) or its own,
+    case-insensitively: both sides are read through indexes, never a whole table."""
     found = plans(operator, url)
-    (_page_sql, page_plan), (_count_sql, count_plan) = found  # the page and its capped count
-    assert f"Index Scan using {index}" in page_plan, page_plan
-    assert "Sort" not in page_plan.split("SubPlan")[0], page_plan  # the index gives the order
-    assert index in count_plan, count_plan
+    assert len(found) == 2  # the page and its capped count
+    for _sql, plan in found:
+        assert "Seq Scan" not in plan, plan
+        assert "jobs_jobprovider" in plan, plan
 
 
 def test_step_filters_probe_only_the_jobs_day_partition(operator, jobs):
-    for url in ("/?reason=upstream", "/?failure_code=adapter_error", "/?error_type=logic"):
+    for url in ("/?failure_code=adapter_error", "/?error_type=logic"):
         for sql, _plan in plans(operator, url):
             assert '"partition_day" = ("jobs_job"."partition_day")' in sql, sql
 
@@ -68,7 +67,6 @@ def test_step_filters_probe_only_the_jobs_day_partition(operator, jobs):
 @pytest.mark.parametrize(
     ("steps", "index"),
     [
-        (lambda: Step.objects.reason_matches("upstream"), "to_tsvector_idx"),
         (lambda: Step.objects.filter(failure_code="adapter_error"), "failure_code_job_id_idx"),
         (lambda: Step.objects.filter(error_type="logic"), "error_type_job_id_idx"),
         (lambda: Step.objects.filter(failure_group_id=1), "failure_group_id_idx"),

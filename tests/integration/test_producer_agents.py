@@ -21,7 +21,7 @@ from jobs.models import Call, FailureGroupJob, Job, Step
 from jobs.replay.calls import cost_usd
 from tests import factories
 
-pytestmark = pytest.mark.django_db(transaction=True)
+pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.producers]
 
 WEATHER = "Sunny, 21C in Paris"
 TIME = "14:05 in Paris"
