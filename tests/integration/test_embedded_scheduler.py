@@ -13,6 +13,7 @@ from datetime import UTC, datetime
 from io import StringIO
 from pathlib import Path
 
+import pytest
 from celery import shared_task
 from django.core.management import call_command
 
@@ -103,6 +104,9 @@ def swallowing_task() -> int:
     return len(RUNS)
 
 
+# The scheduler closes stale connections between runs (close_old_connections), which checks
+# any connection an earlier test on this worker left open: database access must be allowed.
+@pytest.mark.django_db
 def test_a_stop_signal_during_a_task_that_catches_errors_stops_the_scheduler(settings):
     settings.CELERY_BROKER_URL = ""
     settings.CELERY_BEAT_SCHEDULE = {
