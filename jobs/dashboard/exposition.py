@@ -12,8 +12,9 @@ from django.db.models import Count
 from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily
 
+from jobs.ingest import database
 from jobs.ingest.counters import COUNTERS, INF, INGEST_LATENCY, LATENCY_BUCKETS
-from jobs.models import AlertEpisode, Counter, Escalation, Job
+from jobs.models import AlertEpisode, Counter, Escalation
 
 
 class DatabaseCollector:
@@ -49,7 +50,7 @@ class DatabaseCollector:
             "traceviz_contract_findings",
             "Contract findings on stored jobs, by kind.",
             "kind",
-            Job.objects.findings_by_kind(),
+            database.findings_by_kind(),
         )
         yield self._gauge(
             "traceviz_alerts_firing",

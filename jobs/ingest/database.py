@@ -1,7 +1,7 @@
 """Everything that differs between PostgreSQL and SQLite, in one module (docs/architecture.md):
 bulk writes (COPY and upserts), advisory locks, how PostgreSQL's timestamps are read, and the
 SQL fragments whose spelling differs. Nothing else in traceviz branches on the database
-vendor, except QuerySet methods of ``jobs.models``.
+vendor (query expressions spell themselves per database with ``as_postgresql``/``as_sqlite``).
 
 Bulk writes: PostgreSQL COPY where it is available, multi-row statements elsewhere. COPY moves
 rows without building statements with thousands of placeholders, and a staged
@@ -17,12 +17,12 @@ from datetime import date, datetime, timedelta, tzinfo
 from typing import Any
 
 import psycopg
-from django.db import IntegrityError, connection, models, transaction
+from django.db import IntegrityError, connection, connections, models, transaction
 from django.db.models.expressions import RawSQL
 from psycopg.adapt import Loader
 from psycopg.pq import Format
 
-from jobs.models import BoundedSum, JSONTextField, json_text
+from jobs.models import BoundedSum, Job, JSONTextField, json_text
 
 POSTGRES = "postgresql"
 
@@ -672,3 +672,40 @@ def _pairs_condition(
         "(SELECT json_extract(value, '$[0]'), json_extract(value, '$[1]') FROM json_each(%s))",
         [json_text([list(pair) for pair in pairs])],
     )
+
+
+def findings_by_kind() -> list[tuple[str, int]]:
+    """(kind, count) over every stored job's contract findings: one aggregate over the jobs
+    table, unnesting the findings JSON array with the database's own function."""
+    table = connection.ops.quote_name(Job._meta.db_table)
+    if connection.vendor == POSTGRES:
+        sql = (
+            f"SELECT f->>'kind', count(*) FROM {table}, "
+            f"jsonb_array_elements({table}.findings) f "
+            f"WHERE {table}.findings <> '[]'::jsonb GROUP BY 1 ORDER BY 1"
+        )
+    else:
+        sql = (
+            f"SELECT json_extract(f.value, '$.kind'), count(*) FROM {table}, "
+            f"json_each({table}.findings) f WHERE {table}.findings <> '[]' "
+            "GROUP BY 1 ORDER BY 1"
+        )
+    with connection.cursor() as cursor:
+        cursor.execute(sql)
+        return [(kind or "unknown", count) for kind, count in cursor.fetchall()]
+
+
+def capped_count(jobs: models.QuerySet, cap: int) -> int:
+    """How many of these rows, counting at most ``cap`` (``cap`` means "cap or more").
+
+    Counted in the queryset's order: with the jobs list's newest-first order PostgreSQL walks
+    the same index as the page and stops at the cap (unordered, it may build a bitmap of every
+    matching row, which grows with the table). Without parallel workers: for a walk of a
+    thousand rows their start-up costs more than they save."""
+    capped = jobs[:cap]
+    database = connections[jobs.db]  # the replica when the router reads from one
+    if database.vendor != POSTGRES:
+        return capped.count()
+    with transaction.atomic(using=jobs.db), database.cursor() as cursor:
+        cursor.execute("SET LOCAL max_parallel_workers_per_gather = 0")
+        return capped.count()

@@ -14,6 +14,7 @@ from django.shortcuts import render
 from django.views.decorators.http import require_GET
 from django.views.decorators.vary import vary_on_headers
 
+from jobs.ingest import database
 from jobs.models import Escalation, Job, list_scope
 from jobs.replay import failures
 from jobs.replay import strip as strip_cells
@@ -212,8 +213,10 @@ def jobs_list(request):
         last = page[page_size - 1]
         next_cursor = encode_cursor(last) if sort.is_default else sorting.encode_cursor(last, sort)
     page = page[:page_size]
-    total = matching.capped_count(COUNT_CAP + 1)
-    new_jobs = newer_than(matching, anchor).capped_count(NEW_JOBS_CAP + 1) if anchor else 0
+    total = database.capped_count(matching, COUNT_CAP + 1)
+    new_jobs = (
+        database.capped_count(newer_than(matching, anchor), NEW_JOBS_CAP + 1) if anchor else 0
+    )
     query = request.GET.copy()
     for name in ("cursor", "anchor", "after"):
         query.pop(name, None)

@@ -2,6 +2,7 @@
 in pyproject.toml hold for the tree, and a deliberate violation breaks them."""
 
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -73,3 +74,20 @@ def test_an_import_circle_is_caught(project_copy):
     broken = result.stdout.split("Broken contracts", 1)[-1]
     assert "No import circle" in broken
     assert ".walk -> .rules" in broken
+
+
+VENDOR_BRANCH = re.compile(r"\.vendor\s*(==|!=|in\b)|\[\s*\w*connection\.vendor\s*\]")
+
+
+def test_only_the_database_module_branches_on_the_vendor():
+    """Vendor differences live in query expressions (``as_postgresql``/``as_sqlite``) or in
+    ``jobs/ingest/database.py``; migrations may branch too (they run SQL of one database)."""
+    branching = sorted(
+        path.relative_to(ROOT).as_posix()
+        for package in ("jobs", "traceviz")
+        for path in (ROOT / package).rglob("*.py")
+        if "migrations" not in path.parts
+        and path != ROOT / "jobs" / "ingest" / "database.py"
+        and VENDOR_BRANCH.search(path.read_text())
+    )
+    assert branching == []

@@ -1,0 +1,222 @@
+"""Failure records (one per failure) and the failure groups that gather them by fingerprint."""
+
+import re
+
+from django.db import models
+from django.db.models import F, Q
+from django.db.models.functions import Upper
+from django.utils import timezone
+
+from jobs.models.values import JSONField
+from jobs.replay.failures import FAILED_FAMILY
+
+
+class FailureGroup(models.Model):
+    """Failed steps sharing a signature (jobs.replay.signatures), kept up to date by projection
+    (jobs.ingest.failure_groups). Never deleted: a signature seen before is not new again after
+    retention removed its jobs (the "new failure signature" alert rule relies on it).
+
+    ``job_count`` and ``step_count`` are the sums of the group's FailureGroupJob rows;
+    ``first_seen``/``last_seen`` are event times of the earliest/latest failure ever grouped.
+    """
+
+    fingerprint = models.CharField(max_length=40, unique=True)
+    workflow = models.CharField(max_length=200, blank=True)
+    node_id = models.CharField(max_length=200, blank=True)
+    failure_code = models.CharField(max_length=200, blank=True)
+    error_type = models.CharField(max_length=200, blank=True)
+    reason = models.TextField(blank=True)
+    # The job and step the group was first made from (the job may have left by retention).
+    example_job = models.ForeignKey(
+        "jobs.Job", null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
+    )
+    example_step = models.CharField(max_length=220, blank=True)
+    first_seen = models.DateTimeField(null=True, blank=True)
+    last_seen = models.DateTimeField(null=True, blank=True)
+    job_count = models.IntegerField(default=0)
+    step_count = models.IntegerField(default=0)
+    # When traceviz first grouped the signature (the alert rule's "new").
+    created_at = models.DateTimeField(default=timezone.now)
+
+    class Meta:
+        indexes = [
+            # Alert rule "new failure signature": groups created in the rule's window.
+            models.Index(fields=["created_at"], name="failure_group_created"),
+        ]
+
+    def __str__(self):
+        return self.fingerprint
+
+
+class FailureGroupJob(models.Model):
+    """A job's failed steps in one group: how many, and the job's provider/model (the page's
+    "providers involved" and the jobs list's ``group`` filter)."""
+
+    group = models.ForeignKey(FailureGroup, on_delete=models.CASCADE, related_name="group_jobs")
+    job = models.ForeignKey("jobs.Job", on_delete=models.CASCADE, related_name="failure_groups")
+    step_count = models.IntegerField(default=0)
+    # The same steps by UTC hour of their failure ({"2026-11-20T10": 3}; "" for no time), so a
+    # full replay or retention takes out exactly what the job put into the hour rows.
+    hours = JSONField(default=dict, blank=True)
+    provider = models.CharField(max_length=200, blank=True)
+    model = models.CharField(max_length=200, blank=True)
+
+    class Meta:
+        constraints = [
+            # Its index serves the group page's providers and the jobs list's group filter.
+            models.UniqueConstraint(fields=["group", "job"], name="failure_group_job"),
+        ]
+        indexes = [
+            # Projection and the job page: a job's groups.
+            models.Index(fields=["job"], name="failure_group_job_job"),
+        ]
+
+    def __str__(self):
+        return f"{self.group_id} {self.job_id}"
+
+
+class FailureGroupCount(models.Model):
+    """A count of a group's failed steps by the provider/model of their job, in one span of
+    their failure's time (event time): the failures page's trend and providers involved."""
+
+    provider = models.CharField(max_length=200, blank=True)
+    model = models.CharField(max_length=200, blank=True)
+    step_count = models.IntegerField(default=0)
+
+    class Meta:
+        abstract = True
+
+
+class FailureGroupHour(FailureGroupCount):
+    """The counts per UTC hour."""
+
+    group = models.ForeignKey(FailureGroup, on_delete=models.CASCADE, related_name="hours")
+    hour = models.DateTimeField()
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(
+                fields=["group", "hour", "provider", "model"], name="failure_group_hour"
+            ),
+        ]
+        indexes = [
+            # The failures page: every group's hours inside the window.
+            models.Index(fields=["hour", "group"], name="failure_group_hour_window"),
+        ]
+
+    def __str__(self):
+        return f"{self.group_id} {self.hour:%Y-%m-%d %H:00}"
+
+
+class FailureGroupDay(FailureGroupCount):
+    """The hour rows summed per UTC day (the same group, provider and model): long windows of
+    the failures page read a row per day for the days they cover whole, not 24 hour rows.
+    Written beside the hour rows in the same statement batch (``jobs.ingest.failure_groups``),
+    so a day row always equals the sum of its hours."""
+
+    group = models.ForeignKey(FailureGroup, on_delete=models.CASCADE, related_name="days")
+    day = models.DateField()
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(
+                fields=["group", "day", "provider", "model"], name="failure_group_day"
+            ),
+        ]
+        indexes = [
+            # The failures page over a long window: every group's whole days inside it.
+            models.Index(fields=["day", "group"], name="failure_group_day_window"),
+        ]
+
+    def __str__(self):
+        return f"{self.group_id} {self.day:%Y-%m-%d}"
+
+
+def search_words(text: str) -> list[str]:
+    """The words of ``text`` as reason search compares them: runs of letters, digits and
+    underscores, lowercased (Python's rules, so both databases compare the same text)."""
+    return re.findall(r"\w+", (text or "").lower())
+
+
+def search_text(reason: str) -> str:
+    """What ``Failure.search_text`` holds: the reason's words, each after one space, so a word
+    prefix is a plain substring ``" " + prefix`` on every database."""
+    return "".join(" " + word for word in search_words(reason))
+
+
+class FailureQuerySet(models.QuerySet):
+    def reason_matches(self, query: str) -> "FailureQuerySet":
+        """Failures whose reason has, for every word of ``query``, a word beginning with it
+        (words ANDed, prefix match, case-insensitive), the same on SQLite and PostgreSQL: "time"
+        finds "Timeout", "bucket not found" finds "Bucket not found: x". A query without words
+        matches nothing."""
+        words = search_words(query)
+        if not words:
+            return self.none()
+        condition = Q()
+        for word in words:
+            condition &= Q(search_text__contains=" " + word)
+        return self.filter(condition)
+
+    def ended_their_job(self) -> "FailureQuerySet":
+        """Failures that were not retried successfully nor handled, in jobs that ended failed."""
+        return self.filter(
+            recovered=False, handled=False, job__status__in=[s.value for s in FAILED_FAMILY]
+        )
+
+
+class Failure(models.Model):
+    """One failure of a job (the record every view reads): a failed step attempt, a job-level
+    failure (``job_finished`` failed with a reason) or the planner's degradation. Each has a
+    reason, the provider/model that failed and a failure group. Written by projection with the
+    job's other rows (jobs.ingest.failure_records); a full replay rewrites a job's whole."""
+
+    class Kind(models.TextChoices):
+        STEP = "step"
+        JOB = "job"
+        PLANNER = "planner"
+
+    job = models.ForeignKey("jobs.Job", on_delete=models.CASCADE, related_name="failures")
+    kind = models.CharField(max_length=16, choices=Kind.choices)
+    node_id = models.CharField(max_length=200, blank=True)  # "" for a job or planner failure
+    attempt = models.IntegerField(default=0)  # 0 for a job or planner failure
+    reason = models.TextField(blank=True)
+    search_text = models.TextField(blank=True)
+    failure_code = models.CharField(max_length=200, blank=True)
+    error_type = models.CharField(max_length=200, blank=True)
+    provider = models.CharField(max_length=200, blank=True)
+    model = models.CharField(max_length=200, blank=True)
+    # No database constraint, as for Step.failure_group: groups are never deleted.
+    group = models.ForeignKey(
+        FailureGroup,
+        null=True,
+        blank=True,
+        on_delete=models.DO_NOTHING,
+        db_constraint=False,
+        related_name="failures",
+    )
+    at = models.DateTimeField(null=True, blank=True)  # event time: its finish, else its start
+    # A later attempt of the node succeeded; the caller handled it (continue_on_error, a span
+    # whose parent ended well): neither ended the job.
+    recovered = models.BooleanField(default=False)
+    handled = models.BooleanField(default=False)
+
+    objects = FailureQuerySet.as_manager()
+
+    class Meta:
+        constraints = [
+            # Projection's key; its index also serves "a job's failures".
+            models.UniqueConstraint(
+                fields=["job", "kind", "node_id", "attempt"], name="failure_identity"
+            ),
+        ]
+        indexes = [
+            # Jobs list: the provider filter counts a failure against the provider that failed
+            # (iexact compares UPPER() of both sides on PostgreSQL).
+            models.Index(Upper("provider"), F("job"), name="failure_provider"),
+            # A failure group's page: its failures, newest first.
+            models.Index(fields=["group", "-at"], name="failure_group_newest"),
+        ]
+
+    def __str__(self):
+        return f"{self.kind} {self.job_id} {self.node_id}:{self.attempt}"
