@@ -17,7 +17,7 @@ from django.conf import settings
 from django.utils import timezone
 
 from jobs.dashboard import rollup
-from jobs.escalations import alerts, outbox, stalls
+from jobs.escalations import alerts, group_lifecycle, outbox, stalls
 from jobs.ingest import retention
 from jobs.models import RateCounter
 
@@ -71,6 +71,13 @@ def evaluate_alerts() -> dict:
     """Periodic: evaluate alert rules (fire new episodes, resolve stopped ones)."""
     outcome = alerts.evaluate()
     return {"fired": len(outcome.fired), "resolved": len(outcome.resolved)}
+
+
+@shared_task(ignore_result=True)
+def lapse_group_ignores() -> int:
+    """Periodic: unignore the failure groups ignored until a time that has passed. Returns how
+    many."""
+    return group_lifecycle.lapse_ignores()
 
 
 @shared_task(ignore_result=True)

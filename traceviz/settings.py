@@ -300,6 +300,8 @@ CELERY_BEAT_SCHEDULE = {
     "apply-retention": {"task": "jobs.tasks.apply_retention", "schedule": 3600.0},
     # Alert rules (dashboard work): firing and resolving episodes, each minute.
     "evaluate-alerts": {"task": "jobs.tasks.evaluate_alerts", "schedule": 60.0},
+    # Failure groups ignored for a time that has passed are unresolved again.
+    "lapse-group-ignores": {"task": "jobs.tasks.lapse_group_ignores", "schedule": 60.0},
     # Dashboard rollup: recompute the hours ingest marked dirty, each minute.
     "refresh-dashboard-rollup": {"task": "jobs.tasks.refresh_dashboard_rollup", "schedule": 60.0},
     # Ended rate-limit windows, expired sign-in failures, old sign-in logs.

@@ -35,6 +35,9 @@ MAX_TOKENS = 10**12
 # Payloads nest at most this deep (the payload object is level 1): deeper ones are refused, so
 # redaction, storage and pages never recurse without bound.
 MAX_PAYLOAD_DEPTH = 64
+# A producer's failure fingerprint (``fingerprint``, ``traceviz.fingerprint``): at most this many
+# strings of 1 to MAX_ID_CHARS characters each.
+MAX_FINGERPRINT_ELEMENTS = 16
 MIN_TS_YEAR, MAX_TS_YEAR = 1970, 8999
 TS_RANGE_MESSAGE = f"must fall in the years {MIN_TS_YEAR} to {MAX_TS_YEAR} (UTC)"
 TRUNCATION_MARKER = "… [truncated {dropped} bytes]"
@@ -201,6 +204,28 @@ boolean = Check(lambda value: isinstance(value, bool), "must be true or false", 
 anything = Check(lambda value: True, "", {})
 
 
+def _is_fingerprint(value: Any) -> bool:
+    return (
+        isinstance(value, list)
+        and 0 < len(value) <= MAX_FINGERPRINT_ELEMENTS
+        and all(isinstance(part, str) and 0 < len(part) <= MAX_ID_CHARS for part in value)
+    )
+
+
+# A producer's failure fingerprint: the strings that name the failure's group, where
+# "{{ default }}" stands for the one traceviz computes (docs/failures.md).
+fingerprint = Check(
+    _is_fingerprint,
+    f"must be a list of 1 to {MAX_FINGERPRINT_ELEMENTS} strings of 1 to {MAX_ID_CHARS} characters",
+    {
+        "type": "array",
+        "minItems": 1,
+        "maxItems": MAX_FINGERPRINT_ELEMENTS,
+        "items": {"type": "string", "minLength": 1, "maxLength": MAX_ID_CHARS},
+    },
+)
+
+
 HEX = re.compile(r"[0-9a-f]+")
 IDENT = string(1)
 NAME = string()
@@ -264,6 +289,7 @@ PAYLOAD_FIELDS: dict[str, dict[str, Check]] = {
         "audit_trail": array,
         "exception_type": NAME,
         "stack": text,
+        "fingerprint": fingerprint,
     },
     "state_checkpointed": {"node_id": NAME, "state": anything},
     "compensation_finished": {
@@ -455,7 +481,12 @@ def bounded_attribute(attrs: dict[str, Any], key: str) -> int | None:
     return value if value is not None and lo <= value <= hi else None
 
 
+FINGERPRINT_ATTRIBUTE = "traceviz.fingerprint"
+
+
 def _span_attribute_errors(attrs: dict[str, Any]) -> Iterable[FieldError]:
+    if FINGERPRINT_ATTRIBUTE in attrs and (error := fingerprint(attrs[FINGERPRINT_ATTRIBUTE])):
+        yield FieldError(f"payload.attributes.{FINGERPRINT_ATTRIBUTE}", error)
     for key, (lo, hi) in SPAN_NUMBER_BOUNDS.items():
         if key in attrs:
             value = attribute_int(attrs[key])

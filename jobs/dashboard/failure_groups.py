@@ -8,12 +8,22 @@ from collections import Counter
 from dataclasses import dataclass, field
 from datetime import UTC, date, datetime, time, timedelta
 
-from django.db.models import IntegerField, Q, Sum
+from django.db.models import Count, Exists, IntegerField, OuterRef, Q, Sum
 from django.db.models.expressions import RawSQL
 
 from jobs.dashboard.window import Window, wall, zone_label
 from jobs.ingest import database
-from jobs.models import FailureGroup, FailureGroupDay, FailureGroupHour, FailureGroupJob, hour_floor
+from jobs.models import (
+    AlertRule,
+    Escalation,
+    Failure,
+    FailureGroup,
+    FailureGroupDay,
+    FailureGroupHour,
+    FailureGroupJob,
+    hour_floor,
+)
+from jobs.replay.failures import FAILED_FAMILY
 
 MAX_GROUPS = 100
 SPARK_WIDTH, SPARK_HEIGHT = 120, 24
@@ -172,6 +182,113 @@ def groups_in_window(window: Window, limit: int = MAX_GROUPS) -> list[GroupRow]:
     # Every group of the window is shown: no need to name them in the detail queries.
     shown = None if len(totals) <= limit else ids
     return _rows(window, [groups[group_id] for group_id in ids], shown)
+
+
+def rows_for(window: Window, groups: list[FailureGroup]) -> list[GroupRow]:
+    """These groups' rows over the window, in their order (a page of the failures list)."""
+    if not groups:
+        return []
+    return _rows(window, groups, [group.pk for group in groups])
+
+
+@dataclass(frozen=True, slots=True)
+class FailureCounts:
+    """A group's stored failure records: how many, how many were recovered (a later attempt of
+    their node succeeded), how many ended their job."""
+
+    failures: int = 0
+    recovered: int = 0
+    ended: int = 0
+
+
+def failure_counts(group_ids: list[int]) -> dict[int, FailureCounts]:
+    """By group, its failure records' counts (one query, served by the (group, at) index)."""
+    ended = Q(
+        recovered=False, handled=False, job__status__in=[status.value for status in FAILED_FAMILY]
+    )
+    rows = (
+        Failure.objects.filter(group_id__in=group_ids)
+        .values("group_id")
+        .annotate(
+            all_failures=Count("id"),
+            recovered_failures=Count("id", filter=Q(recovered=True)),
+            ending_failures=Count("id", filter=ended),
+        )
+        .order_by()
+    )
+    return {
+        row["group_id"]: FailureCounts(
+            row["all_failures"], row["recovered_failures"], row["ending_failures"]
+        )
+        for row in rows
+    }
+
+
+def group_failures(group: FailureGroup, *, ended: bool = False, limit: int = 50) -> list[Failure]:
+    """The group's latest failure records (newest first), with their jobs; ``ended``: only
+    those that ended their job."""
+    rows = Failure.objects.filter(group=group)
+    if ended:
+        rows = rows.ended_their_job()
+    return list(
+        rows.select_related("job")
+        .only(
+            "kind",
+            "node_id",
+            "attempt",
+            "reason",
+            "provider",
+            "model",
+            "at",
+            "recovered",
+            "handled",
+            "group_id",
+            "job__job_id",
+            "job__status",
+        )
+        .order_by("-at", "-id")[:limit]
+    )
+
+
+GROUP_ALERT_KINDS = (AlertRule.Kind.NEW_FAILURE_SIGNATURE, AlertRule.Kind.FAILURE_GROUP_REGRESSED)
+OPEN = (Escalation.Status.OPEN, Escalation.Status.ACKNOWLEDGED)
+
+
+def open_escalations(group: FailureGroup, limit: int = 50) -> list[Escalation]:
+    """The group's open (or acknowledged) escalations, oldest first: those of a job and node
+    (or of a whole job, for a job-level failure) where the group has a failure, and the alerts
+    fired on the group itself (new signature, regressed)."""
+    of_failure = Failure.objects.filter(
+        group=group, job=OuterRef("job"), node_id=OuterRef("node_id")
+    )
+    fingerprints = list(group.fingerprints.values_list("fingerprint", flat=True)) or [
+        group.fingerprint
+    ]
+    alerts = Q(alert_rule__kind__in=GROUP_ALERT_KINDS, node_id__in=fingerprints)
+    return list(
+        Escalation.objects.filter(status__in=OPEN)
+        .filter(Q(job__isnull=False) & Exists(of_failure) | alerts)
+        .select_related("job")
+        .order_by("created_at", "pk")[:limit]
+    )
+
+
+def groups_of_escalation(escalation: Escalation) -> list[FailureGroup]:
+    """The failure groups an escalation is about: the groups of its job's failures at its node
+    (the whole job's failures for a job-level escalation), or for an alert on a group, that
+    group (followed to the group it was merged into)."""
+    rule = escalation.alert_rule
+    if rule is not None:
+        if rule.kind not in GROUP_ALERT_KINDS:
+            return []
+        found = list(FailureGroup.objects.filter(fingerprint=escalation.node_id))
+        return [group.merged_into if group.merged_into_id else group for group in found]
+    if escalation.job_id is None:
+        return []
+    ids = Failure.objects.filter(job_id=escalation.job_id, node_id=escalation.node_id).values(
+        "group_id"
+    )
+    return list(FailureGroup.objects.filter(pk__in=ids).order_by("pk"))
 
 
 def group_in_window(group: FailureGroup, window: Window) -> GroupRow:

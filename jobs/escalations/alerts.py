@@ -101,6 +101,8 @@ def measure(rule: AlertRule, now: datetime) -> list[Measurement]:
         return _failure_code_rate(rule, start, now)
     if rule.kind == Kind.NEW_FAILURE_SIGNATURE:
         return _new_signatures(start, now)
+    if rule.kind == Kind.FAILURE_GROUP_REGRESSED:
+        return _regressed_groups(start, now)
     measurements = []
     for row in planner_activity(start, now, provider=rule.provider, model=rule.model):
         count = row["degraded"] if rule.kind == Kind.PLANNER_DEGRADED_RATE else row["parse_invalid"]
@@ -138,6 +140,19 @@ def _new_signatures(start: datetime, end: datetime) -> list[Measurement]:
     ]
 
 
+def _regressed_groups(start: datetime, end: datetime) -> list[Measurement]:
+    """Failure groups that regressed in the window and are still unresolved, one subject each
+    (its fingerprint): a group resolved and seen again (docs/failures.md). One episode per
+    regression: a later regression, after this one's window, fires again."""
+    groups = FailureGroup.objects.filter(
+        regressed_at__gte=start, regressed_at__lt=end, status=FailureGroup.Status.UNRESOLVED
+    ).order_by("pk")
+    return [
+        Measurement(group.fingerprint, "", "", group.step_count, group.job_count, 1.0)
+        for group in groups.only("fingerprint", "step_count", "job_count")
+    ]
+
+
 def holds(rule: AlertRule, measurement: Measurement) -> bool:
     return measurement.jobs >= rule.min_jobs and measurement.value > rule.threshold
 
@@ -145,6 +160,15 @@ def holds(rule: AlertRule, measurement: Measurement) -> bool:
 def describe(rule: AlertRule, measurement: Measurement) -> str:
     """The escalation message: what is above which threshold, over which window."""
     window = f"over {rule.window_minutes} min"
+    if rule.kind == Kind.FAILURE_GROUP_REGRESSED:
+        group = FailureGroup.objects.get(fingerprint=measurement.subject)
+        where = " · ".join(part for part in (group.workflow, group.node_id) if part)
+        what = " ".join(part for part in (group.failure_code, group.error_type) if part)
+        return (
+            f"Failure group {group.fingerprint} regressed ({where or 'no workflow'}: "
+            f"{what or 'no code'}): resolved, then seen again; {group.job_count} jobs so far: "
+            f"{group.reason[:200]}"
+        )
     if rule.kind == Kind.NEW_FAILURE_SIGNATURE:
         group = FailureGroup.objects.get(fingerprint=measurement.subject)
         where = " · ".join(part for part in (group.workflow, group.node_id) if part)

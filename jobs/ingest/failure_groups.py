@@ -11,6 +11,14 @@ same as counting the Step rows afresh (``differences`` checks it), whichever pat
 
 Shared rows (a group's totals, its hours) are updated in group order, so two batches touching
 the same groups wait for each other instead of deadlocking.
+
+A fingerprint leads to its group through FailureFingerprint (grouping version + fingerprint):
+``ensure_groups`` looks it up, else finds the group an earlier grouping version's fingerprint
+of the same failure leads to, else makes a group. ``merge`` moves a group's failures into
+another and points its fingerprints there, so later failures land in the survivor.
+``apply`` returns the failures that are new to each group (the net of what it added and took
+out): what the lifecycle (``escalations.group_lifecycle.note_seen``) counts as "seen again";
+a rebuild, which takes out and puts back the same failures, sees nothing new.
 """
 
 from collections import Counter
@@ -19,10 +27,13 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 
 from django.db import transaction
+from django.db.models import Q
 
+from jobs.escalations import group_lifecycle
 from jobs.ingest import database
 from jobs.models import (
     Failure,
+    FailureFingerprint,
     FailureGroup,
     FailureGroupDay,
     FailureGroupHour,
@@ -31,6 +42,7 @@ from jobs.models import (
     Step,
     hour_floor,
 )
+from jobs.replay import signatures
 from jobs.replay.signatures import Signature, signature
 from jobs.replay.state import StepState
 
@@ -61,11 +73,24 @@ class Contributions:
     cells: Counter = field(default_factory=Counter)
     seen: dict[int, list[datetime]] = field(default_factory=dict)
     replaced: set[int] = field(default_factory=set)
+    # The latest seen time of the added failures by (group, job).
+    latest: dict[tuple[int, int], datetime] = field(default_factory=dict)
 
     def add(self, group_id: int, job_pk: int, at: datetime | None, sign: int) -> None:
         self.cells[(group_id, job_pk, hour_key(at))] += sign
         if at is not None and sign > 0:
             self.seen.setdefault(group_id, []).append(at)
+            pair = (group_id, job_pk)
+            if pair not in self.latest or at > self.latest[pair]:
+                self.latest[pair] = at
+
+
+@dataclass(frozen=True, slots=True)
+class Seen:
+    """Failures new to a group in one job: how many, and the latest one's time (event time)."""
+
+    count: int
+    at: datetime | None
 
 
 def assign_groups(
@@ -97,23 +122,76 @@ def assign_groups(
 
 
 def ensure_groups(wanted: dict[str, tuple[Signature, int, str, datetime | None]]) -> dict[str, int]:
-    """The group id of each of these fingerprints, creating the groups that do not exist yet
-    from their (signature, example job pk, example, seen at)."""
+    """The group id of each of these fingerprints (of the current grouping version), from
+    their (signature, example job pk, example, seen at): the group the fingerprint leads to;
+    else the group one of the signature's earlier-version fingerprints leads to (the new
+    fingerprint then leads there too); else a new group."""
     if not wanted:
         return {}
-    ids = dict(
-        FailureGroup.objects.filter(fingerprint__in=list(wanted)).values_list("fingerprint", "id")
-    )
+    version = signatures.GROUPING_VERSION
+    ids = _mapped(version, list(wanted))
     missing = sorted(set(wanted) - ids.keys())
-    if missing:
+    if not missing:
+        return ids
+    adopted = _adopted({fingerprint: wanted[fingerprint][0] for fingerprint in missing})
+    new = [fingerprint for fingerprint in missing if fingerprint not in adopted]
+    if new:
         FailureGroup.objects.bulk_create(
-            [_group(fingerprint, *wanted[fingerprint]) for fingerprint in missing],
+            [_group(fingerprint, *wanted[fingerprint]) for fingerprint in new],
             ignore_conflicts=True,
         )
-        ids.update(
-            FailureGroup.objects.filter(fingerprint__in=missing).values_list("fingerprint", "id")
+        adopted.update(
+            FailureGroup.objects.filter(fingerprint__in=new).values_list("fingerprint", "id")
         )
+    FailureFingerprint.objects.bulk_create(
+        [
+            FailureFingerprint(version=version, fingerprint=fingerprint, group_id=group_id)
+            for fingerprint, group_id in sorted(adopted.items())
+        ],
+        ignore_conflicts=True,
+    )
+    # Another batch may have mapped the same fingerprint first: the map decides.
+    ids.update(_mapped(version, missing))
     return ids
+
+
+def _mapped(version: int, fingerprints: list[str]) -> dict[str, int]:
+    return dict(
+        FailureFingerprint.objects.filter(
+            version=version, fingerprint__in=fingerprints
+        ).values_list("fingerprint", "group_id")
+    )
+
+
+def _adopted(missing: dict[str, Signature]) -> dict[str, int]:
+    """The group each of these signatures' earlier-version fingerprints leads to (the newest
+    version that has one), by current fingerprint; signatures of no earlier group are left
+    out."""
+    pairs = {pair for found in missing.values() for pair in found.earlier}
+    if not pairs:
+        return {}
+    condition = Q()
+    for version, fingerprint in sorted(pairs):
+        condition |= Q(version=version, fingerprint=fingerprint)
+    known = {
+        (version, fingerprint): group_id
+        for version, fingerprint, group_id in FailureFingerprint.objects.filter(
+            condition
+        ).values_list("version", "fingerprint", "group_id")
+    }
+    adopted = {}
+    for fingerprint, found in missing.items():
+        for pair in found.earlier:
+            if pair in known:
+                adopted[fingerprint] = known[pair]
+                break
+    return adopted
+
+
+def group_ids(fingerprints: Iterable[str]) -> dict[str, int]:
+    """The group each of these current-version fingerprints leads to now (read only: replay
+    parity's expected groups)."""
+    return _mapped(signatures.GROUPING_VERSION, sorted(set(fingerprints)))
 
 
 def _group(
@@ -146,8 +224,10 @@ def apply(
     contributions: Contributions,
     attributes: dict[int, tuple[str, str]],
     relabeled: Iterable[int] = (),
-) -> None:
-    """Write the contributions: (group, job) rows, hour rows and group totals. ``attributes``
+) -> dict[tuple[int, int], Seen]:
+    """Write the contributions: (group, job) rows, hour rows and group totals; returns, by
+    (group, job), the failures the contributions added to it net of those they took out, where
+    that is more than none. ``attributes``
     are the touched jobs' (provider, model) (every job of a cell, of ``replaced`` and of
     ``relabeled``); their (group, job) rows follow them. A replaced job's stored rows are
     subtracted whole first. ``relabeled`` jobs changed provider or model: all their rows are
@@ -220,6 +300,45 @@ def apply(
     database.add_to_counts(
         FailureGroupDay, ("group_id", "day", "provider", "model"), "step_count", by_day(hours)
     )
+    return {
+        pair: Seen(sum(deltas.values()), contributions.latest.get(pair))
+        for pair, deltas in sorted(by_pair.items())
+        if sum(deltas.values()) > 0
+    }
+
+
+def merge(source: FailureGroup, target: FailureGroup, actor=None) -> None:
+    """Merge ``source`` into ``target``: its failures (Step and Failure rows, (group, job)
+    rows, hour and day rows, totals) move to ``target``, its fingerprints lead there, so a
+    failure that would have been ``source``'s lands in ``target``, and it is marked merged with
+    an audit entry on both. What moves is not "seen again": it regresses nothing. Raises
+    ``group_lifecycle.GroupActionError`` when the merge does not apply."""
+    group_lifecycle.check_merge(source, target)
+    with transaction.atomic():
+        # In group order, as every batch locks them.
+        locked = {
+            group.pk: group
+            for group in FailureGroup.objects.select_for_update()
+            .filter(pk__in=sorted((source.pk, target.pk)))
+            .order_by("pk")
+        }
+        source, target = locked[source.pk], locked[target.pk]
+        group_lifecycle.check_merge(source, target)
+        contributions = Contributions()
+        attributes: dict[int, tuple[str, str]] = {}
+        for row in FailureGroupJob.objects.filter(group=source).order_by("job_id"):
+            attributes[row.job_id] = (row.provider, row.model)
+            for key, count in row.hours.items():
+                contributions.cells[(source.pk, row.job_id, key)] -= count
+                contributions.cells[(target.pk, row.job_id, key)] += count
+        seen = [moment for moment in (source.first_seen, source.last_seen) if moment]
+        if seen:
+            contributions.seen[target.pk] = seen
+        apply(contributions, attributes)
+        Step.objects.filter(failure_group=source).update(failure_group=target)
+        Failure.objects.filter(group=source).update(group=target)
+        FailureFingerprint.objects.filter(group=source).update(group=target)
+        group_lifecycle.mark_merged(source, target, actor=actor)
 
 
 def _stored(rows) -> dict[tuple[int, int], FailureGroupJob]:

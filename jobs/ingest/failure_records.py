@@ -22,9 +22,10 @@ from datetime import datetime
 from jobs.contract.events import Event
 from jobs.ingest import database, failure_groups
 from jobs.models import PLANNER_EVENT_TYPES, Failure, JobProvider, search_text
+from jobs.replay import signatures
 from jobs.replay.calls import CallRecord
 from jobs.replay.failures import FAILED_FAMILY, Segment
-from jobs.replay.signatures import Signature, is_grouped, normalise_reason
+from jobs.replay.signatures import Signature, is_grouped
 from jobs.replay.state import JobState, StepState
 
 # The error type of a planner degradation's signature: it keeps the planner's groups apart from
@@ -66,9 +67,7 @@ def job_failures(state: JobState) -> list[JobFailure]:
                 provider=str(planner.get("provider") or ""),
                 model=str(planner.get("model") or ""),
                 at=state.last_event_at,
-                signature=Signature(
-                    workflow, "", "", PLANNER_SIGNATURE_TYPE, normalise_reason(reason)
-                ),
+                signature=signatures.make(workflow, "", "", PLANNER_SIGNATURE_TYPE, reason),
             )
         )
     step_reasons = {step.reason for step in state.steps if is_grouped(step)}
@@ -83,9 +82,7 @@ def job_failures(state: JobState) -> list[JobFailure]:
                 provider=attrs.get("provider", ""),
                 model=attrs.get("model", ""),
                 at=state.finished_at or state.last_event_at,
-                signature=Signature(
-                    workflow, "", state.finish_code, "", normalise_reason(state.finish_reason)
-                ),
+                signature=signatures.make(workflow, "", state.finish_code, "", state.finish_reason),
             )
         )
     return found

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 
 from django.core.serializers.json import DjangoJSONEncoder
 
-from jobs.ingest import failure_records, projection
+from jobs.ingest import failure_groups, failure_records, projection
 from jobs.models import Event as EventRow
 from jobs.models import Failure, FailureGroupJob, Job, search_text
 from jobs.replay import rules, signatures, walk
@@ -117,7 +117,9 @@ def _failure_differences(job: Job, state: JobState) -> list[Difference]:
         (row.kind, row.node_id, row.attempt): row
         for row in failure_records.step_rows(job.pk, state, None, step_groups)
     }
-    fingerprints = dict(job.failures.values_list("group_id", "group__fingerprint"))
+    expected_groups = failure_groups.group_ids(
+        failure.signature.fingerprint for failure in failure_records.job_failures(state)
+    )
     for failure in failure_records.job_failures(state):
         replayed[(failure.kind, "", 0)] = failure
     stored = {(row.kind, row.node_id, row.attempt): row for row in job.failures.all()}
@@ -137,14 +139,14 @@ def _failure_differences(job: Job, state: JobState) -> list[Difference]:
             if not _same(getattr(row, name), value):
                 found.append(Difference(job.job_id, where, name, getattr(row, name), value))
         signature = getattr(want, "signature", None)
-        if signature is not None and fingerprints.get(row.group_id) != signature.fingerprint:
+        if signature is not None and row.group_id != expected_groups.get(signature.fingerprint):
             found.append(
                 Difference(
                     job.job_id,
                     where,
                     "group",
-                    fingerprints.get(row.group_id),
-                    signature.fingerprint,
+                    row.group_id,
+                    expected_groups.get(signature.fingerprint),
                 )
             )
         elif isinstance(want, Failure) and row.group_id != want.group_id:
@@ -173,12 +175,14 @@ def _call_differences(job: Job, state: JobState) -> list[Difference]:
 
 
 def _group_difference(job: Job, where: str, row, step, state: JobState) -> list[Difference]:
-    """The stored step's failure group is the replayed step's signature's."""
+    """The stored step's failure group is the one the replayed step's signature leads to (its
+    fingerprint's, through the fingerprint map: a merge points it at the surviving group)."""
     expected = signatures.signature(step, state.attributes.get("workflow", ""))
     fingerprint = expected.fingerprint if expected else None
-    stored = row.failure_group.fingerprint if row.failure_group else None
-    if stored == fingerprint:
+    group_id = failure_groups.group_ids([fingerprint]).get(fingerprint) if fingerprint else None
+    if row.failure_group_id == group_id:
         return []
+    stored = row.failure_group.fingerprint if row.failure_group else None
     return [Difference(job.job_id, where, "failure_group", stored, fingerprint)]
 
 

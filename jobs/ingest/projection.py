@@ -24,7 +24,7 @@ from django.conf import settings
 from django.utils import timezone
 
 from jobs.contract.events import Event
-from jobs.escalations import actions, repair_budget
+from jobs.escalations import actions, group_lifecycle, repair_budget
 from jobs.ingest import counters, database, failure_groups, failure_records, trace_growth
 from jobs.models import (
     MAX_BIGINT,
@@ -201,7 +201,14 @@ def project_jobs(
     if attributes:
         # Last: the failure groups' totals are rows every batch may update, and their row locks
         # last until commit, so concurrent batches wait on each other only from here on.
-        failure_groups.apply(contributions, attributes, relabeled)
+        seen = failure_groups.apply(contributions, attributes, relabeled)
+        if seen:
+            # A group's lifecycle reads what was new to it (a rebuild brings nothing new).
+            versions = {
+                ids[(job_id,)]: group_lifecycle.job_version(p.state.metadata)
+                for job_id, p in projected.items()
+            }
+            group_lifecycle.note_seen(seen, versions)
     return Counter(p.path for p in projected.values())
 
 

@@ -164,6 +164,7 @@ class AlertRule(models.Model):
         PLANNER_PARSE_INVALID = "planner_parse_invalid", "Planner parse_invalid count"
         FAILURE_CODE_RATE = "failure_code_rate", "Failure rate of a failure code (fraction)"
         NEW_FAILURE_SIGNATURE = "new_failure_signature", "New failure signature"
+        FAILURE_GROUP_REGRESSED = "failure_group_regressed", "Failure group regressed"
 
     name = models.CharField(max_length=200, unique=True)
     kind = models.CharField(max_length=32, choices=Kind.choices)

@@ -1,7 +1,10 @@
 """Failure records (one per failure) and the failure groups that gather them by fingerprint."""
 
 import re
+from datetime import datetime, timedelta
+from typing import Any
 
+from django.conf import settings
 from django.db import models
 from django.db.models import F, Q
 from django.db.models.functions import Upper
@@ -9,6 +12,80 @@ from django.utils import timezone
 
 from jobs.models.values import JSONField
 from jobs.replay.failures import FAILED_FAMILY
+
+# A group first grouped this recently, unresolved and never regressed, is "new" (the list's
+# status filter).
+NEW_FOR = timedelta(days=7)
+# The list's sort keys (as the URL names them) -> the group column, always descending, with the
+# id beside it (each has an index serving it with the status filter).
+GROUP_SORT_FIELDS = {
+    "steps": "step_count",
+    "jobs": "job_count",
+    "newest": "created_at",
+    "last_seen": "last_seen",
+}
+
+
+class FailureGroupQuerySet(models.QuerySet):
+    def matching(self, filters: dict[str, Any], now: datetime | None = None):
+        """Groups matching the failures list's filters (docs/failures.md), the one home of their
+        meaning: ``status`` (``unresolved`` when empty: new, regressed, unresolved, resolved,
+        ignored or all; merged groups never), ``q`` (reason words, as the jobs list's reason
+        search: the group has a failure whose reason has a word starting with each),
+        ``node``/``workflow`` (exact), ``provider``/``model`` (any case: a failure of the group
+        names it, or a job of the group ran on it), ``ended`` (the group has a failure that
+        ended its job), ``since``/``until`` (last seen from / first seen before)."""
+        now = now or timezone.now()
+        groups = self.exclude(status=FailureGroup.Status.MERGED)
+        status = filters.get("status") or "unresolved"
+        Status = FailureGroup.Status
+        if status == "new":
+            groups = groups.filter(
+                status=Status.UNRESOLVED, regressed_at=None, created_at__gte=now - NEW_FOR
+            )
+        elif status == "regressed":
+            groups = groups.filter(status=Status.UNRESOLVED, regressed_at__isnull=False)
+        elif status != "all":
+            groups = groups.filter(status=status)
+        if filters.get("node"):
+            groups = groups.filter(node_id=filters["node"])
+        if filters.get("workflow"):
+            groups = groups.filter(workflow=filters["workflow"])
+        if filters.get("q"):
+            groups = groups.filter(
+                pk__in=Failure.objects.reason_matches(filters["q"]).values("group_id")
+            )
+        for name in ("provider", "model"):
+            if value := filters.get(name):
+                lookup = {f"{name}__iexact": value}
+                groups = groups.filter(
+                    Q(pk__in=Failure.objects.filter(**lookup).values("group_id"))
+                    | Q(pk__in=FailureGroupJob.objects.filter(**lookup).values("group_id"))
+                )
+        if filters.get("ended"):
+            groups = groups.filter(pk__in=Failure.objects.ended_their_job().values("group_id"))
+        if filters.get("since"):
+            groups = groups.filter(last_seen__gte=filters["since"])
+        if filters.get("until"):
+            groups = groups.filter(first_seen__lt=filters["until"])
+        return groups
+
+    def sorted_by(self, key: str):
+        """Most first by the sort key (``GROUP_SORT_FIELDS``), the newer group first on ties;
+        a group never seen sorts last."""
+        field = GROUP_SORT_FIELDS[key]
+        return self.order_by(F(field).desc(nulls_last=True), "-id")
+
+    def after(self, key: str, value, pk: int):
+        """The groups after the row whose sort value is ``value`` and id ``pk`` (keyset)."""
+        field = GROUP_SORT_FIELDS[key]
+        if value is None:
+            return self.filter(**{f"{field}__isnull": True, "id__lt": pk})
+        return self.filter(
+            Q(**{f"{field}__lt": value})
+            | Q(**{field: value, "id__lt": pk})
+            | Q(**{f"{field}__isnull": True})
+        )
 
 
 class FailureGroup(models.Model):
@@ -18,7 +95,18 @@ class FailureGroup(models.Model):
 
     ``job_count`` and ``step_count`` are the sums of the group's FailureGroupJob rows;
     ``first_seen``/``last_seen`` are event times of the earliest/latest failure ever grouped.
+
+    The lifecycle columns (``status`` and the ones after it) are what people decided
+    (jobs.escalations.group_lifecycle): projection reads them and never rewrites them, so a
+    rebuild keeps them. ``fingerprint`` is the fingerprint the group was made from (its URL
+    name); every fingerprint that leads to it is a FailureFingerprint row.
     """
+
+    class Status(models.TextChoices):
+        UNRESOLVED = "unresolved"
+        RESOLVED = "resolved"
+        IGNORED = "ignored"
+        MERGED = "merged"
 
     fingerprint = models.CharField(max_length=40, unique=True)
     workflow = models.CharField(max_length=200, blank=True)
@@ -37,15 +125,96 @@ class FailureGroup(models.Model):
     step_count = models.IntegerField(default=0)
     # When traceviz first grouped the signature (the alert rule's "new").
     created_at = models.DateTimeField(default=timezone.now)
+    status = models.CharField(max_length=16, choices=Status.choices, default=Status.UNRESOLVED)
+    # When a failure after its resolution reopened it (kept until it is resolved again).
+    regressed_at = models.DateTimeField(null=True, blank=True)
+    resolved_at = models.DateTimeField(null=True, blank=True)
+    # A resolved group regresses on a failure after this time (event time) and, when set, in a
+    # version later than ``resolved_in_version``.
+    resolved_after = models.DateTimeField(null=True, blank=True)
+    resolved_in_version = models.CharField(max_length=200, blank=True)
+    # An ignored group is unignored after this time, or once seen ``ignore_count`` more times.
+    ignored_until = models.DateTimeField(null=True, blank=True)
+    ignore_count = models.PositiveIntegerField(null=True, blank=True)
+    seen_while_ignored = models.PositiveIntegerField(default=0)
+    merged_into = models.ForeignKey(
+        "self", null=True, blank=True, on_delete=models.SET_NULL, related_name="merged_groups"
+    )
+
+    objects = FailureGroupQuerySet.as_manager()
 
     class Meta:
         indexes = [
-            # Alert rule "new failure signature": groups created in the rule's window.
+            # Alert rule "new failure signature": groups created in the rule's window; the
+            # failures list sorted newest first.
             models.Index(fields=["created_at"], name="failure_group_created"),
+            # The failures list: a status, most failed steps / most jobs / last seen first.
+            models.Index(fields=["status", "-step_count", "-id"], name="failure_group_by_steps"),
+            models.Index(fields=["status", "-job_count", "-id"], name="failure_group_by_jobs"),
+            models.Index(fields=["status", "-last_seen", "-id"], name="failure_group_by_seen"),
+            # Alert rule "failure group regressed": groups regressed in the rule's window.
+            models.Index(
+                fields=["regressed_at"],
+                condition=Q(regressed_at__isnull=False),
+                name="failure_group_regressed",
+            ),
         ]
 
     def __str__(self):
         return self.fingerprint
+
+    @property
+    def is_regressed(self) -> bool:
+        return self.status == self.Status.UNRESOLVED and self.regressed_at is not None
+
+
+class FailureFingerprint(models.Model):
+    """Which group a fingerprint leads to, under the grouping version that made it
+    (jobs.replay.signatures.GROUPING_VERSION). A merge points the merged group's fingerprints at
+    the surviving group; a new grouping version's fingerprint is added beside the old one for
+    the group the old one led to, so neither orphans a group."""
+
+    version = models.PositiveSmallIntegerField()
+    fingerprint = models.CharField(max_length=40)
+    group = models.ForeignKey(FailureGroup, on_delete=models.CASCADE, related_name="fingerprints")
+    created_at = models.DateTimeField(default=timezone.now)
+
+    class Meta:
+        constraints = [
+            # Projection looks fingerprints up by it.
+            models.UniqueConstraint(
+                fields=["version", "fingerprint"], name="failure_fingerprint_identity"
+            ),
+        ]
+        indexes = [
+            # A merge: the merged group's fingerprints.
+            models.Index(fields=["group"], name="failure_fingerprint_group"),
+        ]
+
+    def __str__(self):
+        return f"v{self.version} {self.fingerprint}"
+
+
+class FailureGroupEntry(models.Model):
+    """The audit trail of a group's lifecycle: who did what, when, from which status to which
+    (``traceviz`` for what ingest decided: a regression, an ignore that lapsed)."""
+
+    group = models.ForeignKey(FailureGroup, on_delete=models.CASCADE, related_name="entries")
+    at = models.DateTimeField(default=timezone.now)
+    actor = models.ForeignKey(
+        settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL
+    )
+    actor_name = models.CharField(max_length=200)
+    action = models.CharField(max_length=32)
+    from_status = models.CharField(max_length=16, blank=True)
+    to_status = models.CharField(max_length=16, blank=True)
+    note = models.TextField(blank=True)
+
+    class Meta:
+        ordering = ["at", "id"]
+
+    def __str__(self):
+        return f"{self.action} by {self.actor_name}"
 
 
 class FailureGroupJob(models.Model):

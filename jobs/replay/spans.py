@@ -697,6 +697,9 @@ def step_events(
     for name in JSON_OBJECT_FIELDS:
         if (found := _json_object(span.attrs.get(PREFIX + name))) is not None:
             finished[name] = found
+    # The producer's failure fingerprint (a string array; the contract checked its shape).
+    if isinstance(custom := span.attrs.get(PREFIX + "fingerprint"), list) and custom:
+        finished["fingerprint"] = custom
     prefix = f"otlp:{span.trace_id}:{span.span_id}"
     return [
         _event("node_started", job_id, f"{prefix}:started", span.start, node),

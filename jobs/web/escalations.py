@@ -37,6 +37,7 @@ from django.utils.http import url_has_allowed_host_and_scheme, urlencode
 from django.views.decorators.http import require_GET, require_POST
 from django.views.decorators.vary import vary_on_headers
 
+from jobs.dashboard import failure_groups
 from jobs.dashboard.window import iso
 from jobs.escalations import actions, stalls
 from jobs.models import AlertEpisode, AlertRule, Escalation, EscalationEntry, Job, Role, Step
@@ -362,6 +363,11 @@ def alert_subject(escalation: Escalation, now: datetime) -> AlertSubject | None:
         AlertEpisode.objects.filter(escalation=escalation).order_by("-firing_since", "-pk").first()
     )
     params: list[tuple[str, str]] = [("show", "all")]
+    if rule.kind in failure_groups.GROUP_ALERT_KINDS:
+        # The subject is a group's fingerprint: its jobs, whatever their start.
+        subject = episode.subject if episode is not None else escalation.node_id
+        params.append(("group", subject))
+        return AlertSubject(label="Failure group", value=subject, jobs_url="/?" + urlencode(params))
     if rule.kind == AlertRule.Kind.FAILURE_CODE_RATE:
         label = "Failure code"
         params.append(("failure_code", rule.failure_code))
@@ -419,6 +425,7 @@ def _detail_context(
         "overdue": unresolved
         and now - escalation.triggered_at > settings.TRACEVIZ_ESCALATION_AGE_TARGET,
         "entries": entries,
+        "failure_groups": failure_groups.groups_of_escalation(escalation),
         "recovered": job is not None
         and job.status == RunStatus.COMPLETED
         and any(entry.action == "job recovered" for entry in entries),

@@ -56,6 +56,11 @@ urlpatterns = [
     path("compare/", compare.compare_page, name="compare"),
     path("failures/", failures.failure_group_list, name="failures"),
     path("failures/<str:fingerprint>/", failures.failure_group_detail, name="failure-group"),
+    path(
+        "failures/<str:fingerprint>/<slug:action>/",
+        failures.failure_group_action,
+        name="failure-group-action",
+    ),
     path("escalations/", escalations.escalation_list, name="escalations"),
     path("escalations/bulk/", escalations.escalation_bulk, name="escalation-bulk"),
     path("escalations/<int:escalation_id>/", escalations.escalation_detail, name="escalation"),

@@ -40,6 +40,9 @@ LOGOUT = statuses(302, 302, 302, 302, 302, 302)
 SAVE_VIEW = statuses(302, 303, 303, 303, 303, 302)  # every role saves its own, 303 to the view
 SHARE_LINK = statuses(302, 302, 302, 302, 302, 302)  # every role is sent to the saved page
 OWNER_ONLY = statuses(302, 303, 403, 403, 403, 302)  # the view belongs to the operator
+# Every role acts on failure groups; unresolving a group that is unresolved is refused (400),
+# which still shows who got past the access check.
+GROUP_ACTION = statuses(302, 400, 400, 400, 400, 302)
 
 EVENTS_BODY = '{"type": "job_started", "job_id": "acc-ingested"}'
 
@@ -86,6 +89,18 @@ MATRIX = [
     Row("failures/", "POST", "/failures/", WRONG_METHOD),
     Row("failures/<str:fingerprint>/", "GET", "/failures/{group}/", PAGE),
     Row("failures/<str:fingerprint>/", "POST", "/failures/{group}/", WRONG_METHOD),
+    Row(
+        "failures/<str:fingerprint>/<slug:action>/",
+        "POST",
+        "/failures/{group}/unresolve/",
+        GROUP_ACTION,
+    ),
+    Row(
+        "failures/<str:fingerprint>/<slug:action>/",
+        "GET",
+        "/failures/{group}/unresolve/",
+        WRONG_METHOD,
+    ),
     Row("escalations/", "GET", "/escalations/", PAGE),
     Row("escalations/", "POST", "/escalations/", WRONG_METHOD),
     Row(
