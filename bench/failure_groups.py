@@ -37,7 +37,15 @@ from django.test import Client  # noqa: E402
 from django.utils import timezone  # noqa: E402
 
 from jobs.ingest import database, failure_groups  # noqa: E402
-from jobs.models import FailureGroup, FailureGroupJob, Job, Step  # noqa: E402
+from jobs.models import (  # noqa: E402
+    Failure,
+    FailureFingerprint,
+    FailureGroup,
+    FailureGroupJob,
+    Job,
+    Step,
+    search_text,
+)
 from jobs.replay.signatures import Signature  # noqa: E402
 
 PREFIX = "bench-fg-"
@@ -94,13 +102,16 @@ def create_data(job_count: int, rng: random.Random) -> None:
         ]
     )
     group_ids = dict(FailureGroup.objects.values_list("fingerprint", "id"))
+    FailureFingerprint.objects.bulk_create(
+        [FailureFingerprint(version=1, fingerprint=fp, group_id=pk) for fp, pk in group_ids.items()]
+    )
     # Popular signatures fail often, the tail rarely (as real failures do).
     weights = [1 / (rank + 1) for rank in range(len(groups))]
     contributions = failure_groups.Contributions()
     attributes = {}
     batch = 5000
     for start in range(0, job_count, batch):
-        jobs, steps, failing = [], [], {}
+        jobs, steps, failing, failures = [], [], {}, []
         for n in range(start, min(start + batch, job_count)):
             begun = first + timedelta(seconds=n * (7 * 86400 / job_count))
             provider, model = PROVIDERS[n % len(PROVIDERS)]
@@ -142,6 +153,24 @@ def create_data(job_count: int, rng: random.Random) -> None:
                         )
                         # Seen at its finish, as ingest counts it.
                         contributions.add(group_id, job_pk, at + timedelta(seconds=4), +1)
+                        # Its failure record, as projection writes it (the list's search,
+                        # provider filter and recovered counts read these).
+                        failures.append(
+                            Failure(
+                                job_id=job_pk,
+                                kind="step",
+                                node_id=node_id,
+                                attempt=attempt,
+                                reason=signature.reason,
+                                search_text=search_text(signature.reason),
+                                failure_code=signature.failure_code,
+                                error_type=signature.error_type,
+                                provider=provider,
+                                model=model,
+                                group_id=group_id,
+                                at=at + timedelta(seconds=4),
+                            )
+                        )
                         attributes[job_pk] = (provider, model)
                         position += 1
                     if not tries:
@@ -149,6 +178,7 @@ def create_data(job_count: int, rng: random.Random) -> None:
                         steps.append(_step(job, job_pk, node_id, 1, position, at))
                         position += 1
             database.insert_rows(Step, steps)
+            Failure.objects.bulk_create(failures, batch_size=2000)
     with transaction.atomic():
         failure_groups.apply(contributions, attributes)
     print(
@@ -193,6 +223,14 @@ def measure(client: Client, url: str, requests: int) -> tuple[float, float]:
     return statistics.median(times), statistics.quantiles(times, n=20)[-1]
 
 
+def page_two(client: Client) -> str:
+    """The cursor parameter of the 7-day list's second page (sorted by most steps): the data's
+    60 groups make two pages of 50."""
+    response = client.get("/failures/?range=7d&sort=steps")
+    link = response.context["next_page_url"]
+    return link.rsplit("&", 1)[-1] if link else ""
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--jobs", type=int, default=100_000)
@@ -216,6 +254,12 @@ def main() -> None:
         ("failures: 1 h", "/failures/?range=1h"),
         ("failures: 7 d", "/failures/?range=7d"),
         ("failures: 7 d, provider=OpenAI", "/failures/?range=7d&provider=OpenAI"),
+        ("failures: 7 d, search 'timeout'", "/failures/?range=7d&q=timeout"),
+        ("failures: 7 d, newest first", "/failures/?range=7d&sort=newest"),
+        ("failures: 7 d, last seen first", "/failures/?range=7d&sort=last_seen"),
+        ("failures: 7 d, status=all, most jobs", "/failures/?range=7d&status=all&sort=jobs"),
+        ("failures: 7 d, ended their job", "/failures/?range=7d&ended=on"),
+        ("failures: 7 d, page 2", "/failures/?range=7d&sort=steps&" + page_two(client)),
         ("group page: biggest, 7 d", f"/failures/{top.fingerprint}/?range=7d"),
         ("jobs list: group filter", f"/?show=all&group={top.fingerprint}"),
     ]

@@ -1,6 +1,7 @@
-"""Failure groups, read side (docs/architecture.md): the groups active in a window with their
-trend and providers, from the rows ingest keeps (jobs.ingest.failure_groups). A page reads a
-bounded number of hour rows (and, over more than 48 hours, day rows for the whole days); it
+"""Failure groups, read side (docs/architecture.md, docs/failures.md): a page of groups with
+their trend and providers in a window, their failure records' counts, a group's failures and
+escalations, from the rows ingest keeps (jobs.ingest.failure_groups). A page reads a bounded
+number of hour rows (and, over more than 48 hours, day rows for the whole days); it
 never scans steps.
 """
 
@@ -25,7 +26,6 @@ from jobs.models import (
 )
 from jobs.replay.failures import FAILED_FAMILY
 
-MAX_GROUPS = 100
 SPARK_WIDTH, SPARK_HEIGHT = 120, 24
 # At most this many hourly bars: a longer window has a bar per UTC day (as Sentry's 14-day
 # trend does), read from the day rows, and merges neighbouring days past this many days.
@@ -160,28 +160,6 @@ def _day_rows(window: Window, group_ids=None):
         return FailureGroupDay.objects.none()
     days = FailureGroupDay.objects.filter(day__gte=span.whole_from, day__lt=span.whole_to)
     return _filtered(days, window, group_ids)
-
-
-def groups_in_window(window: Window, limit: int = MAX_GROUPS) -> list[GroupRow]:
-    """The groups with failed steps in the window, most steps first (at most ``limit``): three
-    queries on a window of up to SPARK_BARS hours, five on a longer one, each reading at
-    most a few rows per group, provider and hour (or day)."""
-    totals: Counter = Counter()
-    for rows in (_day_rows(window), _hour_rows(window)):
-        totals.update(
-            dict(rows.values_list("group_id").annotate(steps=Sum("step_count")).order_by())
-        )
-    top = sorted(
-        ((steps, group_id) for group_id, steps in totals.items() if steps > 0),
-        key=lambda item: (-item[0], item[1]),
-    )[:limit]
-    if not top:
-        return []
-    ids = [group_id for _, group_id in top]
-    groups = FailureGroup.objects.in_bulk(ids)
-    # Every group of the window is shown: no need to name them in the detail queries.
-    shown = None if len(totals) <= limit else ids
-    return _rows(window, [groups[group_id] for group_id in ids], shown)
 
 
 def rows_for(window: Window, groups: list[FailureGroup]) -> list[GroupRow]:

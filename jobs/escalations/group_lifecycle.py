@@ -11,7 +11,7 @@ which calls ``check_merge`` and ``mark_merged`` here.
 
 import re
 from collections.abc import Mapping
-from datetime import datetime
+from datetime import UTC, datetime
 from typing import Any, Protocol
 
 from django.db import transaction
@@ -33,6 +33,11 @@ ACTIONS_FROM: dict[str, frozenset[str]] = {
     "ignore": frozenset({Status.UNRESOLVED, Status.RESOLVED}),
     "unresolve": frozenset({Status.RESOLVED, Status.IGNORED}),
 }
+
+
+def _when(moment: datetime) -> str:
+    """A time as an audit note says it: to the second, in UTC."""
+    return moment.astimezone(UTC).strftime("%Y-%m-%d %H:%M:%S UTC")
 
 
 class GroupActionError(ValueError):
@@ -120,7 +125,7 @@ def resolve(
         if in_version:
             note = f"in version {in_version}: a failure in a later version regresses it"
         elif after is not None:
-            note = f"for failures after {after.isoformat()}"
+            note = f"for failures after {_when(after)}"
         else:
             note = ""
         _record(group, "resolved", actor=actor, from_status=from_status, note=note)
@@ -154,7 +159,7 @@ def ignore(
         group.ignore_count = count
         group.save(update_fields=LIFECYCLE_FIELDS)
         if until is not None:
-            note = f"until {until.isoformat()}"
+            note = f"until {_when(until)}"
         elif count is not None:
             note = f"until seen {count} more time{'s' if count != 1 else ''}"
         else:
@@ -287,7 +292,7 @@ def _regress(group: FailureGroup, regressing, versions: Mapping[int, str], now: 
     from_status = group.status
     job_pk, found = regressing[0]
     version = versions.get(job_pk, "")
-    what = f"seen again at {(found.at or now).isoformat()}" + (
+    what = f"seen again at {_when(found.at or now)}" + (
         f" in version {version}" if version else ""
     )
     if group.resolved_in_version:
@@ -303,7 +308,7 @@ def _unignore_when_lapsed(group: FailureGroup, count: int, now: datetime) -> boo
     """Count ``count`` new failures of an ignored group, unignoring it when its condition
     lapsed; returns whether it did."""
     if group.ignored_until is not None and group.ignored_until <= now:
-        _unignore(group, f"the ignore ran out at {group.ignored_until.isoformat()}")
+        _unignore(group, f"the ignore ran out at {_when(group.ignored_until)}")
         return True
     if group.ignore_count is None:
         return False
@@ -334,6 +339,6 @@ def lapse_ignores(now: datetime | None = None) -> int:
             group = FailureGroup.objects.select_for_update().get(pk=pk)
             until = group.ignored_until
             if group.status == Status.IGNORED and until is not None and until <= now:
-                _unignore(group, f"the ignore ran out at {until.isoformat()}")
+                _unignore(group, f"the ignore ran out at {_when(until)}")
                 done += 1
     return done

@@ -118,6 +118,9 @@ def at_bound(fragment: dict, high: bool):
         return "9999-12-31T23:59:59Z" if high else "0001-01-01T00:00:00Z"
     if hex_digits := re.fullmatch(r"\^\[0-9a-f\]\{(\d+)\}\$", fragment.get("pattern", "")):
         return ("f" if high else "0") * int(hex_digits.group(1))
+    if kind == "array" and "items" in fragment:  # a bounded list: its bound of bounded items
+        size = fragment.get("maxItems", 1) if high else fragment.get("minItems", 0)
+        return [at_bound(fragment["items"], high)] * size
     if kind == "string":  # free text has no upper bound: a long line stands in for it
         return "x" * (fragment.get("maxLength", 1000) if high else fragment.get("minLength", 0))
     return {"object": {}, "array": [], "boolean": high}.get(kind, "any value")
