@@ -18,6 +18,7 @@ from jobs.models import (
     EscalationEntry,
     Event,
     FailureGroup,
+    FailureGroupEntry,
     Job,
     Notification,
     SpanResource,
@@ -73,8 +74,10 @@ TEXT_FIELDS = {
     Escalation: ["message"],
     # A group's normalised reason came from a step's reason (and a new-signature escalation's
     # message from the group).
-    FailureGroup: ["reason"],
+    FailureGroup: ["reason", "resolved_in_version"],
     EscalationEntry: ["note"],
+    # A regression's note names the version the failing job's metadata gave.
+    FailureGroupEntry: ["note"],
     Notification: ["last_error"],
 }
 
@@ -133,7 +136,7 @@ def purge_text(needle: str, *, dry_run: bool) -> PurgeReport:
             Event.objects.filter(pk=event.pk).update(payload=_scrub(event.payload, needle))
         replay_jobs(job_ids)
         report.jobs_rebuilt = len(job_ids)
-        for model in (Escalation, EscalationEntry, Notification, FailureGroup):
+        for model in (Escalation, EscalationEntry, Notification, FailureGroup, FailureGroupEntry):
             for row in _matching(model, needle).iterator():
                 for name in TEXT_FIELDS[model]:
                     setattr(row, name, _scrub(getattr(row, name), needle))

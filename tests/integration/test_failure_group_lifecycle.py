@@ -391,3 +391,18 @@ def test_the_map_has_a_row_for_every_group():
     fail("a1", 30)
     fail("b1", 30, node="charge")
     assert FailureFingerprint.objects.count() == FailureGroup.objects.count() == 2
+
+
+def test_purge_text_scrubs_a_version_the_lifecycle_wrote_down(engineer):
+    from jobs.ingest.purge import PURGED, purge_text
+
+    fail("a1", 30, version="1.0")
+    group = group_of("a1")
+    group_lifecycle.resolve(group, actor=engineer, in_version="1.0")
+    fail("a2", -1, version="9.9-sekrit-build")
+    group.refresh_from_db()
+    assert group.is_regressed
+    report = purge_text("sekrit", dry_run=False)
+    assert report.rows["FailureGroupEntry"] == 1
+    note = group.entries.get(action="regressed").note
+    assert "sekrit" not in note and PURGED in note
