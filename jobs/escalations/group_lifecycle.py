@@ -292,9 +292,7 @@ def _regress(group: FailureGroup, regressing, versions: Mapping[int, str], now: 
     from_status = group.status
     job_pk, found = regressing[0]
     version = versions.get(job_pk, "")
-    what = f"seen again at {_when(found.at or now)}" + (
-        f" in version {version}" if version else ""
-    )
+    what = f"seen again at {_when(found.at or now)}" + (f" in version {version}" if version else "")
     if group.resolved_in_version:
         what += f" (resolved in {group.resolved_in_version})"
     _clear_lifecycle(group)

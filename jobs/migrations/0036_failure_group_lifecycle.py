@@ -163,6 +163,10 @@ class Migration(migrations.Migration):
             model_name='failurefingerprint',
             constraint=models.UniqueConstraint(fields=('version', 'fingerprint'), name='failure_fingerprint_identity'),
         ),
+        migrations.AddIndex(
+            model_name='failure',
+            index=models.Index(condition=models.Q(('recovered', True)), fields=['group'], name='failure_group_recovered'),
+        ),
         migrations.RunPython(map_fingerprints, migrations.RunPython.noop),
         migrations.RunPython(create_rule, delete_rule),
     ]

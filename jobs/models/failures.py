@@ -385,6 +385,11 @@ class Failure(models.Model):
             models.Index(Upper("provider"), F("job"), name="failure_provider"),
             # A failure group's page: its failures, newest first.
             models.Index(fields=["group", "-at"], name="failure_group_newest"),
+            # The failures list's recovered count per group: only the recovered rows are read
+            # (the group's total is its step_count).
+            models.Index(
+                fields=["group"], condition=Q(recovered=True), name="failure_group_recovered"
+            ),
         ]
 
     def __str__(self):
