@@ -525,13 +525,6 @@ def sql_lookup_each() -> str:
     return " OFFSET 0" if connection.vendor == POSTGRES else ""
 
 
-def sql_hour_of(column: str) -> str:
-    """An expression truncating a timestamp column to its UTC hour."""
-    if connection.vendor == POSTGRES:
-        return f"date_trunc('hour', {column}, 'UTC')"
-    return f"strftime('%%Y-%%m-%%d %%H:00:00', {column})"
-
-
 def sql_trunc_utc(column: str, kind: str) -> str:
     """An expression truncating a timestamp column to its UTC ``kind`` ("hour" or "day"); the
     same spelling for every column of one query, so its values group together."""
