@@ -10,7 +10,7 @@ from django.views.decorators.http import require_GET, require_POST
 
 from jobs.contract import bodies
 from jobs.ingest import store
-from jobs.models import Job, JobAlias
+from jobs.models import Job, JobAlias, next_attempts
 from jobs.web import schemas
 from jobs.web.access import moved_url
 from jobs.web.decorators import (
@@ -129,9 +129,10 @@ def jobs_list(request):
     page = list(jobs[: limit + 1])
     more = len(page) > limit
     page = page[:limit]
+    due = next_attempts(page)
     return json_response(
         schemas.JobPage(
-            jobs=[schemas.JobSummary.from_job(job) for job in page],
+            jobs=[schemas.JobSummary.from_job(job, due.get(job.pk)) for job in page],
             next_cursor=encode_cursor(page[-1]) if more else None,
         )
     )

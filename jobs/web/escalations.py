@@ -39,8 +39,16 @@ from django.views.decorators.vary import vary_on_headers
 
 from jobs.dashboard.window import iso
 from jobs.escalations import actions, stalls
-from jobs.models import AlertEpisode, AlertRule, Escalation, EscalationEntry, Job, Role, Step
-from jobs.replay import backoff
+from jobs.models import (
+    AlertEpisode,
+    AlertRule,
+    Escalation,
+    EscalationEntry,
+    Job,
+    Role,
+    Step,
+    next_attempts,
+)
 from jobs.replay.failures import RunStatus
 from jobs.web import access
 from jobs.web.access import get_escalation_for_user
@@ -395,12 +403,7 @@ def _detail_context(
             .first()
         )
     job_url, step_url = job_links(job, escalation.node_id, attempt)
-    retry_due = None
-    if job is not None and job.status == RunStatus.PAUSED_TRANSIENT:
-        waiting = stalls.latest_retryable_step(job)
-        if waiting is not None and waiting.finished_at is not None:
-            earliest, latest = backoff.retry_window(waiting.finished_at, waiting.attempt)
-            retry_due = {"step": waiting, "earliest": earliest, "latest": latest}
+    retry_due = next_attempts([job]).get(job.pk) if job is not None else None
     can_act = access.can_act_on_escalations(request.user)
     now = timezone.now()
     unresolved = escalation.status != Status.RESOLVED

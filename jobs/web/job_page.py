@@ -15,6 +15,7 @@ from django.contrib.auth.decorators import login_required
 from django.db.models import Q, TextField
 from django.db.models.functions import Cast, Length
 from django.shortcuts import render
+from django.utils import timezone
 from django.utils.dateparse import parse_datetime
 from django.utils.http import urlencode
 from django.views.decorators.http import require_GET
@@ -22,7 +23,7 @@ from django.views.decorators.vary import vary_on_headers
 
 from jobs.contract.events import Event as ReplayEvent
 from jobs.contract.events import order_key
-from jobs.models import Event, Job, Step
+from jobs.models import Event, Job, Step, next_attempts
 from jobs.replay import failures
 from jobs.replay.state import completed_node_ids
 from jobs.web import access, job_header, narrative, overview, span_panel, step_list, timeline
@@ -662,6 +663,7 @@ def job_detail(request, job_id: str):
         .order_by("started_at", "id")
     )
     end = job.finished_at or job.last_event_at
+    next_attempt = next_attempts([job]).get(job.pk)
     completed = completed_node_ids(steps)
     resume = timeline.resume_preview(completed, steps)
     context = {
@@ -676,6 +678,9 @@ def job_detail(request, job_id: str):
         ),
         **job_header.finish_words(job),
         "stalled": job.is_stalled,
+        "waiting_to_retry": job.status == failures.RunStatus.PAUSED_TRANSIENT,
+        "next_attempt": next_attempt,
+        "next_attempt_words": job_header.next_attempt_words(next_attempt, timezone.now()),
         "previous_run": next((j for j in related if j.job_id == job.retry_of), None),
         "next_runs": [j for j in related if j.retry_of == job.job_id],
         "escalations": list(job.escalations.order_by("created_at", "pk")),
