@@ -113,7 +113,7 @@ def test_job_page_says_when_the_next_attempt_is_due(paused, operator, client, mo
     fact = re.search(r"<dd data-next-attempt>(.*?)</dd>", page, re.S).group(1)
     assert "waiting to retry · <strong>next attempt due by 09:01:33</strong>" in fact
     assert "due between 09:01:14 and 09:01:33" in fact
-    assert "<code>fetch</code> attempt 7 failed retryably" in fact
+    assert "<code>fetch</code> attempt 7 failed retryably at 09:00:10" in fact
     assert "data-next-attempt" not in client.get(reverse("jobs:job", args=["c1"])).content.decode()
 
 
