@@ -192,6 +192,7 @@ def test_planner_output_and_validation_errors_show_as_stored(engineer):
     assert "sk-demo1234567890abcdefgh" not in body  # redacted on ingest, shown as stored
 
 
+@pytest.mark.speed_guard
 def test_job_page_queries_do_not_grow_with_its_steps(engineer, django_assert_num_queries):
     big_failed_job("small-1", steps=5)
     big_failed_job("mid-1", steps=150)  # 300 events: more than the narrative's first window

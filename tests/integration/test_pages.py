@@ -401,6 +401,7 @@ def test_bad_cursor_is_reported_not_a_500(operator):
     assert b"not a page link this list made" in response.content
 
 
+@pytest.mark.speed_guard
 def test_list_query_count_does_not_grow_with_page_size(
     operator, settings, django_assert_num_queries
 ):
