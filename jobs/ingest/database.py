@@ -463,6 +463,8 @@ def _timestamp_loader(tz: tzinfo | None) -> type[Loader]:
                 moment = datetime.fromisoformat(bytes(data).decode())
             except ValueError:  # rare: psycopg's own loader, made only then
                 parser = psycopg.adapters.get_loader(self.oid, Format.TEXT)
+                if parser is None:  # none of psycopg's either: the parse error stands
+                    raise
                 moment = parser(self.oid, self.connection).load(data)
             if moment.tzinfo is self.timezone:
                 return moment  # replace() costs twice the parse
