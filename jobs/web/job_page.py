@@ -25,7 +25,7 @@ from jobs.contract.events import Event as ReplayEvent
 from jobs.contract.events import order_key
 from jobs.models import Event, Job, Step, next_attempts
 from jobs.replay import failures
-from jobs.replay.state import completed_node_ids
+from jobs.replay.state import completed_node_ids, root_failure_of
 from jobs.web import access, job_header, narrative, overview, span_panel, step_list, timeline
 from jobs.web.access import get_job_for_user
 from jobs.web.rendering import (
@@ -192,33 +192,31 @@ def _step_item(step: Step | StepRow, root_key: str) -> dict:
 
 
 def _root_failure(job: Job) -> Step | None:
-    """The root failure: the failing node's latest non-stale failed attempt."""
+    """The root failure's Step row (``root_failure_of`` over the failing node's attempts), for
+    a request that did not read every step's row."""
     if not job.failing_node_id:
         return None
-    return (
+    attempts = (
         job_steps(job)
-        .filter(node_id=job.failing_node_id, ignored_stale=False)
-        .exclude(result_type__in=["", failures.ResultType.SUCCESS])
-        .order_by("-position")
+        .filter(node_id=job.failing_node_id)
         .select_related("failure_group")
-        .only("node_id", "attempt", "finished_event_id", "failure_group")
-        .first()
+        .only(
+            "node_id",
+            "attempt",
+            "position",
+            "result_type",
+            "ignored_stale",
+            "finished_event_id",
+            "failure_group",
+        )
     )
+    return root_failure_of(job.failing_node_id, attempts)
 
 
 def _root_key(job: Job, steps: list[StepRow]) -> str:
-    """``_root_failure``'s step key read off the job's rows (no query): the failing node's
-    latest non-stale failed attempt; "" when there is none."""
-    if not job.failing_node_id:
-        return ""
-    failed = [
-        row
-        for row in steps
-        if row.node_id == job.failing_node_id
-        and not row.ignored_stale
-        and row.result_type not in ("", failures.ResultType.SUCCESS)
-    ]
-    return max(failed, key=lambda row: row.position).step_key if failed else ""
+    """``_root_failure``'s step key read off the job's rows (no query); "" when none."""
+    root = root_failure_of(job.failing_node_id, steps)
+    return root.step_key if root else ""
 
 
 def _panel_context(
