@@ -194,3 +194,31 @@ def test_metrics_count_failures_against_the_provider_that_failed(client):
     }
     # The planner failed on anthropic; b1's step named no provider: its job's; t1 recovered.
     assert failures == {"planner anthropic": 1.0, "step openai": 1.0}
+
+
+@pytest.mark.django_db(transaction=True)
+def test_the_migration_recomputes_every_hour_the_rollup_holds():
+    """Rollups made before the PROVIDERS rows are recomputed: migration 0036 marks the hours
+    of their JOBS rows dirty, so the panel reads them raw until the refresh rewrites them."""
+    from django.db import connection
+    from django.db.migrations.executor import MigrationExecutor
+
+    from jobs.models import DashboardRollup
+
+    before = [("jobs", "0035_resources_stored_once")]
+    after = [("jobs", "0036_rollup_rows_per_provider_used")]
+    executor = MigrationExecutor(connection)
+    latest = executor.loader.graph.leaf_nodes("jobs")
+    executor.migrate(before)
+    old = executor.loader.project_state(before).apps
+    for hour, kind in ((0, "jobs"), (0, "segment"), (1, "jobs"), (2, "segment")):
+        old.get_model("jobs", "DashboardRollup").objects.create(
+            hour=BASE_TS + timedelta(hours=hour), kind=kind, dimension=f"{kind}-{hour}", jobs=3
+        )
+    try:
+        MigrationExecutor(connection).migrate(after)
+        assert sorted(rollup.dirty_hours()) == [BASE_TS, BASE_TS + timedelta(hours=1)]
+    finally:
+        MigrationExecutor(connection).migrate(latest)
+        DashboardRollup.objects.all().delete()
+        rollup.DashboardDirtyHour.objects.all().delete()
