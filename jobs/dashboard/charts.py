@@ -571,7 +571,8 @@ def panels(window: Window, now: datetime, plan: rollup.Plan | None = None) -> di
     ``plan``: the window's rollup plan when the caller made one already."""
     plan = plan or window.plan()
     planner_counts, planner_rate = planner(window, plan)
-    kinds = [Kind.FAILURE_CODE, Kind.ERROR_TYPE, Kind.DURATION]
+    # The provider failure rates' cells come with them (provider_health.panel reads them).
+    kinds = [Kind.FAILURE_CODE, Kind.ERROR_TYPE, Kind.DURATION, Kind.PROVIDERS]
     if window.bucket != "minute":
         # Minute buckets read step results and LLM usage from Step and Call rows.
         kinds += [Kind.SEGMENT, Kind.JOBS, Kind.LLM]

@@ -648,11 +648,20 @@ def provider_totals(plan: Plan, provider: str = "", model: str = "") -> dict[tup
     """Jobs started in the plan's range per (provider, model) they used: [jobs that used it,
     jobs that ended failed on it] (the PROVIDERS rows; raw ranges aggregated by the same SQL,
     or taken from a ``prefetch``). A job that used two providers counts under both, and as
-    failed only under the one its failure names."""
+    failed only under the one its failure names. After the panels' ``prefetch`` of PROVIDERS
+    cells, no query."""
     key = ("provider_totals", provider, model)
     if key in plan.fetched:
         return plan.fetched[key]
     totals: dict[tuple[str, str], list] = plan.fetched.setdefault(key, {})
+    prefetched = plan.fetched.get((Kind.PROVIDERS, provider, model))
+    if prefetched is not None:  # the panels' prefetch read them all, stored and raw
+        for cell in prefetched:
+            entry = totals.setdefault((cell.provider, cell.model), [0, 0])
+            entry[0] += cell.jobs
+            if cell.status == FAILED_STATUS:
+                entry[1] += cell.jobs
+        return totals
     if plan.rollup:
         rows = (
             _stored(plan, [Kind.PROVIDERS], provider, model)
@@ -666,10 +675,8 @@ def provider_totals(plan: Plan, provider: str = "", model: str = "") -> dict[tup
             if status == FAILED_STATUS:
                 entry[1] += jobs
     if plan.raw:
-        raw = Plan((), plan.raw, plan.fetched)
+        raw = Plan((), plan.raw)
         for cell in cells(raw, [Kind.PROVIDERS], provider, model):
-            if not cell.raw:  # a prefetch's stored cells, counted above
-                continue
             entry = totals.setdefault((cell.provider, cell.model), [0, 0])
             entry[0] += cell.jobs
             if cell.status == FAILED_STATUS:
