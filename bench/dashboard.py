@@ -2,7 +2,9 @@
 
 Creates its data the first time in the database DATABASE_URL names (which must be PostgreSQL):
 100,000 jobs spread over 7 days, 10 steps each (INSERT ... SELECT generate_series, seconds not
-minutes), a job_started event per job and planner events for 5 % of them. The bulk load bypasses
+minutes), a job_started event per job and planner events for 5 % of them, the jobs' providers
+(a second one for those 5 %, whose planner failed on it) and a failure record per failed or
+retryable step. The bulk load bypasses
 ingest, so the dashboard rollup (jobs.rollup) is rebuilt from it on every run, timed, as is the
 refresh of one dirty hour. Then times each panel function (the SQL aggregates plus shaping the
 figure) for the default 24 h range and prints median and p95 over N runs, plus the whole dashboard
@@ -102,6 +104,48 @@ WHERE j.job_id LIKE 'bench-%%' AND j.id %% 20 = 0;
 """
 
 
+# The failure records and providers projection writes beside them: each job's own provider,
+# and for the jobs with planner events a second one (the planner ran on another provider) that
+# their planner failure names, so the provider failure rates count failures against the
+# provider that failed; a step failure per failed or retryable step, naming no provider.
+SEED_FAILURES_SQL = """
+INSERT INTO jobs_jobprovider (job_id, provider, model)
+SELECT j.id, j.provider, j.model FROM jobs_job j WHERE j.job_id LIKE 'bench-%';
+
+INSERT INTO jobs_jobprovider (job_id, provider, model)
+SELECT j.id, CASE WHEN j.provider = 'anthropic' THEN 'openai' ELSE 'anthropic' END,
+       CASE WHEN j.provider = 'anthropic' THEN 'gpt-4.1' ELSE 'claude-x' END
+FROM jobs_job j WHERE j.job_id LIKE 'bench-%' AND j.id % 20 = 0;
+
+INSERT INTO jobs_failure (job_id, kind, node_id, attempt, reason, search_text, failure_code,
+    error_type, provider, model, at, recovered, handled)
+SELECT s.job_id, 'step', s.node_id, s.attempt, '', '', s.failure_code, s.error_type, '', '',
+       s.finished_at, false, false
+FROM jobs_step s JOIN jobs_job j ON j.id = s.job_id
+WHERE j.job_id LIKE 'bench-%' AND s.segment IN ('failed', 'retryable');
+
+INSERT INTO jobs_failure (job_id, kind, node_id, attempt, reason, search_text, failure_code,
+    error_type, provider, model, at, recovered, handled)
+SELECT j.id, 'planner', '', 0, 'next_step_parse_failed', ' next_step_parse_failed', '', '',
+       p.provider, p.model, j.started_at + make_interval(secs => 2), false, false
+FROM jobs_job j JOIN jobs_jobprovider p ON p.job_id = j.id AND p.provider <> j.provider
+WHERE j.job_id LIKE 'bench-%' AND j.id % 20 = 0
+"""
+
+
+def seed_failures() -> None:
+    """The failure records and providers of a database seeded before they were."""
+    from jobs.models import JobProvider
+
+    if JobProvider.objects.filter(job__job_id="bench-1").exists():
+        return
+    started = time.perf_counter()
+    with connection.cursor() as cursor:
+        for statement in SEED_FAILURES_SQL.split(";\n\n"):
+            cursor.execute(statement)
+    print(f"seeded failure records and providers in {time.perf_counter() - started:.1f} s")
+
+
 def seed() -> None:
     if Job.objects.filter(job_id="bench-1").exists():
         return
@@ -146,10 +190,13 @@ def main() -> None:
     # Pages name their static files by the manifest, as in production.
     call_command("collectstatic", interactive=False, verbosity=0)
     seed()
+    seed_failures()
     with connection.cursor() as cursor:
         # Fresh bulk-loaded tables: autovacuum would set the visibility map (index-only scans)
         # and statistics a little later in production.
-        cursor.execute("VACUUM (ANALYZE) jobs_job, jobs_step, jobs_event")
+        cursor.execute(
+            "VACUUM (ANALYZE) jobs_job, jobs_step, jobs_event, jobs_failure, jobs_jobprovider"
+        )
     from jobs.models import Step
 
     print(f"rows: {Job.objects.count():,} jobs, {Step.objects.count():,} steps")

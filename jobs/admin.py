@@ -37,7 +37,7 @@ class ReadOnlyAdmin(admin.ModelAdmin):
     def get_fields(self, request, obj=None):
         as_text = {f.name for f in self.model._meta.fields if isinstance(f, JSONTextField)}
         return [
-            shown_as_json(name) if name in as_text else name
+            shown_as_json(name) if isinstance(name, str) and name in as_text else name
             for name in super().get_fields(request, obj)
         ]
 

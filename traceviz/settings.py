@@ -8,6 +8,7 @@ import ipaddress
 import os
 from datetime import timedelta
 from pathlib import Path
+from typing import Any
 from urllib.parse import urlsplit
 
 import dj_database_url
@@ -294,7 +295,7 @@ CELERY_BROKER_TRANSPORT_OPTIONS = {"visibility_timeout": 3600}
 # Periodic tasks (run `celery -A traceviz beat`): the outbox sweep re-sends what a broker outage
 # or a dead worker left pending, the stall check opens `stalled` escalations, retention trims
 # old data in bounded batches (a no-op while TRACEVIZ_RETENTION_DAYS is 0).
-CELERY_BEAT_SCHEDULE = {
+CELERY_BEAT_SCHEDULE: dict[str, dict[str, Any]] = {
     "sweep-outbox": {"task": "jobs.tasks.sweep_outbox", "schedule": 60.0},
     "check-stalls": {"task": "jobs.tasks.check_stalls", "schedule": 60.0},
     "apply-retention": {"task": "jobs.tasks.apply_retention", "schedule": 3600.0},

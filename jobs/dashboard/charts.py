@@ -22,7 +22,7 @@ from django.db.models import Count, Q
 from django.db.models.functions import Trunc
 from django.urls import reverse
 
-from jobs.dashboard import histograms, planner_rollup, rollup
+from jobs.dashboard import figures, histograms, planner_rollup, rollup
 from jobs.dashboard.window import BUCKETS, Window, jobs_url, wall, zone_label
 from jobs.escalations import alerts
 from jobs.models import AlertRule, Escalation
@@ -88,25 +88,6 @@ def _bucket_bar(window: Window, index: int = 0, of: int = 1) -> dict:
 
 
 # --- figures ----------------------------------------------------------------------------------
-
-
-def _layout(**extra) -> dict:
-    layout = {
-        "margin": {"l": 56, "r": 16, "t": 36, "b": 72},
-        "height": 340,
-        "hovermode": "closest",
-        "legend": {"orientation": "h", "x": 0, "y": 1.02, "yanchor": "bottom"},
-        "paper_bgcolor": "rgba(0,0,0,0)",
-        "plot_bgcolor": "rgba(0,0,0,0)",
-        "font": {"family": "system-ui, sans-serif", "size": 12},
-    }
-    layout.update(extra)
-    return layout
-
-
-def _figure(data: list[dict], layout: dict, empty: str) -> dict:
-    """A figure, or its empty state (``empty`` says what to send to see data)."""
-    return {"data": data, "layout": layout, "empty": "" if data else empty}
 
 
 def step_results(window: Window, plan: rollup.Plan | None = None) -> dict:
@@ -185,12 +166,12 @@ def _step_results_figure(window: Window, counts: dict, jobs_per_bucket: dict) ->
                     "%{customdata[2]}<br>%{x}<extra>click to list them</extra>",
                 }
             )
-    layout = _layout(
+    layout = figures.layout(
         barmode="stack",
         xaxis=_time_axis(window, "job started"),
         yaxis={"title": {"text": "steps"}, "rangemode": "tozero"},
     )
-    return _figure(
+    return figures.figure(
         data,
         layout,
         "No finished steps for jobs started in this range. Send "
@@ -236,12 +217,12 @@ def failures_by_code(window: Window, plan: rollup.Plan | None = None) -> dict:
                 "%{customdata[2]}<extra>click to list them</extra>",
             }
         )
-    layout = _layout(
+    layout = figures.layout(
         barmode="stack",
         yaxis={"automargin": True, "categoryorder": "total ascending"},
         xaxis={"title": {"text": "steps"}, "rangemode": "tozero"},
     )
-    figure = _figure(
+    figure = figures.figure(
         data,
         layout,
         "No failure codes in this range. Failed node_finished events "
@@ -293,12 +274,12 @@ def failures_by_error_type(window: Window, plan: rollup.Plan | None = None) -> d
                 "failure has it<extra>click to list them</extra>",
             }
         )
-    layout = _layout(
+    layout = figures.layout(
         barmode="stack",
         yaxis={"automargin": True, "categoryorder": "total ascending"},
         xaxis={"title": {"text": "jobs"}, "rangemode": "tozero"},
     )
-    return _figure(
+    return figures.figure(
         data,
         layout,
         "No classified error types in this range. Failed "
@@ -418,12 +399,14 @@ def planner(window: Window, plan: rollup.Plan | None = None) -> tuple[dict, dict
         "graph.next_step.degraded events with provider and model (the planner contract)."
     )
     xaxis = _time_axis(window, "event time")
-    counts_figure = _figure(
-        counts, _layout(barmode="group", xaxis=xaxis, yaxis={"title": {"text": "events"}}), empty
+    counts_figure = figures.figure(
+        counts,
+        figures.layout(barmode="group", xaxis=xaxis, yaxis={"title": {"text": "events"}}),
+        empty,
     )
-    rate_figure = _figure(
+    rate_figure = figures.figure(
         rates,
-        _layout(
+        figures.layout(
             xaxis=xaxis,
             yaxis={"title": {"text": "degraded rate"}, "tickformat": ".0%", "rangemode": "tozero"},
         ),
@@ -506,12 +489,12 @@ def durations(window: Window, plan: rollup.Plan | None = None) -> dict:
         for name, color in (("p50", "#64b5f6"), ("p95", "#0d47a1"))
         if rows
     ]
-    layout = _layout(
+    layout = figures.layout(
         barmode="group",
         yaxis={"automargin": True, "autorange": "reversed"},
         xaxis={"title": {"text": "ms"}, "rangemode": "tozero"},
     )
-    figure = _figure(
+    figure = figures.figure(
         data,
         layout,
         "No step durations in this range. node_finished events with "
@@ -569,13 +552,13 @@ def open_escalations(now: datetime) -> dict:
                 "<extra>click for the queue</extra>",
             }
         )
-    layout = _layout(
+    layout = figures.layout(
         barmode="stack",
         # Kind names are long (contract_violation, repair_budget_exhausted): room below for them.
         xaxis={"automargin": True, "tickangle": -30},
         yaxis={"title": {"text": "escalations"}, "dtick": 1, "rangemode": "tozero"},
     )
-    return _figure(
+    return figures.figure(
         data,
         layout,
         "No unresolved escalations. They open from replay rules, "
@@ -588,7 +571,8 @@ def panels(window: Window, now: datetime, plan: rollup.Plan | None = None) -> di
     ``plan``: the window's rollup plan when the caller made one already."""
     plan = plan or window.plan()
     planner_counts, planner_rate = planner(window, plan)
-    kinds = [Kind.FAILURE_CODE, Kind.ERROR_TYPE, Kind.DURATION]
+    # The provider failure rates' cells come with them (provider_health.panel reads them).
+    kinds = [Kind.FAILURE_CODE, Kind.ERROR_TYPE, Kind.DURATION, Kind.PROVIDERS]
     if window.bucket != "minute":
         # Minute buckets read step results and LLM usage from Step and Call rows.
         kinds += [Kind.SEGMENT, Kind.JOBS, Kind.LLM]

@@ -1,20 +1,22 @@
 """The Prometheus scrape (GET /metrics): counter rows and a few current gauges as text.
 
 A scrape builds a fresh ``CollectorRegistry`` from the ``Counter`` rows ingest keeps
-(``ingest.counters``) and a few small aggregates (open escalations, contract findings, firing
-alerts); it never reads the event table.
+(``ingest.counters``) and a few small aggregates (open escalations, contract findings, failure
+records that ended their job, firing alerts); it never reads the event table.
 """
 
 import json
 
 from django.conf import settings
-from django.db.models import Count
+from django.db.models import Case, Count, F, Q, When
 from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily
 
 from jobs.ingest import database
 from jobs.ingest.counters import COUNTERS, INF, INGEST_LATENCY, LATENCY_BUCKETS
-from jobs.models import AlertEpisode, Counter, Escalation
+from jobs.models import AlertEpisode, Counter, Escalation, Failure
+
+FAILURES = "traceviz_failures"
 
 
 class DatabaseCollector:
@@ -52,6 +54,7 @@ class DatabaseCollector:
             "kind",
             database.findings_by_kind(),
         )
+        yield self._failures()
         yield self._gauge(
             "traceviz_alerts_firing",
             "Alert episodes firing, by rule.",
@@ -67,6 +70,34 @@ class DatabaseCollector:
         family = GaugeMetricFamily(name, documentation, labels=[label])
         for value, count in rows:
             family.add_metric([value], count)
+        return family
+
+    @staticmethod
+    def _failures():
+        """Failure records of stored jobs that ended their job (``ended_their_job``: not
+        recovered by a later attempt nor handled, in a failed-family job), by kind and the
+        provider/model that failed: the record's, else (a step failure no failed call names
+        one for) its job's. Provider and model are producer text: the busiest series only."""
+        named = Q(provider__gt="") | Q(model__gt="")
+        rows = (
+            Failure.objects.ended_their_job()
+            .annotate(
+                failed_provider=Case(When(named, then=F("provider")), default=F("job__provider")),
+                failed_model=Case(When(named, then=F("model")), default=F("job__model")),
+            )
+            .values_list("kind", "failed_provider", "failed_model")
+            .annotate(n=Count("id"))
+            .order_by("kind", "failed_provider", "failed_model")
+        )
+        family = GaugeMetricFamily(
+            FAILURES,
+            "Failure records of stored jobs that ended their job, by kind (step, job, planner) "
+            "and the provider/model that failed.",
+            labels=["kind", "provider", "model"],
+        )
+        series = [([kind, provider, model], float(n)) for kind, provider, model, n in rows]
+        for label_values, value in capped(series, settings.TRACEVIZ_METRICS_MAX_SERIES):
+            family.add_metric(label_values, value)
         return family
 
     @staticmethod

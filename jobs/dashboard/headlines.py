@@ -9,8 +9,7 @@ from django.urls import reverse
 from jobs.dashboard import rollup
 from jobs.dashboard.window import Window, jobs_url
 from jobs.models import AlertEpisode, Escalation
-
-FAILED_STATUSES = rollup.FAILED_FAMILY
+from jobs.replay.failures import FAILED_FAMILY
 
 
 @dataclass(frozen=True, slots=True)
@@ -88,7 +87,7 @@ def headlines(window: Window, now: datetime, plan: rollup.Plan | None = None) ->
             "Failed jobs",
             failed,
             failed_before,
-            jobs_url(window, status=[s.value for s in FAILED_STATUSES]),
+            jobs_url(window, status=[s.value for s in FAILED_FAMILY]),
         ),
         Headline(
             "Failure rate",

@@ -14,8 +14,8 @@ from datetime import UTC
 from django.db.models import Count, Q, Sum
 from django.db.models.functions import Trunc
 
-from jobs.dashboard import rollup
-from jobs.dashboard.charts import PLANNER_COLORS, _bucket_bar, _figure, _layout, _time_axis
+from jobs.dashboard import figures, rollup
+from jobs.dashboard.charts import PLANNER_COLORS, _bucket_bar, _time_axis
 from jobs.dashboard.window import Window, jobs_url, wall
 from jobs.models import BoundedSum, Call
 
@@ -121,14 +121,14 @@ def panels(window: Window, plan: rollup.Plan | None = None) -> dict:
             )
     xaxis = _time_axis(window, "job start")
     return {
-        "llm_tokens": _figure(
+        "llm_tokens": figures.figure(
             tokens,
-            _layout(barmode="stack", xaxis=xaxis, yaxis={"title": {"text": "tokens"}}),
+            figures.layout(barmode="stack", xaxis=xaxis, yaxis={"title": {"text": "tokens"}}),
             EMPTY,
         ),
-        "llm_cost": _figure(
+        "llm_cost": figures.figure(
             cost,
-            _layout(
+            figures.layout(
                 xaxis=xaxis,
                 yaxis={"title": {"text": "cost (USD)"}, "tickprefix": "$", "rangemode": "tozero"},
             ),

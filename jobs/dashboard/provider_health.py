@@ -1,19 +1,20 @@
 """The dashboard's "which provider is degraded?" panel: per provider/model, the share of the
-jobs started in the window that failed (the failed family), most failing first."""
+jobs started in the window that used it and ended failed on it, most failing first. A failure
+counts against the provider/model that failed (the failure record's), not the job's
+``job_started`` one: a job whose planner degraded on anthropic is a failure of anthropic."""
 
-from jobs.dashboard import rollup
+from jobs.dashboard import figures, rollup
 from jobs.dashboard.window import UNSET, Window, jobs_url
 from jobs.replay.failures import RunStatus
 
-FAILED_FAMILY = rollup.FAILED_FAMILY
 MAX_SUBJECTS = 15
 
 
 def failure_rates(window: Window, plan: rollup.Plan | None = None) -> list[dict]:
-    """Rows of provider, model, jobs, failed, rate for the jobs started in the window (the
-    rollup's JOBS rows, its partial and dirty hours from Job rows), highest rate first, then
-    most jobs."""
-    totals = rollup.job_totals(plan or window.plan(), window.provider, window.model)
+    """Rows of provider, model, jobs (that used it), failed (that ended failed on it), rate
+    for the jobs started in the window (the rollup's PROVIDERS rows, its partial and dirty
+    hours aggregated raw), highest rate first, then most jobs."""
+    totals = rollup.provider_totals(plan or window.plan(), window.provider, window.model)
     found = [
         {"provider": provider, "model": model, "jobs": jobs, "failed": failed}
         | {"rate": failed / jobs}
@@ -25,8 +26,8 @@ def failure_rates(window: Window, plan: rollup.Plan | None = None) -> list[dict]
 
 
 def panel(window: Window, plan: rollup.Plan | None = None) -> dict:
-    """A horizontal bar per provider/model (its failure rate); a bar opens the list of its
-    failed jobs. Producer text (provider, model) is data, escaped by charts.js."""
+    """A horizontal bar per provider/model (its failure rate); a bar opens the list of the
+    failed jobs that used it. Producer text (provider, model) is data, escaped by charts.js."""
     rows = failure_rates(window, plan)
     labels = ["/".join(p for p in (r["provider"], r["model"]) if p) or UNSET for r in rows]
     data = (
@@ -51,31 +52,24 @@ def panel(window: Window, plan: rollup.Plan | None = None) -> dict:
                     for r in rows
                 ],
                 "marker": {"color": "var(--failed, #c62828)"},
-                "hovertemplate": "%{y}: %{x:.0%} failed<br>%{customdata[1]} of "
-                "%{customdata[2]} jobs<extra>click to list the failed jobs</extra>",
+                "hovertemplate": "%{y}: %{x:.0%} failed on it<br>%{customdata[1]} of "
+                "%{customdata[2]} jobs that used it<extra>click to list the failed jobs that "
+                "used it</extra>",
             }
         ]
         if rows
         else []
     )
-    layout = {
-        "margin": {"l": 56, "r": 16, "t": 24, "b": 56},
-        "height": max(220, 60 + 28 * len(rows)),
-        "hovermode": "closest",
-        "showlegend": False,
-        "paper_bgcolor": "rgba(0,0,0,0)",
-        "plot_bgcolor": "rgba(0,0,0,0)",
-        "font": {"family": "system-ui, sans-serif", "size": 12},
-        "xaxis": {
-            "title": {"text": "failed jobs / jobs started"},
+    layout = figures.layout(
+        margin={"l": 56, "r": 16, "t": 24, "b": 56},
+        height=max(220, 60 + 28 * len(rows)),
+        showlegend=False,
+        xaxis={
+            "title": {"text": "jobs failed on it / jobs that used it"},
             "tickformat": ".0%",
             "range": [0, 1],
             "automargin": True,
         },
-        "yaxis": {"automargin": True, "autorange": "reversed"},
-    }
-    return {
-        "data": data,
-        "layout": layout,
-        "empty": "" if data else "No jobs started in this range.",
-    }
+        yaxis={"automargin": True, "autorange": "reversed"},
+    )
+    return figures.figure(data, layout, "No jobs started in this range.")

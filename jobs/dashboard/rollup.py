@@ -64,19 +64,29 @@ from jobs.models import (
     Call,
     DashboardDirtyHour,
     DashboardRollup,
+    Failure,
     Job,
+    JobProvider,
     Step,
     contained,
     contained_batch,
     hour_floor,
 )
-from jobs.replay.failures import RunStatus
+from jobs.replay.failures import FAILED_FAMILY
 
 logger = logging.getLogger(__name__)
 Kind = DashboardRollup.Kind
 HOUR = timedelta(hours=1)
 DAY = timedelta(days=1)
-HOUR_KINDS = (Kind.JOBS, Kind.SEGMENT, Kind.FAILURE_CODE, Kind.ERROR_TYPE, Kind.DURATION, Kind.LLM)
+HOUR_KINDS = (
+    Kind.JOBS,
+    Kind.SEGMENT,
+    Kind.FAILURE_CODE,
+    Kind.ERROR_TYPE,
+    Kind.DURATION,
+    Kind.LLM,
+    Kind.PROVIDERS,
+)
 # Each hour kind's whole-day rows (compile_days), and back.
 DAY_KIND: dict[str, Kind] = {kind: Kind(f"{kind}_day") for kind in HOUR_KINDS}
 HOUR_KIND: dict[str, str] = {day_kind: kind for kind, day_kind in DAY_KIND.items()}
@@ -86,8 +96,9 @@ DAY_KINDS = (*DAY_KIND.values(), Kind.DAY)
 SUMMED = ("steps", "jobs", "input_tokens", "output_tokens", "cost")
 SUM_OF = dict.fromkeys(SUMMED, Sum) | {"input_tokens": BoundedSum, "output_tokens": BoundedSum}
 # Kinds whose cells are never summed over provider and model: duration rows (the caller merges
-# their histograms) and LLM rows (their provider and model are the calls', shown per series).
-UNGROUPED_KINDS = frozenset({Kind.DURATION, Kind.LLM})
+# their histograms), LLM rows (their provider and model are the calls', shown per series) and
+# provider rows (a job counts once under every provider it used).
+UNGROUPED_KINDS = frozenset({Kind.DURATION, Kind.LLM, Kind.PROVIDERS})
 # Kinds aggregated from the range's jobs' Step rows.
 STEP_KINDS = frozenset({Kind.SEGMENT, Kind.FAILURE_CODE, Kind.DURATION})
 COST_PLACES = Decimal("1e-8")
@@ -97,9 +108,7 @@ TASK_BATCH_HOURS = 24
 TASK_MAX_BATCHES = 20
 # pg_try_advisory_xact_lock(int, int): the two-key space, apart from ingest's per-job keys.
 LOCK_KEYS = (0x747A76, 1)
-# The failed family (failed, failed:logic, failed:internal), as the list's "failed" means it.
-FAILED_FAMILY = (RunStatus.FAILED, RunStatus.FAILED_LOGIC, RunStatus.FAILED_INTERNAL)
-# The status of JOBS rows that count failed-family jobs (the other JOBS rows have "").
+# The status of JOBS and PROVIDERS rows that count failed-family jobs (the others have "").
 FAILED_STATUS = "failed"
 COLUMNS = (
     "hour",
@@ -315,6 +324,7 @@ def _select(
     in ``ranges`` (None: every job with a start). The range's jobs are read once (jr), the
     step kinds' steps once (js), each job's by its own lookup."""
     step, job, call = Step._meta.db_table, Job._meta.db_table, Call._meta.db_table
+    failure, used = Failure._meta.db_table, JobProvider._meta.db_table
     no_histogram = database.sql_json_null()
     no_usage = "CAST(NULL AS BIGINT), CAST(NULL AS BIGINT), CAST(NULL AS NUMERIC)"
     histogram = database.sql_histogram("t.bucket", "t.n")
@@ -330,7 +340,7 @@ def _select(
         params.extend(database.adapt_datetime(value) for pair in ranges for value in pair)
     failed_in = ", ".join(f"'{status.value}'" for status in FAILED_FAMILY)
     jobs_in_range = (
-        f"jr AS (SELECT id, partition_day, {database.sql_hour_of('started_at')} AS hour, "
+        f"jr AS (SELECT id, partition_day, {database.sql_trunc_utc('started_at', 'hour')} AS hour, "
         "provider, model, error_type, step_count, "
         f"CASE WHEN status IN ({failed_in}) THEN '{FAILED_STATUS}' ELSE '' END AS family, "
         f"status FROM {job} WHERE {in_range})"
@@ -378,8 +388,15 @@ def _select(
         f"{database.sql_bounded_sum('c.output_tokens')}, sum(c.cost) "
         f"FROM jr j {database.sql_job_rows(call, 'c', 'j', partitioned=False)}"
         f"{named_llm} GROUP BY 1, 3, 4",
+        # Each job once per provider/model it used (ju), failed where it failed on it (jfa).
+        Kind.PROVIDERS: "SELECT u.hour, 'providers', u.provider, u.model, '', "
+        "CASE WHEN EXISTS (SELECT 1 FROM jfa a WHERE a.id = u.id AND a.provider = u.provider "
+        f"AND a.model = u.model) THEN '{FAILED_STATUS}' ELSE '' END, 0, count(*), "
+        f"{no_histogram}, {no_usage} FROM ju u{where('u')} GROUP BY 1, 3, 4, 6",
     }
     ctes = [jobs_in_range]
+    if Kind.PROVIDERS in kinds:
+        ctes += _provider_ctes(failure, used)
     if STEP_KINDS.intersection(kinds):
         ctes.append(
             "js AS (SELECT j.hour, j.provider, j.model, s.job_id, s.segment, s.failure_code, "
@@ -390,6 +407,34 @@ def _select(
     sql = " UNION ALL ".join(selects[Kind(kind)] for kind in kinds)
     params += [value for kind in kinds if kind not in STEP_KINDS for value in subject]
     return f"WITH {', '.join(ctes)} {sql}", params
+
+
+def _provider_ctes(failure: str, used: str) -> list[str]:
+    """The CTEs of PROVIDERS rows over the range's jobs (jr). jf: the provider/model each
+    failure that ended a failed-family job failed on (its own, else the job's: a step failure
+    names one only when a failed call did); jfa: those, and the job's own for a failed job
+    without such a failure; ju: every provider/model each job used (its JobProvider rows, its
+    own when it names one or the job used none, and those it failed on), with its hour."""
+    own_or_failed = "f.provider <> '' OR f.model <> ''"
+    return [
+        f"jf AS (SELECT j.id, CASE WHEN {own_or_failed} THEN f.provider ELSE j.provider END "
+        f"AS provider, CASE WHEN {own_or_failed} THEN f.model ELSE j.model END AS model "
+        f"FROM jr j JOIN {failure} f ON f.job_id = j.id WHERE j.family = '{FAILED_STATUS}' "
+        "AND NOT f.recovered AND NOT f.handled)",
+        # NOT IN over the CTE: one hashed set, not a scan of jf per job.
+        "jfa AS (SELECT id, provider, model FROM jf UNION SELECT j.id, j.provider, j.model "
+        f"FROM jr j WHERE j.family = '{FAILED_STATUS}' AND j.id NOT IN (SELECT id FROM jf))",
+        # The job's own empty provider only when it used none: an anti-join by its index (an
+        # OR around it would make PostgreSQL hash the whole JobProvider table).
+        "ju AS (SELECT p.job_id AS id, j.hour, p.provider, p.model "
+        f"FROM jr j JOIN {used} p ON p.job_id = j.id "
+        "UNION SELECT j.id, j.hour, j.provider, j.model FROM jr j "
+        "WHERE j.provider <> '' OR j.model <> '' "
+        "UNION SELECT j.id, j.hour, j.provider, j.model FROM jr j "
+        "WHERE j.provider = '' AND j.model = '' "
+        f"AND NOT EXISTS (SELECT 1 FROM {used} p WHERE p.job_id = j.id) "
+        "UNION SELECT a.id, j.hour, a.provider, a.model FROM jfa a JOIN jr j ON j.id = a.id)",
+    ]
 
 
 # --- reading ----------------------------------------------------------------------------------
@@ -596,6 +641,46 @@ def job_totals(plan: Plan, provider: str = "", model: str = "") -> dict[tuple[st
             entry = totals.setdefault((row_provider, row_model), [0, 0])
             entry[0] += jobs
             entry[1] += failed
+    return totals
+
+
+def provider_totals(plan: Plan, provider: str = "", model: str = "") -> dict[tuple[str, str], list]:
+    """Jobs started in the plan's range per (provider, model) they used: [jobs that used it,
+    jobs that ended failed on it] (the PROVIDERS rows; raw ranges aggregated by the same SQL,
+    or taken from a ``prefetch``). A job that used two providers counts under both, and as
+    failed only under the one its failure names. After the panels' ``prefetch`` of PROVIDERS
+    cells, no query."""
+    key = ("provider_totals", provider, model)
+    if key in plan.fetched:
+        return plan.fetched[key]
+    totals: dict[tuple[str, str], list] = plan.fetched.setdefault(key, {})
+    prefetched = plan.fetched.get((Kind.PROVIDERS, provider, model))
+    if prefetched is not None:  # the panels' prefetch read them all, stored and raw
+        for cell in prefetched:
+            entry = totals.setdefault((cell.provider, cell.model), [0, 0])
+            entry[0] += cell.jobs
+            if cell.status == FAILED_STATUS:
+                entry[1] += cell.jobs
+        return totals
+    if plan.rollup:
+        rows = (
+            _stored(plan, [Kind.PROVIDERS], provider, model)
+            .values_list("provider", "model", "status")
+            .annotate(n_jobs=Sum("jobs"))
+            .order_by()
+        )
+        for row_provider, row_model, status, jobs in rows:
+            entry = totals.setdefault((row_provider, row_model), [0, 0])
+            entry[0] += jobs
+            if status == FAILED_STATUS:
+                entry[1] += jobs
+    if plan.raw:
+        raw = Plan((), plan.raw)
+        for cell in cells(raw, [Kind.PROVIDERS], provider, model):
+            entry = totals.setdefault((cell.provider, cell.model), [0, 0])
+            entry[0] += cell.jobs
+            if cell.status == FAILED_STATUS:
+                entry[1] += cell.jobs
     return totals
 
 

@@ -291,10 +291,21 @@ def assign(escalation: Escalation, user, assignee, note: str = "") -> None:
     )
 
 
+RESOLUTION_NEEDS_NOTE = "A resolution needs a note: say what was done or why nothing is needed"
+
+
+def action_note_problem(action: str, note: str) -> str | None:
+    """Why ``action`` cannot be taken with ``note`` (None when it can): a resolution needs a
+    note; every other action takes one or none."""
+    if action == "resolve" and not note.strip():
+        return RESOLUTION_NEEDS_NOTE
+    return None
+
+
 def resolve(escalation: Escalation, user, note: str) -> None:
     """Open or acknowledged -> resolved, with a required note (ActionError without one)."""
-    if not note.strip():
-        raise ActionError("A resolution needs a note: say what was done or why nothing is needed")
+    if problem := action_note_problem("resolve", note):
+        raise ActionError(problem)
     _require("resolve", escalation)
     _change_status(escalation, Status.RESOLVED, "resolved", actor=user, note=note.strip())
 

@@ -14,9 +14,7 @@ from django.db.models import Exists, OuterRef, Q
 from django.utils import timezone
 
 from jobs.escalations.actions import apply_trigger
-from jobs.models import Escalation, Job, Step, contained
-from jobs.replay import backoff
-from jobs.replay.failures import ResultType, RunStatus
+from jobs.models import Escalation, Job, NextAttempt, contained, next_attempts
 from jobs.replay.state import EscalationTrigger
 
 logger = logging.getLogger(__name__)
@@ -40,40 +38,21 @@ def duration_label(delta: timedelta) -> str:
     return f"{days} d {hours} h" if hours else f"{days} d"
 
 
-def latest_retryable_step(job: Job) -> Step | None:
-    """The attempt a paused:transient job is waiting to retry: the latest retryable failure
-    that is still its node's latest non-stale attempt (no later success or failure)."""
-    seen_nodes: set[str] = set()
-    steps = job.steps.filter(ignored_stale=False).order_by("-position")
-    for step in steps.only("node_id", "attempt", "result_type", "finished_at", "continue_on_error"):
-        if step.node_id in seen_nodes:
-            continue
-        seen_nodes.add(step.node_id)
-        retryable = step.result_type == ResultType.RETRYABLE_FAILURE
-        if retryable and step.finished_at and not step.continue_on_error:
-            return step
-    return None
-
-
-def stall_trigger(job: Job, now: datetime, waiting_step: Step | None = None) -> EscalationTrigger:
+def stall_trigger(job: Job, now: datetime, due: NextAttempt | None = None) -> EscalationTrigger:
     """The trigger of a stall episode. The episode is named by the job's last receive time, so
-    the same silence never triggers twice and a job that stalls again after new events does."""
+    the same silence never triggers twice and a job that stalls again after new events does.
+    ``due``: the job's next attempt (``next_attempts``), when it waits to retry."""
     silent = duration_label(now - job.last_received_at)
     message = (
         f"No event received for {silent} while {job.status} (last event received "
         f"{job.last_received_at:%Y-%m-%d %H:%M:%S} UTC)."
     )
-    if (
-        job.status == RunStatus.PAUSED_TRANSIENT
-        and waiting_step is not None
-        and waiting_step.finished_at is not None
-    ):
-        earliest, latest = backoff.retry_window(waiting_step.finished_at, waiting_step.attempt)
+    if due is not None:
         message += (
-            f" Node {waiting_step.node_id} attempt {waiting_step.attempt} failed retryably at "
-            f"{waiting_step.finished_at:%Y-%m-%d %H:%M:%S} UTC; by the expected backoff its "
-            f"next attempt was due between {earliest:%H:%M:%S} and {latest:%H:%M:%S} UTC and "
-            f"has not arrived."
+            f" Node {due.node_id} attempt {due.attempt} failed retryably at "
+            f"{due.failed_at:%Y-%m-%d %H:%M:%S} UTC; by the expected backoff its "
+            f"next attempt was due between {due.due_from:%H:%M:%S} and {due.due_by:%H:%M:%S} UTC "
+            f"and has not arrived."
         )
     return EscalationTrigger(
         STALLED,
@@ -131,12 +110,12 @@ def _apply_stall(job_pk: int, now: datetime) -> int:
         job = Job.objects.stalled(now).select_for_update().filter(pk=job_pk).first()
         if job is None:
             return 0
-        waiting = latest_retryable_step(job) if job.status == RunStatus.PAUSED_TRANSIENT else None
+        due = next_attempts([job]).get(job.pk)
         existing = (
             Escalation.objects.select_for_update().filter(job=job, kind=STALLED, node_id="").first()
         )
         was_open = existing is not None and existing.status != Escalation.Status.RESOLVED
         escalation = apply_trigger(
-            stall_trigger(job, now, waiting), job=job, existing=existing, source="stall check"
+            stall_trigger(job, now, due), job=job, existing=existing, source="stall check"
         )
         return int(not was_open and escalation.status == Escalation.Status.OPEN)

@@ -463,6 +463,8 @@ def _timestamp_loader(tz: tzinfo | None) -> type[Loader]:
                 moment = datetime.fromisoformat(bytes(data).decode())
             except ValueError:  # rare: psycopg's own loader, made only then
                 parser = psycopg.adapters.get_loader(self.oid, Format.TEXT)
+                if parser is None:  # none of psycopg's either: the parse error stands
+                    raise
                 moment = parser(self.oid, self.connection).load(data)
             if moment.tzinfo is self.timezone:
                 return moment  # replace() costs twice the parse
@@ -523,13 +525,6 @@ def sql_lookup_each() -> str:
     OFFSET 0, which keeps it from hashing (or flattening) the subquery over every row it could
     match. Nothing elsewhere (SQLite looks each row up, and takes no OFFSET without LIMIT)."""
     return " OFFSET 0" if connection.vendor == POSTGRES else ""
-
-
-def sql_hour_of(column: str) -> str:
-    """An expression truncating a timestamp column to its UTC hour."""
-    if connection.vendor == POSTGRES:
-        return f"date_trunc('hour', {column}, 'UTC')"
-    return f"strftime('%%Y-%%m-%%d %%H:00:00', {column})"
 
 
 def sql_trunc_utc(column: str, kind: str) -> str:

@@ -11,7 +11,7 @@ def sum_hours_into_days(apps, schema_editor):
     """The day rows of the hour rows already stored (ingest keeps both from now on)."""
     hours = apps.get_model("jobs", "FailureGroupHour")
     days = apps.get_model("jobs", "FailureGroupDay")
-    totals = Counter()
+    totals: Counter[tuple] = Counter()
     rows = hours.objects.filter(step_count__gt=0).values_list(
         "group_id", "hour", "provider", "model", "step_count"
     )

@@ -65,6 +65,12 @@ class DashboardRollup(models.Model):
         # LLM calls made of OpenTelemetry spans: provider and model are the call's (not the
         # job's), steps = calls, with their summed tokens and cost.
         LLM = "llm"
+        # Jobs started per provider/model they used (JobProvider; a job that used none, under
+        # its own empty one): status "failed" when the job ended failed on that provider/model
+        # (a failure record that ended it names it, or names none and the job's own is it), ""
+        # otherwise. A job counts once per provider/model it used, so job counts add up across
+        # hours for one provider/model, not across providers.
+        PROVIDERS = "providers"
         # A whole UTC day's rows of each kind above merged (hour = midnight: counts and sums
         # added, histograms merged), and the DAY row saying the day's are complete
         # (jobs.dashboard.rollup.compile_days).
@@ -74,6 +80,7 @@ class DashboardRollup(models.Model):
         ERROR_TYPE_DAY = "error_type_day"
         DURATION_DAY = "duration_day"
         LLM_DAY = "llm_day"
+        PROVIDERS_DAY = "providers_day"
         DAY = "day"
 
     hour = models.DateTimeField()

@@ -2,6 +2,7 @@
 list's query (one home for the page and the read API)."""
 
 from collections.abc import Iterable
+from dataclasses import dataclass
 from datetime import datetime, timedelta
 
 from django.conf import settings
@@ -13,7 +14,14 @@ from django.utils import timezone
 
 from jobs.models.failures import Failure, FailureGroupJob
 from jobs.models.values import JSONField, JSONKeyText, JSONTextField, UTCHour, hour_floor, today_utc
-from jobs.replay.failures import ATTENTION_STATUSES, FAILED_FAMILY, STALLABLE_STATUSES, RunStatus
+from jobs.replay import backoff
+from jobs.replay.failures import (
+    ATTENTION_STATUSES,
+    FAILED_FAMILY,
+    STALLABLE_STATUSES,
+    ResultType,
+    RunStatus,
+)
 
 
 def stalled_condition(now: datetime) -> Q:
@@ -330,6 +338,41 @@ class JobAlias(models.Model):
 
 
 class StepQuerySet(models.QuerySet):
+    def awaiting_retry(self) -> "StepQuerySet":
+        """These steps that are attempts their job waits to retry: retryable failures that
+        finished, were not stale nor ``continue_on_error``, and are still their node's latest
+        non-stale attempt (no later success, failure or running attempt)."""
+        later = Step.objects.filter(
+            job_id=OuterRef("job_id"),
+            partition_day=OuterRef("partition_day"),
+            node_id=OuterRef("node_id"),
+            position__gt=OuterRef("position"),
+            ignored_stale=False,
+        )
+        return self.filter(
+            result_type=ResultType.RETRYABLE_FAILURE,
+            ignored_stale=False,
+            continue_on_error=False,
+            finished_at__isnull=False,
+        ).exclude(Exists(later))
+
+    def waited_on(self, jobs: Iterable["Job"]) -> dict[int, "Step"]:
+        """The attempt each of ``jobs`` waits to retry, by job pk (one query): the latest of
+        its steps ``awaiting_retry``; a job without one is left out."""
+        wanted = Q(pk__in=[])
+        for job in jobs:
+            wanted |= Q(job_id=job.pk, partition_day=job.partition_day)
+        found: dict[int, Step] = {}
+        steps = (
+            self.filter(wanted)
+            .awaiting_retry()
+            .order_by("job_id", "-position")
+            .only("job_id", "node_id", "attempt", "position", "finished_at", "partition_day")
+        )
+        for step in steps:
+            found.setdefault(step.job_id, step)
+        return found
+
     def failed_attempt_first(self) -> "StepQuerySet":
         """These steps, the latest failed attempt first (retryable or failed, not a stale
         result), then the others latest first: an escalation names the attempt that failed,
@@ -338,6 +381,34 @@ class StepQuerySet(models.QuerySet):
         return self.annotate(
             is_failed_attempt=Case(When(failed, then=Value(1)), default=Value(0))
         ).order_by("-is_failed_attempt", "-attempt")
+
+
+@dataclass(frozen=True, slots=True)
+class NextAttempt:
+    """When a paused:transient job's next attempt is due by the run-status contract's backoff:
+    ``node_id`` attempt ``attempt`` failed retryably at ``failed_at``, so the next attempt is
+    due from ``due_from`` (no jitter) to ``due_by`` (full jitter)."""
+
+    node_id: str
+    attempt: int
+    failed_at: datetime
+    due_from: datetime
+    due_by: datetime
+
+
+def next_attempts(jobs: Iterable[Job]) -> dict[int, NextAttempt]:
+    """The next attempt due of each of ``jobs`` that waits to retry (paused:transient with an
+    attempt ``awaiting_retry``), by job pk, in one query (none when no job is paused). A job
+    without such an attempt is left out: nothing says when it retries."""
+    paused = [job for job in jobs if job.status == RunStatus.PAUSED_TRANSIENT]
+    if not paused:
+        return {}
+    found = {}
+    for pk, step in Step.objects.waited_on(paused).items():
+        assert step.finished_at is not None  # awaiting_retry: finished
+        due_from, due_by = backoff.retry_window(step.finished_at, step.attempt)
+        found[pk] = NextAttempt(step.node_id, step.attempt, step.finished_at, due_from, due_by)
+    return found
 
 
 class Step(models.Model):

@@ -153,7 +153,9 @@ class JSONKeyText(Func):
         super().__init__(F(column))
         self.key = key
 
-    def as_sql(self, compiler, connection, **extra_context):
+    def as_sql(
+        self, compiler, connection, function=None, template=None, arg_joiner=None, **extra_context
+    ):
         raise NotSupportedError(f"JSONKeyText has no SQL for {connection.vendor}")
 
     def as_postgresql(self, compiler, connection, **extra_context):

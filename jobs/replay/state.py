@@ -7,7 +7,7 @@ Plain data: ``walk.Fold`` fills these in, and the projection stores them as Job 
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Any, Protocol
+from typing import Any, Protocol, TypeVar
 
 from jobs.contract.events import Event
 from jobs.replay import failures, lint
@@ -285,3 +285,37 @@ def completed_node_ids(steps: Iterable[Completing]) -> list[str]:
     """The nodes whose completing step is among ``steps``, in completion order."""
     done = sorted((step.completes, step.node_id) for step in steps if step.completes is not None)
     return [node for _, node in done]
+
+
+class Attempted(Protocol):
+    """What ``root_failure_of`` reads of a step: a StepState's, or a page's row of one."""
+
+    @property
+    def node_id(self) -> str: ...
+
+    @property
+    def position(self) -> int: ...
+
+    @property
+    def result_type(self) -> str: ...
+
+    @property
+    def ignored_stale(self) -> bool: ...
+
+
+AttemptedT = TypeVar("AttemptedT", bound=Attempted)
+
+
+def root_failure_of(failing_node_id: str, steps: Iterable[AttemptedT]) -> AttemptedT | None:
+    """The root failure among a projected job's stored steps, given the first failing node it
+    recorded (``Job.failing_node_id``): that node's latest failed attempt (by position), never a
+    stale result, the attempt ``JobState.root_failure`` names. None without a failing node."""
+    failed = [
+        step
+        for step in steps
+        if failing_node_id
+        and step.node_id == failing_node_id
+        and not step.ignored_stale
+        and step.result_type not in ("", ResultType.SUCCESS)
+    ]
+    return max(failed, key=lambda step: step.position) if failed else None

@@ -10,7 +10,7 @@ from django.views.decorators.http import require_GET, require_POST
 
 from jobs.contract import bodies
 from jobs.ingest import store
-from jobs.models import Job, JobAlias
+from jobs.models import Job, JobAlias, next_attempts
 from jobs.web import schemas
 from jobs.web.access import moved_url
 from jobs.web.decorators import (
@@ -114,7 +114,7 @@ def jobs_list(request):
         problems = "; ".join(
             error if error.startswith(name) else f"{name}: {error}"
             for name, errors in sorted(form.errors.items())
-            for error in errors
+            for error in map(str, errors)
         )
         return json_error(400, problems)
     jobs = Job.objects.matching(form.cleaned_data).defer("fold", "metadata")
@@ -125,13 +125,14 @@ def jobs_list(request):
     max_limit = settings.TRACEVIZ_API_MAX_PAGE_SIZE
     if not 1 <= limit <= max_limit:
         return json_error(400, f"limit must be from 1 to {max_limit}")
-    jobs = after_cursor(jobs, form.cleaned_data.get("cursor"))
-    page = list(jobs[: limit + 1])
+    listed = after_cursor(jobs, form.cleaned_data.get("cursor"))
+    page = list(listed[: limit + 1])
     more = len(page) > limit
     page = page[:limit]
+    due = next_attempts(page)
     return json_response(
         schemas.JobPage(
-            jobs=[schemas.JobSummary.from_job(job) for job in page],
+            jobs=[schemas.JobSummary.from_job(job, due.get(job.pk)) for job in page],
             next_cursor=encode_cursor(page[-1]) if more else None,
         )
     )

@@ -207,6 +207,7 @@ def compare_api(request):
     pair = resolve_pair(request.GET.get("a", ""), request.GET.get("b", ""))
     if pair.error:
         return json_error(pair.status, pair.error)
+    assert pair.a is not None and pair.b is not None  # resolve_pair: both, or an error
     comparison = compare.compare(load_run(pair.a), load_run(pair.b))
     body = schemas.comparison_body(comparison, pair.a, pair.b, pair.b_picked)
     return HttpResponse(orjson.dumps(body), content_type="application/json")
@@ -252,6 +253,7 @@ def compare_page(request):
     context = {"nav": "jobs", "a_id": a_id, "b_id": b_id, "pair": pair}
     if pair.error:
         return render(request, "compare/page.html", context, status=pair.status)
+    assert pair.a is not None and pair.b is not None  # resolve_pair: both, or an error
     if pair.a.job_id != a_id or (b_id and pair.b.job_id != b_id):
         query = {"a": pair.a.job_id} | ({"b": pair.b.job_id} if b_id else {})
         return redirect(f"{request.path}?{urlencode(query)}")

@@ -12,8 +12,6 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 
 from django import forms
-from django.conf import settings
-from django.contrib.auth import get_user_model
 from django.core.paginator import Paginator
 from django.db import transaction
 from django.db.models import (
@@ -39,9 +37,16 @@ from django.views.decorators.vary import vary_on_headers
 
 from jobs.dashboard import failure_groups
 from jobs.dashboard.window import iso
-from jobs.escalations import actions, stalls
-from jobs.models import AlertEpisode, AlertRule, Escalation, EscalationEntry, Job, Role, Step
-from jobs.replay import backoff
+from jobs.escalations import actions, bulk, permissions
+from jobs.models import (
+    AlertEpisode,
+    AlertRule,
+    Escalation,
+    EscalationEntry,
+    Job,
+    Step,
+    next_attempts,
+)
 from jobs.replay.failures import RunStatus
 from jobs.web import access
 from jobs.web.access import get_escalation_for_user
@@ -62,8 +67,6 @@ SEVERITY_ORDER = (
 BULK_MAX = 1000
 # How many of a preview's changes it lists by name (the rest are counted).
 PREVIEW_LISTED = 50
-BULK_ACTIONS = {"acknowledge": "Acknowledge", "resolve": "Resolve", "assign": "Assign"}
-BULK_DONE = {"acknowledge": "Acknowledged", "resolve": "Resolved", "assign": "Assigned"}
 RECOVERED_FILTERS = [("", "any"), ("yes", "job recovered"), ("no", "not recovered")]
 STATUS_FILTERS = [
     ("active", "Unresolved"),
@@ -117,17 +120,6 @@ class EscalationFilterForm(forms.Form):
     job = forms.CharField(required=False, max_length=200, label="Job id")
     since = forms.ChoiceField(choices=SINCE_LABELS, required=False, label="Opened or reopened")
     recovered = forms.ChoiceField(choices=RECOVERED_FILTERS, required=False, label="Recovered")
-
-
-def _support_users():
-    """Who an escalation can be assigned to: the people who can act on it."""
-    return (
-        get_user_model()
-        .objects.filter(Q(is_staff=True) | Q(is_superuser=True) | Q(groups__name=Role.SUPPORT))
-        .filter(is_active=True)
-        .distinct()
-        .order_by("username")
-    )
 
 
 # -- queue rows ------------------------------------------------------------------------------
@@ -191,21 +183,21 @@ def job_links(job: Job | None, node_id: str, attempt: int | None) -> tuple[str, 
 def _row(escalation: Escalation, user, can_act: bool, now: datetime) -> EscalationRow:
     attempt = getattr(escalation, "latest_attempt", None)
     job_url, step_url = job_links(escalation.job, escalation.node_id, attempt)
-    unresolved = escalation.status != Status.RESOLVED
-    open_for = now - escalation.triggered_at
     if not escalation.node_id and escalation.job is not None:
         attempt = escalation.job.max_attempt or None  # job-level: the job's most attempts
+    may = permissions.allowed(escalation, user, can_act)
+    waited = permissions.age(escalation, now)
     return EscalationRow(
         escalation=escalation,
         job_url=job_url,
         step_url=step_url,
         attempts=attempt,
-        age=stalls.duration_label(open_for) if unresolved else "",
-        overdue=unresolved and open_for > settings.TRACEVIZ_ESCALATION_AGE_TARGET,
-        can_acknowledge=can_act and actions.can_apply("acknowledge", escalation),
-        can_resolve=can_act and actions.can_apply("resolve", escalation),
-        can_reopen=can_act and actions.can_apply("reopen", escalation),
-        can_take=can_act and unresolved and escalation.assignee_id != user.pk,
+        age=waited.label,
+        overdue=waited.overdue,
+        can_acknowledge=may.acknowledge,
+        can_resolve=may.resolve,
+        can_reopen=may.reopen,
+        can_take=may.take,
         recovered=getattr(escalation, "recovered", False),
     )
 
@@ -287,7 +279,7 @@ def _queue_context(request, query: QueryDict, now: datetime) -> dict:
     page = paginator.get_page(query.get("page"))
     can_act = access.can_act_on_escalations(request.user)
     rows = [_row(escalation, request.user, can_act, now) for escalation in page.object_list]
-    support_users = list(_support_users())
+    support_users = list(permissions.support_users())
     base = query.copy()
     for name in ("page", "kind"):
         base.pop(name, None)
@@ -321,10 +313,10 @@ def _queue_context(request, query: QueryDict, now: datetime) -> dict:
         "since_filters": SINCE_LABELS,
         "assignee_names": [person.get_username() for person in support_users],
         "can_act": can_act,
-        "bulk_actions": BULK_ACTIONS,
+        "bulk_actions": bulk.ACTIONS,
         "support_users": support_users if can_act else [],
         "bulk_max": BULK_MAX,
-        "age_target": stalls.duration_label(settings.TRACEVIZ_ESCALATION_AGE_TARGET),
+        "age_target": permissions.age_target(),
     }
 
 
@@ -401,15 +393,11 @@ def _detail_context(
             .first()
         )
     job_url, step_url = job_links(job, escalation.node_id, attempt)
-    retry_due = None
-    if job is not None and job.status == RunStatus.PAUSED_TRANSIENT:
-        waiting = stalls.latest_retryable_step(job)
-        if waiting is not None and waiting.finished_at is not None:
-            earliest, latest = backoff.retry_window(waiting.finished_at, waiting.attempt)
-            retry_due = {"step": waiting, "earliest": earliest, "latest": latest}
+    retry_due = next_attempts([job]).get(job.pk) if job is not None else None
     can_act = access.can_act_on_escalations(request.user)
     now = timezone.now()
-    unresolved = escalation.status != Status.RESOLVED
+    may = permissions.allowed(escalation, request.user, can_act)
+    waited = permissions.age(escalation, now)
     entries = list(escalation.entries.all())
     return {
         "nav": "escalations",
@@ -421,9 +409,8 @@ def _detail_context(
         # Opened is when it was first opened; a reopening is shown beside it, never over it.
         "reopened": any(entry.action == "reopened" for entry in entries),
         "alert": alert_subject(escalation, now),
-        "age": stalls.duration_label(now - escalation.triggered_at) if unresolved else "",
-        "overdue": unresolved
-        and now - escalation.triggered_at > settings.TRACEVIZ_ESCALATION_AGE_TARGET,
+        "age": waited.label,
+        "overdue": waited.overdue,
         "entries": entries,
         "failure_groups": failure_groups.groups_of_escalation(escalation),
         "recovered": job is not None
@@ -432,10 +419,10 @@ def _detail_context(
         "notifications": list(escalation.notifications.order_by("created_at", "pk")),
         "retry_due": retry_due,
         "can_act": can_act,
-        "can_acknowledge": can_act and actions.can_apply("acknowledge", escalation),
-        "can_resolve": can_act and actions.can_apply("resolve", escalation),
-        "can_reopen": can_act and actions.can_apply("reopen", escalation),
-        "support_users": list(_support_users()) if can_act else [],
+        "can_acknowledge": may.acknowledge,
+        "can_resolve": may.resolve,
+        "can_reopen": may.reopen,
+        "support_users": list(permissions.support_users()) if can_act else [],
         "comment_chars": actions.COMMENT_CHARS,
         "error": error,
         "note": note,
@@ -477,7 +464,7 @@ def _action_response(
                 "can_act": True,
                 "row_error": error,
                 "return_url": reverse("jobs:escalations"),
-                "age_target": stalls.duration_label(settings.TRACEVIZ_ESCALATION_AGE_TARGET),
+                "age_target": permissions.age_target(),
             }
             return render(request, "escalations/list.html#escalation-row", context)
         context = _detail_context(request, escalation, error=error, note=note, comment=comment)
@@ -537,7 +524,7 @@ def _assignee(request, raw: str):
         return request.user
     if raw == "":
         return None
-    assignee = _support_users().filter(pk=bounded_int(raw, MAX_ROW_ID)).first()
+    assignee = permissions.support_users().filter(pk=bounded_int(raw, MAX_ROW_ID)).first()
     if assignee is None:
         raise actions.ActionError(NOT_SUPPORT)
     return assignee
@@ -563,57 +550,6 @@ def escalation_assign(request, escalation_id: int):
 
 
 # -- bulk ------------------------------------------------------------------------------------
-
-
-@dataclass(slots=True)
-class BulkItem:
-    escalation: Escalation
-    applies: bool
-    why_not: str
-
-
-def _who(user) -> str:
-    return user.get_username() if user is not None else "nobody"
-
-
-def _bulk_applies(action: str, escalation: Escalation, assignee) -> str:
-    """Why ``action`` leaves ``escalation`` unchanged ("" when it applies)."""
-    if action == "assign":
-        if escalation.status == Status.RESOLVED:
-            return "it is resolved"
-        if escalation.assignee_id == (assignee.pk if assignee is not None else None):
-            return f"it is already assigned to {_who(assignee)}"
-        return ""
-    return "" if actions.can_apply(action, escalation) else f"it is {escalation.status}"
-
-
-def bulk_plan(
-    action: str, selected: list[Escalation], note: str, assignee=None
-) -> tuple[list[BulkItem], str]:
-    """What a bulk action would do to each selected escalation, and an error that stops the
-    whole action ("" when it can go ahead). ``assignee`` is whom "assign" assigns to (None:
-    nobody)."""
-    if action not in BULK_ACTIONS:
-        return [], "Choose an action"
-    if not selected:
-        return [], "Select at least one escalation"
-    if action == "resolve" and not note.strip():
-        return [], "A resolution needs a note: say what was done or why nothing is needed"
-    if problem := actions.note_problem(note):
-        return [], problem
-    items = []
-    for escalation in selected:
-        why_not = _bulk_applies(action, escalation, assignee)
-        items.append(BulkItem(escalation, not why_not, why_not))
-    if not any(item.applies for item in items):
-        verb = {"acknowledge": "acknowledged", "resolve": "resolved"}.get(action)
-        return items, (
-            f"Nothing to change: none of the selected escalations can be {verb}"
-            if verb
-            else f"Nothing to change: every selected escalation is resolved or already "
-            f"assigned to {_who(assignee)}"
-        )
-    return items, ""
 
 
 class BulkRequestError(ValueError):
@@ -658,13 +594,6 @@ def _bulk_assignee(request, action: str):
     return _assignee(request, request.POST.get("assignee", ""))
 
 
-def _apply_bulk(action: str, escalation: Escalation, user, note: str, assignee) -> None:
-    if action == "assign":
-        actions.assign(escalation, user, assignee, note)
-    else:
-        actions.apply_action(action, escalation, user, note)
-
-
 def _bulk_preview_response(request, preview: dict, return_query: QueryDict):
     if wants_fragment(request):
         return render(request, "escalations/list.html#bulk-preview", {"preview": preview})
@@ -694,7 +623,7 @@ def escalation_bulk(request):
         return HttpResponseBadRequest(str(unreadable))
     preview = {
         "action": action,
-        "action_label": BULK_ACTIONS.get(action, ""),
+        "action_label": bulk.ACTIONS.get(action, ""),
         "to_status": actions.ACTION_TO.get(action, ""),
         "note": note,
         "assignee_value": request.POST.get("assignee", "").strip(),
@@ -711,12 +640,12 @@ def escalation_bulk(request):
     except actions.ActionError as refused:
         preview["error"] = str(refused)
         return _bulk_preview_response(request, preview, return_query)
-    preview["assignee_name"] = _who(assignee)
+    preview["assignee_name"] = bulk.who(assignee)
     if not request.POST.get("confirm"):
         selected = list(
             Escalation.objects.filter(pk__in=ids).select_related("job", "assignee").order_by("pk")
         )
-        items, error = bulk_plan(action, selected, note, assignee)
+        items, error = bulk.plan(action, selected, note, assignee)
         changes = [item for item in items if item.applies]
         preview.update(
             changes=changes,
@@ -729,14 +658,14 @@ def escalation_bulk(request):
         return _bulk_preview_response(request, preview, return_query)
     with transaction.atomic():
         selected = list(Escalation.objects.filter(pk__in=ids).select_for_update().order_by("pk"))
-        items, error = bulk_plan(action, selected, note, assignee)
+        items, error = bulk.plan(action, selected, note, assignee)
         changed = [item.escalation for item in items if item.applies] if not error else []
         for escalation in changed:
-            _apply_bulk(action, escalation, request.user, note, assignee)
-    verb = BULK_DONE.get(action, "Changed")
+            bulk.apply(action, escalation, request.user, note, assignee)
+    verb = bulk.DONE.get(action, "Changed")
     message = error or f"{verb} {len(changed)} escalation{'s' if len(changed) != 1 else ''}"
     if action == "assign" and changed:
-        message += f" to {_who(assignee)}"
+        message += f" to {bulk.who(assignee)}"
     if len(items) > len(changed) and not error:
         message += f"; {len(items) - len(changed)} left unchanged"
     if not request.htmx:

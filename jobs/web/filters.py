@@ -133,7 +133,8 @@ class JobFilterForm(forms.Form):
     anchor = forms.CharField(required=False, max_length=200)
 
     def clean(self):
-        cleaned = super().clean()
+        super().clean()
+        cleaned = self.cleaned_data
         if ALL_STATUSES in (cleaned.get("status") or []):
             cleaned["status"] = [s for s in cleaned["status"] if s != ALL_STATUSES]
             cleaned["show"] = "all"

@@ -3,11 +3,14 @@ a count, the job's metadata folded, the planner's invalid outputs, and whether t
 itself up to date."""
 
 import json
+from datetime import datetime, timedelta
 
 from django.urls import reverse
+from django.utils import timezone
 from django.utils.http import urlencode
 
-from jobs.models import Job
+from jobs.escalations.stalls import duration_label
+from jobs.models import Job, NextAttempt
 from jobs.replay.failures import STALLABLE_STATUSES
 from jobs.web.filters import MAX_META_CHARS
 
@@ -99,6 +102,24 @@ def finish_words(job: Job) -> dict[str, str]:
     if job.status in STALLABLE_STATUSES or job.status.startswith("paused"):
         return {"finished_note": "not finished", "duration_note": "so far"}
     return {"finished_note": "no job_finished received", "duration_note": "to its last event"}
+
+
+def next_attempt_words(due: NextAttempt | None, now: datetime) -> dict[str, str]:
+    """What the jobs list and the job page say of a job waiting to retry: ``due`` in words
+    ("next attempt due in 40 s", "next attempt due by 12:04:13", "next attempt overdue by 3
+    min") and ``window`` (when it is due, in the display zone); both "" when nothing says when
+    (no attempt awaiting retry)."""
+    if due is None:
+        return {"due": "", "window": ""}
+    start, end = (timezone.localtime(at).strftime("%H:%M:%S") for at in (due.due_from, due.due_by))
+    window = f"due {start}" if start == end else f"due between {start} and {end}"
+    if now < due.due_from - timedelta(seconds=1):
+        words = f"next attempt due in {duration_label(due.due_from - now)}"
+    elif now <= due.due_by:
+        words = f"next attempt due by {end}"
+    else:
+        words = f"next attempt overdue by {duration_label(now - due.due_by)}"
+    return {"due": words, "window": window}
 
 
 def planner_attempts(events) -> list[dict]:

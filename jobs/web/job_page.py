@@ -14,7 +14,9 @@ from datetime import UTC, datetime
 from django.contrib.auth.decorators import login_required
 from django.db.models import Q, TextField
 from django.db.models.functions import Cast, Length
-from django.shortcuts import render
+from django.shortcuts import redirect, render
+from django.urls import reverse
+from django.utils import timezone
 from django.utils.dateparse import parse_datetime
 from django.utils.http import urlencode
 from django.views.decorators.http import require_GET
@@ -22,9 +24,9 @@ from django.views.decorators.vary import vary_on_headers
 
 from jobs.contract.events import Event as ReplayEvent
 from jobs.contract.events import order_key
-from jobs.models import Event, Job, Step
+from jobs.models import Event, Job, Step, next_attempts
 from jobs.replay import failures
-from jobs.replay.state import completed_node_ids
+from jobs.replay.state import completed_node_ids, root_failure_of
 from jobs.web import access, job_header, narrative, overview, span_panel, step_list, timeline
 from jobs.web.access import get_job_for_user
 from jobs.web.rendering import (
@@ -191,33 +193,31 @@ def _step_item(step: Step | StepRow, root_key: str) -> dict:
 
 
 def _root_failure(job: Job) -> Step | None:
-    """The root failure: the failing node's latest non-stale failed attempt."""
+    """The root failure's Step row (``root_failure_of`` over the failing node's attempts), for
+    a request that did not read every step's row."""
     if not job.failing_node_id:
         return None
-    return (
+    attempts = (
         job_steps(job)
-        .filter(node_id=job.failing_node_id, ignored_stale=False)
-        .exclude(result_type__in=["", failures.ResultType.SUCCESS])
-        .order_by("-position")
+        .filter(node_id=job.failing_node_id)
         .select_related("failure_group")
-        .only("node_id", "attempt", "finished_event_id", "failure_group")
-        .first()
+        .only(
+            "node_id",
+            "attempt",
+            "position",
+            "result_type",
+            "ignored_stale",
+            "finished_event_id",
+            "failure_group",
+        )
     )
+    return root_failure_of(job.failing_node_id, attempts)
 
 
 def _root_key(job: Job, steps: list[StepRow]) -> str:
-    """``_root_failure``'s step key read off the job's rows (no query): the failing node's
-    latest non-stale failed attempt; "" when there is none."""
-    if not job.failing_node_id:
-        return ""
-    failed = [
-        row
-        for row in steps
-        if row.node_id == job.failing_node_id
-        and not row.ignored_stale
-        and row.result_type not in ("", failures.ResultType.SUCCESS)
-    ]
-    return max(failed, key=lambda row: row.position).step_key if failed else ""
+    """``_root_failure``'s step key read off the job's rows (no query); "" when none."""
+    root = root_failure_of(job.failing_node_id, steps)
+    return root.step_key if root else ""
 
 
 def _panel_context(
@@ -401,14 +401,19 @@ def _more_from(request) -> int:
     return step_list.parse_offset(request.GET.get("from")) or 0
 
 
-def _more_links(request, part: str, end: int, total: int, step_key: str) -> dict:
+def rows_url(job: Job, part: str) -> str:
+    """The URL of a window of one of the job page's long lists (``job_rows``)."""
+    return reverse("jobs:job-rows", args=[job.job_id, part])
+
+
+def _more_links(job: Job, part: str, end: int, total: int, step_key: str) -> dict:
     """Where "show more" fetches the next rows (HTMX) and the no-JS page with a larger window."""
     if end >= total:
         return {}
     parsed = parse_step_key(step_key) if step_key else None
     keep = step_query(*parsed) + "&" if parsed else ""
     return {
-        "fragment": "?" + keep + urlencode({"more": part, "from": str(end)}),
+        "fragment": rows_url(job, part) + "?" + keep + urlencode({"from": str(end)}),
         "page": "?" + keep + urlencode({"rows": end + ROWS_WINDOW}) + f"#{part}",
         "remaining": total - end,
     }
@@ -462,7 +467,9 @@ def _step_window(
     start = step_list.window_start(len(listed), index, first, size)
     end = min(start + size, len(listed))
     keep = [("step", raw_step)] if raw_step else []
-    links = step_list.window_links(start, end, len(listed), keep, step_filter)
+    links = step_list.window_links(
+        start, end, len(listed), keep, step_filter, rows_url(job, "steps")
+    )
     return {
         "step_rows": listed[start:end],
         "first_index": start,
@@ -482,15 +489,16 @@ def _collapsed(request) -> frozenset[str]:
     return frozenset(names)
 
 
-def _waterfall_links(keep: list[tuple[str, str]], start: int, end: int, total: int) -> dict:
+def _waterfall_links(
+    keep: list[tuple[str, str]], start: int, end: int, total: int, fragment_url: str
+) -> dict:
     """Where the waterfall's rows before ``start`` and from ``end`` on come from: an HTMX
     fragment URL and a no-JS page URL each (as ``step_list.window_links``)."""
     links: dict = {"before": {}, "after": {}}
     if start > 0:
         earlier = max(start - ROWS_WINDOW, 0)
         links["before"] = {
-            "fragment": "?"
-            + urlencode([*keep, ("more", "waterfall"), ("from", earlier), ("to", start)]),
+            "fragment": fragment_url + "?" + urlencode([*keep, ("from", earlier), ("to", start)]),
             "page": "?"
             + urlencode([*keep, ("wf_first", earlier), ("wf_rows", end - earlier)])
             + "#waterfall",
@@ -498,7 +506,7 @@ def _waterfall_links(keep: list[tuple[str, str]], start: int, end: int, total: i
         }
     if end < total:
         links["after"] = {
-            "fragment": "?" + urlencode([*keep, ("more", "waterfall"), ("from", end)]),
+            "fragment": fragment_url + "?" + urlencode([*keep, ("from", end)]),
             "page": "?"
             + urlencode([*keep, ("wf_first", start), ("wf_rows", end - start + ROWS_WINDOW)])
             + "#waterfall",
@@ -561,7 +569,7 @@ def _navigation(request, job: Job, steps: list[StepRow], selected_key: str, raw_
     collapse_keep = [("collapse", name) for name in sorted(collapsed)]
     step_keep = [("step", raw_step)] if raw_step else []
     keep = step_keep + filter_keep + collapse_keep
-    links = _waterfall_links(keep, start, end, len(places))
+    links = _waterfall_links(keep, start, end, len(places), rows_url(job, "waterfall"))
     shown_first = places[start] if end > start else -1
     shown_last = places[end - 1] if end > start else -1
     root_key = _root_key(job, steps)
@@ -613,20 +621,17 @@ def job_detail(request, job_id: str):
     the step detail panel; on a job with a root failure its panel is open by default.
 
     An HTMX request that is not a history restore gets the partial its target names: the step
-    list (a filter), the next rows of a long list (``more``) or the step panel. A filter with
-    an invalid value answers 400 with the form's error. A live job's poll (``live=1``) gets
-    every part events change out of band, keeping the reader's step, filter and opened rows
-    (``first``, ``rows``, ``wf_rows``, ``lines``); once the job stops expecting events it
-    answers 286, htmx's "stop polling"."""
+    list (a filter), the waterfall (a move) or the step panel. A filter with an invalid value
+    answers 400 with the form's error. The long lists' next rows and a live job's poll have
+    URLs of their own (``job_rows``, ``job_live``); their old query strings here (``more=``,
+    ``live=1``) redirect there, so a page loaded before keeps working."""
+    if request.GET.get("live") == "1" or request.GET.get("more") in MORE_PARTS:
+        return _to_own_url(request, job_id)
     job = get_job_for_user(request, job_id, jobs=JOB_PAGE_JOBS)
     raw_step = request.GET.get("step", "")
     fragment = wants_fragment(request)
-    more = request.GET.get("more", "")
-    if fragment and more in MORE_PARTS:
-        return _more_rows(request, job, more, raw_step)
-    live_refresh = fragment and request.GET.get("live") == "1"
-    moves = fragment and not live_refresh and request.htmx.target in MOVED_PARTS
-    if fragment and not live_refresh and not moves:
+    moves = fragment and request.htmx.target in MOVED_PARTS
+    if fragment and not moves:
         return _fragment(request, job, raw_step)
     # The whole page reads every step's row for the waterfall: the root failure is read off
     # them, and its Step row comes with the panel when the panel shows it (the default).
@@ -634,6 +639,88 @@ def job_detail(request, job_id: str):
     root_key = _root_key(job, steps)
     if moves:
         return _moved(request, job, steps, root_key, raw_step)
+    context, status = _page_context(request, job, steps, root_key, raw_step)
+    return render(request, "jobs/detail.html", context, status=status)
+
+
+@require_GET
+@login_required
+@access.follows_job_aliases("jobs:job")
+@vary_on_headers("HX-Request")
+@in_display_time_zone
+def job_live(request, job_id: str):
+    """GET /jobs/<job_id>/live: a live job page's poll. Every part that events change, out of
+    band, keeping the reader's step, filter and opened rows (``first``, ``rows``, ``wf_rows``,
+    ``lines``, which traceviz.js sends); once the job stops expecting events it answers 286,
+    htmx's "stop polling". Without HTMX it is the job page."""
+    if not wants_fragment(request):
+        return redirect(_job_url(job_id, request.GET, drop=("from", "to")))
+    job = get_job_for_user(request, job_id, jobs=JOB_PAGE_JOBS)
+    steps = _step_rows(job_steps(job).order_by("position"))
+    root_key = _root_key(job, steps)
+    context, _status = _page_context(request, job, steps, root_key, request.GET.get("step", ""))
+    context["oob"] = True
+    return render(request, "jobs/live.html", context, status=200 if context["live"] else 286)
+
+
+@require_GET
+@login_required
+@access.follows_job_aliases("jobs:job")
+@vary_on_headers("HX-Request")
+@in_display_time_zone
+def job_rows(request, job_id: str, part: str):
+    """GET /jobs/<job_id>/rows/<steps|waterfall|narrative>?from=N[&to=M]: the next (or, with
+    ``to``, the earlier) window of one of the job page's long lists, as the partial that
+    replaces its "show more" item. Without HTMX it is the job page, with the list's window
+    from ``from`` on."""
+    if not wants_fragment(request):
+        return redirect(_rows_page_url(job_id, part, request.GET))
+    job = get_job_for_user(request, job_id, jobs=JOB_PAGE_JOBS)
+    return _more_rows(request, job, part, request.GET.get("step", ""))
+
+
+# The job page's query parameter that opens each long list from a row (its no-JS window).
+FIRST_ROW = {"steps": "first", "waterfall": "wf_first", "narrative": ""}
+
+
+def _job_url(job_id: str, query, drop: tuple[str, ...] = ()) -> str:
+    params = query.copy()
+    for name in ("live", "more", *drop):
+        params.pop(name, None)
+    encoded = params.urlencode(safe=":")  # step keys read as the page writes them
+    return reverse("jobs:job", args=[job_id]) + (f"?{encoded}" if encoded else "")
+
+
+def _rows_page_url(job_id: str, part: str, query) -> str:
+    """The job page showing ``part``'s window from the row a rows URL starts at."""
+    params = query.copy()
+    start = params.pop("from", [""])[-1]
+    params.pop("to", None)
+    if FIRST_ROW[part] and start:
+        params[FIRST_ROW[part]] = start
+    return _job_url(job_id, params) + f"#{part}"
+
+
+def _to_own_url(request, job_id: str):
+    """An old link's query string (``more=<part>``, ``live=1``) sent to the view that serves it
+    now; the request's other parameters kept. HTMX follows the redirect with its headers."""
+    params = request.GET.copy()
+    part = params.pop("more", [""])[-1]
+    params.pop("live", None)
+    url = (
+        reverse("jobs:job-rows", args=[job_id, part])
+        if part in MORE_PARTS
+        else reverse("jobs:job-live", args=[job_id])
+    )
+    encoded = params.urlencode(safe=":")  # step keys read as the page writes them
+    return redirect(url + (f"?{encoded}" if encoded else ""))
+
+
+def _page_context(
+    request, job: Job, steps: list[StepRow], root_key: str, raw_step: str
+) -> tuple[dict, int]:
+    """The whole page's context (the page and its live poll render the same parts) and the
+    HTTP status (400 for a filter with an invalid value, 404 for a step the job lacks)."""
     lines_window = _window(request, "lines")
     events = _events_in_order(job, 0, lines_window)
     # The window holds every event of most jobs: the panel's raw events are among them.
@@ -662,6 +749,7 @@ def job_detail(request, job_id: str):
         .order_by("started_at", "id")
     )
     end = job.finished_at or job.last_event_at
+    next_attempt = next_attempts([job]).get(job.pk)
     completed = completed_node_ids(steps)
     resume = timeline.resume_preview(completed, steps)
     context = {
@@ -676,6 +764,9 @@ def job_detail(request, job_id: str):
         ),
         **job_header.finish_words(job),
         "stalled": job.is_stalled,
+        "waiting_to_retry": job.status == failures.RunStatus.PAUSED_TRANSIENT,
+        "next_attempt": next_attempt,
+        "next_attempt_words": job_header.next_attempt_words(next_attempt, timezone.now()),
         "previous_run": next((j for j in related if j.job_id == job.retry_of), None),
         "next_runs": [j for j in related if j.retry_of == job.job_id],
         "escalations": list(job.escalations.order_by("created_at", "pk")),
@@ -689,9 +780,7 @@ def job_detail(request, job_id: str):
         else [],
         "step_count": len(steps),
         "narrative_lines": [narrative.line_item(line) for line in lines],
-        "narrative_more": _more_links(
-            request, "narrative", lines_window, job.event_count, raw_step
-        ),
+        "narrative_more": _more_links(job, "narrative", lines_window, job.event_count, raw_step),
         "narrative_count": job.event_count,
         "root_key": root_key,
         "root_query": step_query(root.node_id, root.attempt) if root else "",
@@ -702,10 +791,7 @@ def job_detail(request, job_id: str):
         "live": job_header.is_live(job),
         "live_seconds": job_header.poll_seconds(job),
     }
-    if live_refresh:
-        context["oob"] = True
-        return render(request, "jobs/live.html", context, status=200 if context["live"] else 286)
-    return render(request, "jobs/detail.html", context, status=status)
+    return context, status
 
 
 # HTMX targets whose request moves the waterfall and the step list: a click on the overview
@@ -786,7 +872,9 @@ def _more_rows(request, job: Job, part: str, raw_step: str):
         steps = _step_rows(listed[start:stop])
         context["step_rows"] = _indexed(steps, root_key, start, step_filter)
         keep = [("step", raw_step)] if raw_step else []
-        links = step_list.window_links(start, stop, total, keep, step_filter)
+        links = step_list.window_links(
+            start, stop, total, keep, step_filter, rows_url(job, "steps")
+        )
         context["steps_before"] = links.before if earlier else {}
         context["steps_more"] = {} if earlier else links.after
     elif part == "waterfall":
@@ -815,12 +903,14 @@ def _more_rows(request, job: Job, part: str, raw_step: str):
             waterfall.rows, keep, collapsed, selected[0] if selected else "", start
         )
         keep += [("collapse", n) for n in sorted(collapsed)]
-        around = _waterfall_links(keep, start, min(stop, len(places)), len(places))
+        around = _waterfall_links(
+            keep, start, min(stop, len(places)), len(places), rows_url(job, "waterfall")
+        )
         context["waterfall_before"] = around["before"] if earlier else {}
         context["waterfall_more"] = {} if earlier else around["after"]
     else:
         stale = set(job_steps(job).filter(ignored_stale=True).values_list("node_id", "attempt"))
         lines = _narrative(job, root, stale, _events_in_order(job, start, stop), start)
         context["narrative_lines"] = [narrative.line_item(line) for line in lines]
-        context["narrative_more"] = _more_links(request, part, stop, job.event_count, raw_step)
+        context["narrative_more"] = _more_links(job, part, stop, job.event_count, raw_step)
     return render(request, f"jobs/detail.html#{MORE_PARTS[part]}", context)

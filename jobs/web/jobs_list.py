@@ -5,21 +5,23 @@ One view serves the whole page and, on an HTMX request that is not a history res
 """
 
 from dataclasses import dataclass
+from datetime import datetime
 from typing import TYPE_CHECKING, TypedDict
 
 from django.conf import settings
 from django.db.models import Count, IntegerField, OuterRef, Subquery
 from django.db.models.functions import Coalesce
 from django.shortcuts import render
+from django.utils import timezone
 from django.views.decorators.http import require_GET
 from django.views.decorators.vary import vary_on_headers
 
 from jobs.ingest import database
-from jobs.models import Escalation, Job, list_scope
+from jobs.models import Escalation, Job, NextAttempt, list_scope, next_attempts
 from jobs.replay import failures
 from jobs.replay import strip as strip_cells
 from jobs.templatetags.traceviz import stamp
-from jobs.web import access, filter_chips, narrative, sorting
+from jobs.web import access, filter_chips, job_header, narrative, sorting
 from jobs.web.filters import (
     JobFilterForm,
     after_cursor,
@@ -81,6 +83,9 @@ class JobRow:
     stalled: bool
     open_escalations: int
     findings: int
+    # A job paused between attempts: "waiting to retry" and, when known, when the next is due.
+    waiting_to_retry: bool
+    next_attempt: dict[str, str]
 
 
 def mini_bar(segment_strip, step_count: int) -> tuple[list[tuple[str, int]], str]:
@@ -106,7 +111,9 @@ def mini_bar(segment_strip, step_count: int) -> tuple[list[tuple[str, int]], str
     return cells, summary
 
 
-def _job_row(job: "WithAnnotations[Job, Listed]") -> JobRow:
+def _job_row(
+    job: "WithAnnotations[Job, Listed]", next_attempt: NextAttempt | None, now: datetime
+) -> JobRow:
     end = job.finished_at or job.last_event_at
     duration_ms = (end - job.started_at).total_seconds() * 1000 if end and job.started_at else None
     reason = job.failing_reason
@@ -123,6 +130,8 @@ def _job_row(job: "WithAnnotations[Job, Listed]") -> JobRow:
         stalled=job.is_stalled,
         open_escalations=job.open_escalations,
         findings=len(job.findings),
+        waiting_to_retry=job.status == failures.RunStatus.PAUSED_TRANSIENT,
+        next_attempt=job_header.next_attempt_words(next_attempt, now),
     )
 
 
@@ -213,6 +222,7 @@ def jobs_list(request):
         last = page[page_size - 1]
         next_cursor = encode_cursor(last) if sort.is_default else sorting.encode_cursor(last, sort)
     page = page[:page_size]
+    due, now = next_attempts(page), timezone.now()
     total = database.capped_count(matching, COUNT_CAP + 1)
     new_jobs = (
         database.capped_count(newer_than(matching, anchor), NEW_JOBS_CAP + 1) if anchor else 0
@@ -239,7 +249,7 @@ def jobs_list(request):
     context = {
         "nav": "jobs",
         "form": form,
-        "rows": [_job_row(job) for job in page],
+        "rows": [_job_row(job, due.get(job.pk), now) for job in page],
         "showing_all": filters.get("show") == "all",
         "scope": list_scope(filters),
         "is_default_view": is_default(filters),

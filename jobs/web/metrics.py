@@ -36,8 +36,12 @@ def metrics_access_required(view):
         expected = settings.TRACEVIZ_METRICS_TOKEN
         sent = bearer_token(request)
         # Bytes: compare_digest refuses str with non-ASCII characters (a TypeError, a 500).
-        token_ok = bool(expected and sent) and hmac.compare_digest(
-            sent.encode("utf-8", "surrogateescape"), expected.encode("utf-8")
+        token_ok = bool(
+            expected
+            and sent
+            and hmac.compare_digest(
+                sent.encode("utf-8", "surrogateescape"), expected.encode("utf-8")
+            )
         )
         staff = request.user.is_authenticated and request.user.is_staff
         if not (token_ok or staff or _address_allowed(client_address(request))):

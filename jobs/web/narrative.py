@@ -18,7 +18,7 @@ from jobs.replay.failures import ResultType
 from jobs.replay.walk import sort_events
 from jobs.web.rendering import step_query
 
-TONE_BY_RESULT_TYPE = {
+TONE_BY_RESULT_TYPE: dict[str, str] = {
     ResultType.SUCCESS: "ok",
     ResultType.RETRYABLE_FAILURE: "retryable",
     ResultType.PERMANENT_FAILURE: "failed",

@@ -500,6 +500,31 @@ class EscalationRef(Body):
     message: str
 
 
+class NextAttempt(Body):
+    """When a job waiting to retry (``paused:transient``) should start its next attempt, by
+    the run-status contract's backoff (1 s doubling per retry, capped at 5 min, plus up to 30 %
+    jitter): the attempt that failed retryably, and the window its successor is due in."""
+
+    node_id: str
+    attempt: int
+    """The attempt that failed retryably; the next is ``attempt + 1``."""
+    failed_at: Timestamp
+    due_from: Timestamp
+    """Its finish plus the backoff without jitter."""
+    due_by: Timestamp
+    """Its finish plus the backoff with full jitter: later than this, the retry is overdue."""
+
+    @classmethod
+    def from_due(cls, due: models.NextAttempt) -> "NextAttempt":
+        return cls(
+            node_id=due.node_id,
+            attempt=due.attempt,
+            failed_at=due.failed_at,
+            due_from=due.due_from,
+            due_by=due.due_by,
+        )
+
+
 class JobSummary(Body):
     """A job as the jobs list shows it."""
 
@@ -525,14 +550,19 @@ class JobSummary(Body):
     output_tokens: int
     cost: Usd | None
     """Summed over the calls with a known price; null when none had one."""
+    next_attempt: NextAttempt | None
+    """For a job waiting to retry, when its next attempt is due; null for any other job, and
+    for a paused one without a finished retryable attempt (nothing says when it retries)."""
 
     @classmethod
-    def from_job(cls, job: models.Job) -> "JobSummary":
-        return cls(**_summary_fields(job))
+    def from_job(cls, job: models.Job, due: models.NextAttempt | None = None) -> "JobSummary":
+        """``due``: the job's entry of ``models.next_attempts``, read for a whole page."""
+        return cls(**_summary_fields(job, due))
 
 
-def _summary_fields(job: models.Job) -> dict[str, Any]:
+def _summary_fields(job: models.Job, due: models.NextAttempt | None) -> dict[str, Any]:
     return {
+        "next_attempt": NextAttempt.from_due(due) if due else None,
         "job_id": job.job_id,
         "status": job.status,
         "stalled": job.is_stalled,
@@ -582,10 +612,12 @@ class Job(JobSummary):
     escalations: list[EscalationRef]
 
     @classmethod
-    def from_job(cls, job: models.Job) -> "Job":
-        """Reads the job's steps (its completed nodes come off them), its calls, the jobs its
-        spans link to (when they link) and its escalations: four queries at most, whatever
-        the number of steps and calls."""
+    def from_job(cls, job: models.Job, due: models.NextAttempt | None = None) -> "Job":
+        """``due``: the job's next attempt when the caller read it (else read here).
+
+        Reads the job's steps (its completed nodes come off them), its calls, the jobs its
+        spans link to (when they link), its escalations and, for a job waiting to retry, the
+        attempt it waits on: five queries at most, whatever the number of steps and calls."""
         steps = list(job.steps.filter(partition_day=job.partition_day).order_by("position"))
         stored_calls = list(job.calls.order_by("position"))
         jobs_by_trace = models.Job.objects.ids_by_trace(
@@ -601,7 +633,7 @@ class Job(JobSummary):
             by_step[call.node_id, call.attempt].append(Call.from_call(call, jobs_by_trace))
         step_keys = {(step.node_id, step.attempt) for step in steps}
         return cls(
-            **_summary_fields(job),
+            **_summary_fields(job, due or models.next_attempts([job]).get(job.pk)),
             metadata=_object(job.metadata),
             plan_hash=job.plan_hash,
             finish_code=job.finish_code,

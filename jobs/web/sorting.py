@@ -26,7 +26,7 @@ LABELS = {
     "duration": "Duration",
     "steps": "Steps",
     "attempts": "Attempts",
-    "failures": "Failures",
+    "failures": "Failed attempts",
 }
 DEFAULT = "-started"
 

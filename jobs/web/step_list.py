@@ -102,17 +102,22 @@ class Links:
 
 
 def window_links(
-    start: int, end: int, total: int, keep: list[tuple[str, str]], step_filter: StepFilter
+    start: int,
+    end: int,
+    total: int,
+    keep: list[tuple[str, str]],
+    step_filter: StepFilter,
+    rows_url: str,
 ) -> Links:
-    """ "Show earlier" and "Show more" links for rows ``start:end`` of ``total``; ``keep`` holds
-    the parameters every link carries (the selected step)."""
+    """ "Show earlier" and "Show more" links for rows ``start:end`` of ``total``: the rows'
+    own URL (``rows_url``, the job's step rows) for HTMX, the job page with a larger window
+    without it; ``keep`` holds the parameters every link carries (the selected step)."""
     base = keep + step_filter.query_items()
     before: dict = {}
     if start > 0:
         earlier = max(start - ROWS_WINDOW, 0)
         before = {
-            "fragment": "?"
-            + urlencode([*base, ("more", "steps"), ("from", earlier), ("to", start)]),
+            "fragment": rows_url + "?" + urlencode([*base, ("from", earlier), ("to", start)]),
             "page": "?"
             + urlencode([*base, ("first", earlier), ("rows", end - earlier)])
             + "#steps",
@@ -121,7 +126,7 @@ def window_links(
     after: dict = {}
     if end < total:
         after = {
-            "fragment": "?" + urlencode([*base, ("more", "steps"), ("from", end)]),
+            "fragment": rows_url + "?" + urlencode([*base, ("from", end)]),
             "page": "?"
             + urlencode([*base, ("first", start), ("rows", end - start + ROWS_WINDOW)])
             + "#steps",

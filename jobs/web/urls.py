@@ -1,7 +1,8 @@
 """Every URL of the app (docs/architecture.md); traceviz/urls.py includes this at the root.
 
-Export URLs come before the job page and end without a slash, so "<job_id>/events.ndjson"
-never reads as a job page (those always end with "/"); job ids may contain slashes.
+Export, live poll and rows URLs come before the job page and end without a slash, so
+"<job_id>/events.ndjson" or "<job_id>/live" never reads as a job page (those always end with
+"/"); job ids may contain slashes.
 """
 
 from django.urls import path, register_converter
@@ -37,6 +38,21 @@ class JobIdConverter:
 
 
 register_converter(JobIdConverter, "job_id")
+
+
+class RowsPartConverter:
+    """One of the job page's long lists whose windows have a URL (``job_page.job_rows``)."""
+
+    regex = "steps|waterfall|narrative"
+
+    def to_python(self, value: str) -> str:
+        return value
+
+    def to_url(self, value: str) -> str:
+        return value
+
+
+register_converter(RowsPartConverter, "rows_part")
 
 app_name = "jobs"
 
@@ -86,5 +102,7 @@ urlpatterns = [
     path("", jobs_list.jobs_list, name="jobs"),
     path("jobs/<job_id:job_id>/events.ndjson", export.job_events_ndjson, name="job-events-ndjson"),
     path("jobs/<job_id:job_id>/events.json", export.job_events_json, name="job-events-json"),
+    path("jobs/<job_id:job_id>/live", job_page.job_live, name="job-live"),
+    path("jobs/<job_id:job_id>/rows/<rows_part:part>", job_page.job_rows, name="job-rows"),
     path("jobs/<job_id:job_id>/", job_page.job_detail, name="job"),
 ]

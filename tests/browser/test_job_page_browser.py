@@ -159,7 +159,7 @@ def test_running_job_page_updates_itself_and_stops_when_finished(page, live_serv
     polls: list[int] = []
     page.on(
         "response",
-        lambda response: polls.append(response.status) if "live=1" in response.url else None,
+        lambda response: polls.append(response.status) if "/live" in response.url else None,
     )
     log_in(page, live_server, "eng", "/jobs/live-1/")
     assert "Live: this page updates" in page.locator("#job-live").inner_text()

@@ -50,10 +50,10 @@ def test_headers_sort_the_list_and_a_late_failure_shows_in_the_mini_bar(page, li
         "() => [...document.querySelectorAll('table.jobs tbody tr')]"
         ".map(r => r.dataset.jobId).join() === 'b,long,a,c'"
     )
-    page.click("th a.sort:text('Failures')")
+    page.click("th a.sort:text('Failed attempts')")
     page.wait_for_url("**sort=-failures**")
     page.wait_for_function(
         "() => document.querySelector('table.jobs tbody tr').dataset.jobId === 'b'"
     )
-    assert page.locator("th[aria-sort='descending']").inner_text().startswith("Failures")
+    assert page.locator("th[aria-sort='descending']").inner_text().startswith("Failed attempts")
     assert axe_violations(page, "#job-table") == []

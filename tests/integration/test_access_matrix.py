@@ -44,6 +44,11 @@ OWNER_ONLY = statuses(302, 303, 403, 403, 403, 302)  # the view belongs to the o
 # which still shows who got past the access check.
 GROUP_ACTION = statuses(302, 400, 400, 400, 400, 302)
 
+# A live job page's poll of the world's job, which expects no events (paused for approval):
+# every role reads it, and is told to stop polling (htmx's 286).
+POLL_STOPPED = statuses(302, 286, 286, 286, 286, 302)
+# The fragment URLs answer their partial to htmx (without it they send the reader to the page).
+HTMX = {"HTTP_HX_REQUEST": "true"}
 EVENTS_BODY = '{"type": "job_started", "job_id": "acc-ingested"}'
 
 
@@ -178,6 +183,21 @@ MATRIX = [
     Row("jobs/<job_id:job_id>/events.ndjson", "POST", "/jobs/{job}/events.ndjson", WRONG_METHOD),
     Row("jobs/<job_id:job_id>/events.json", "GET", "/jobs/{job}/events.json", RAW_EVENTS),
     Row("jobs/<job_id:job_id>/events.json", "POST", "/jobs/{job}/events.json", WRONG_METHOD),
+    Row("jobs/<job_id:job_id>/live", "GET", "/jobs/{job}/live", POLL_STOPPED, extra=HTMX),
+    Row("jobs/<job_id:job_id>/live", "POST", "/jobs/{job}/live", WRONG_METHOD),
+    Row(
+        "jobs/<job_id:job_id>/rows/<rows_part:part>",
+        "GET",
+        "/jobs/{job}/rows/steps?from=0",
+        PAGE,
+        extra=HTMX,
+    ),
+    Row(
+        "jobs/<job_id:job_id>/rows/<rows_part:part>",
+        "POST",
+        "/jobs/{job}/rows/narrative?from=0",
+        WRONG_METHOD,
+    ),
     Row("jobs/<job_id:job_id>/", "GET", "/jobs/{job}/", PAGE),
     Row("jobs/<job_id:job_id>/", "GET", "/jobs/{job}/?step=n1:1", PAGE),
     Row("jobs/<job_id:job_id>/", "POST", "/jobs/{job}/", WRONG_METHOD),

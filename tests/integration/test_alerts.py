@@ -213,6 +213,7 @@ def test_firing_alerts_show_in_the_header_and_on_the_dashboard(client, degraded_
     assert "anthropic/claude-x" in html
 
 
+@pytest.mark.speed_guard
 def test_header_indicator_costs_one_query(client, degraded_rule, django_assert_num_queries):
     from django.template import Context, Template
     from django.test import RequestFactory

@@ -219,6 +219,7 @@ def test_the_job_page_links_compare_and_its_workflow_runs(engineer, etl):
     assert "etl-today" in runs and "etl-yesterday" in runs
 
 
+@pytest.mark.speed_guard
 def test_the_page_reads_the_same_number_of_queries_whatever_the_size(engineer, etl):
     def run(job_id: str, nodes: int, start: datetime, result: str) -> list[dict]:
         items = [event("job_started", job_id, 0, workflow="wide")]

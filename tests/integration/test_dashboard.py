@@ -442,6 +442,7 @@ def test_empty_dashboard_shows_what_to_send_instead_of_axes(operator_client):
     assert "graph.next_step.degraded" in html
 
 
+@pytest.mark.speed_guard
 def test_dashboard_query_count_does_not_grow_with_rows(
     operator_client, fixture_jobs, django_assert_max_num_queries
 ):

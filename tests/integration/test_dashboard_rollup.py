@@ -15,6 +15,7 @@ from jobs.dashboard import charts, headlines, histograms, rollup
 from jobs.dashboard.window import Window
 from jobs.ingest.retention import apply_retention
 from jobs.models import DashboardDirtyHour, DashboardRollup, Job
+from jobs.replay.failures import FAILED_FAMILY
 from tests.factories import BASE_TS, event, finished, store
 from tests.integration.test_dashboard import (
     ANTHROPIC,
@@ -274,7 +275,7 @@ def test_whole_days_read_compiled_day_rows(jobs_over_hours, monkeypatch):
 def job_rows_count(w: Window) -> tuple[int, int]:
     """(jobs, failed-family jobs) counted from Job rows: the reference for the headlines."""
     jobs = w.jobs()
-    return jobs.count(), jobs.filter(status__in=[s.value for s in rollup.FAILED_FAMILY]).count()
+    return jobs.count(), jobs.filter(status__in=[s.value for s in FAILED_FAMILY]).count()
 
 
 @pytest.mark.parametrize(
@@ -359,7 +360,7 @@ def test_provider_failure_rates_from_the_rollup_equal_job_rows(jobs_over_hours):
             .values("provider", "model")
             .annotate(
                 jobs=Count("id"),
-                failed=Count("id", filter=Q(status__in=[s.value for s in rollup.FAILED_FAMILY])),
+                failed=Count("id", filter=Q(status__in=[s.value for s in FAILED_FAMILY])),
             )
         }
         found = provider_health.failure_rates(w)

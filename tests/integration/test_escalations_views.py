@@ -181,6 +181,7 @@ def test_queue_history_restore_gets_the_whole_page(support, client):
     assert "<html" in response.content.decode()
 
 
+@pytest.mark.speed_guard
 def test_queue_query_count_does_not_grow_with_rows(support, client, django_assert_num_queries):
     open_escalation("j0")
     client.get("/escalations/")  # warm the session

@@ -150,6 +150,7 @@ def test_unknown_range_falls_back_with_a_message(operator):
     assert "Unknown range" in response.content.decode()
 
 
+@pytest.mark.speed_guard
 def test_list_query_count_does_not_grow_with_groups(operator, django_assert_num_queries):
     failed_job("a1", 30)
     operator.get("/failures/")

@@ -437,6 +437,7 @@ def test_job_detail_lists_completed_nodes_in_completion_order(client, ingest_tok
     assert job["completed_node_ids"] == ["n1", "n3", "n2"]
 
 
+@pytest.mark.speed_guard
 def test_job_detail_queries_do_not_grow_with_its_steps(client, ingest_token):
     for job_id, steps in (("small", 2), ("big", 40)):
         store(

@@ -144,7 +144,7 @@ def test_show_earlier_nodes_answers_the_rows_before_the_window(engineer, wide):
     before = response.context["waterfall_before"]
     first = response.context["waterfall_first"]
     assert before["remaining"] == first
-    earlier = engineer.get("/jobs/wide/" + before["fragment"], HTTP_HX_REQUEST="true")
+    earlier = engineer.get(before["fragment"], HTTP_HX_REQUEST="true")
     nodes = row_nodes(earlier.content.decode())
     assert (
         len(nodes) == 200

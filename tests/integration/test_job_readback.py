@@ -306,6 +306,7 @@ def agent_trace(trace_id: bytes, job_id: str, steps: int) -> list[Span]:
     return in_trace(trace_id, *spans)
 
 
+@pytest.mark.speed_guard
 def test_reading_a_job_costs_the_same_queries_whatever_its_steps_and_calls(
     client, ingest_token, django_assert_num_queries
 ):

@@ -12,7 +12,7 @@ from jobs.models import Step
 from tests import factories
 from tests.factories import event, finished
 
-pytestmark = [pytest.mark.postgres, pytest.mark.django_db]
+pytestmark = [pytest.mark.postgres, pytest.mark.django_db, pytest.mark.speed_guard]
 
 
 @pytest.fixture

@@ -126,6 +126,7 @@ def test_a_sorted_list_answers_its_table_to_htmx(operator, jobs):
     assert "HX-Request" in response["Vary"]
 
 
+@pytest.mark.speed_guard
 def test_a_sorted_list_query_count_does_not_grow_with_page_size(
     operator, jobs, settings, django_assert_num_queries
 ):

@@ -34,7 +34,7 @@ def running_job(db):
 def test_a_running_job_page_polls(engineer, running_job):
     body = engineer.get("/jobs/run-1/").content.decode()
     poller = re.search(r'<p id="job-live"[^>]*>', body).group(0)
-    assert 'hx-get="/jobs/run-1/?live=1"' in poller
+    assert 'hx-get="/jobs/run-1/live"' in poller
     assert 'hx-trigger="every 3s"' in poller
 
 
@@ -46,7 +46,7 @@ def test_a_finished_job_page_does_not_poll(engineer, running_job):
 
 def test_the_poll_answers_header_waterfall_and_steps_out_of_band(engineer, running_job):
     factories.store([finished("transform", "success", "run-1", 4), started("load", "run-1", 5)])
-    response = engineer.get("/jobs/run-1/?live=1&step=fetch:1", **LIVE)
+    response = engineer.get("/jobs/run-1/live?step=fetch:1", **LIVE)
     body = response.content.decode()
     assert response.status_code == 200
     assert "HX-Request" in response["Vary"]
@@ -63,7 +63,7 @@ def test_the_poll_answers_header_waterfall_and_steps_out_of_band(engineer, runni
 
 
 def test_the_poll_keeps_the_filter_and_the_rows_shown(engineer, running_job):
-    response = engineer.get("/jobs/run-1/?live=1&node=trans&first=0&rows=250", **LIVE)
+    response = engineer.get("/jobs/run-1/live?node=trans&first=0&rows=250", **LIVE)
     keys = re.findall(r'data-step-link data-step-key="([^"]+)"', response.content.decode())
     assert keys == ["transform:1"]
 
@@ -83,9 +83,19 @@ def test_the_poll_stops_once_the_job_finishes(engineer, running_job):
             event("job_finished", "run-1", 5, status="completed"),
         ]
     )
-    response = engineer.get("/jobs/run-1/?live=1", **LIVE)
+    response = engineer.get("/jobs/run-1/live", **LIVE)
     body = response.content.decode()
     assert response.status_code == 286  # htmx stops polling
     assert "hx-trigger" not in re.search(r'<p id="job-live"[^>]*>', body).group(0)
     assert "live updates stopped" in body
     assert 'data-status="completed"' in body  # the header shows the final status
+
+
+def test_a_poll_of_a_page_loaded_before_the_live_url_is_sent_there(engineer, running_job):
+    response = engineer.get("/jobs/run-1/?live=1&step=fetch:1", **LIVE)
+    assert (response.status_code, response["Location"]) == (302, "/jobs/run-1/live?step=fetch:1")
+
+
+def test_the_live_url_without_htmx_is_the_job_page(engineer, running_job):
+    response = engineer.get("/jobs/run-1/live?step=fetch:1")
+    assert (response.status_code, response["Location"]) == (302, "/jobs/run-1/?step=fetch:1")

@@ -138,6 +138,7 @@ def test_open_escalations_and_contract_findings_by_kind(client, db):
     assert samples["traceviz_contract_findings", frozenset({("kind", "duplicate_success")})] == 1
 
 
+@pytest.mark.speed_guard
 def test_scrape_does_not_read_the_event_table(client, send):
     send(planner_batch())
     assert Event.objects.exists()

@@ -246,7 +246,9 @@ def test_show_more_returns_the_next_rows_only(operator):
     page = operator.get("/jobs/big/")
     assert page.context["steps_more"]["remaining"] == 10
     assert len(page.context["step_rows"]) == 200
-    more = operator.get("/jobs/big/?more=steps&from=200", HTTP_HX_REQUEST="true")
+    assert page.context["steps_more"]["fragment"] == "/jobs/big/rows/steps?from=200"
+    more = operator.get("/jobs/big/rows/steps?from=200", HTTP_HX_REQUEST="true")
+    assert "HX-Request" in more["Vary"]
     body = more.content.decode()
     assert body.count("data-step-link") == 10
     assert 'data-step-key="n200:1"' in body and 'data-step-key="n209:1"' in body
@@ -255,10 +257,16 @@ def test_show_more_returns_the_next_rows_only(operator):
     no_js = operator.get("/jobs/big/?rows=400")
     assert len(no_js.context["step_rows"]) == 210
     assert len(no_js.context["narrative_lines"]) == 211  # job_started + 210 finishes
-    narrative_more = operator.get("/jobs/big/?more=narrative&from=200", HTTP_HX_REQUEST="true")
+    narrative_more = operator.get("/jobs/big/rows/narrative?from=200", HTTP_HX_REQUEST="true")
     assert narrative_more.content.decode().count('class="line ') == 11
-    waterfall_more = operator.get("/jobs/big/?more=waterfall&from=200", HTTP_HX_REQUEST="true")
+    waterfall_more = operator.get("/jobs/big/rows/waterfall?from=200", HTTP_HX_REQUEST="true")
     assert waterfall_more.content.decode().count('class="wf-row"') == 10
+    # Without HTMX a rows URL is the job page with that list's window from the row asked.
+    no_js_more = operator.get("/jobs/big/rows/steps?from=200&to=400")
+    assert no_js_more["Location"] == "/jobs/big/?first=200#steps"
+    # A link made before the rows had their URL (?more=...) is sent there, query kept.
+    old = operator.get("/jobs/big/?more=steps&from=200", HTTP_HX_REQUEST="true")
+    assert (old.status_code, old["Location"]) == (302, "/jobs/big/rows/steps?from=200")
 
 
 # -- list filters ----------------------------------------------------------------------------
@@ -401,6 +409,7 @@ def test_bad_cursor_is_reported_not_a_500(operator):
     assert b"not a page link this list made" in response.content
 
 
+@pytest.mark.speed_guard
 def test_list_query_count_does_not_grow_with_page_size(
     operator, settings, django_assert_num_queries
 ):
@@ -585,7 +594,7 @@ def test_hostile_node_id_is_escaped_in_the_waterfall_bars_and_words(operator):
         ]
     )
     for headers in ({}, {"HTTP_HX_REQUEST": "true"}):
-        url = "/jobs/evil-node/" + ("?more=waterfall&from=0" if headers else "")
+        url = "/jobs/evil-node/" + ("rows/waterfall?from=0" if headers else "")
         body = operator.get(url, **headers).content.decode()
         assert "<img src=x" not in body
         escaped = "n&quot;&gt;&lt;img src=x onerror=alert(1)&gt;"

@@ -215,6 +215,7 @@ def test_the_migration_gives_stored_jobs_their_first_day_and_keeps_every_row():
         MigrationExecutor(connection).migrate(latest)
 
 
+@pytest.mark.speed_guard
 @pytest.mark.postgres
 def test_rows_by_pairs_uses_the_unique_index_in_a_partition_without_statistics():
     """A new day's partition has no statistics until autovacuum gets to it: the pair lookups

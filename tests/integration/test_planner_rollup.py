@@ -394,7 +394,10 @@ def test_the_migration_fills_the_tables_for_stored_events():
                 "hour", "provider", "model", "job_id", "parse_invalid", "degraded", "prev_hour"
             )
         )
-        rollup.rebuild()
+        # The planner's tables rebuilt from events (the whole rollup's rebuild would read
+        # tables of later migrations than this schema's).
+        planner_rollup.delete_all()
+        planner_rollup.insert(None)
         rebuilt = sorted(
             PlannerJobHour.objects.values_list(
                 "hour", "provider", "model", "job_id", "parse_invalid", "degraded", "prev_hour"
@@ -408,6 +411,7 @@ def test_the_migration_fills_the_tables_for_stored_events():
         DashboardRollup.objects.all().delete()
 
 
+@pytest.mark.speed_guard
 @pytest.mark.postgres
 @pytest.mark.parametrize(
     "events",

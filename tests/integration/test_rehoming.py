@@ -406,7 +406,7 @@ def test_the_trace_id_job_page_redirects_to_the_named_job_with_its_query(rehomed
 
 def test_a_fragment_asked_for_by_the_trace_ids_page_moves_the_whole_page(rehomed):
     response = rehomed.get(
-        f"/jobs/{TRACE}/?live=1&first=0",
+        f"/jobs/{TRACE}/live?first=0",
         HTTP_HX_REQUEST="true",
         HTTP_HX_CURRENT_URL=f"http://testserver/jobs/{TRACE}/?step=upload:1",
     )

@@ -153,6 +153,7 @@ def test_the_menu_lists_my_views_with_their_share_links_not_others(olga, client)
     assert 'aria-current="true"' in body
 
 
+@pytest.mark.speed_guard
 def test_the_menu_loads_lazily_so_pages_cost_no_query_for_it(olga, client):
     SavedView.objects.create(owner=olga, name="ETL failed", path="/", query="workflow=etl")
     body = client.get("/escalations/").content.decode()
@@ -241,6 +242,7 @@ def test_filters_of_drops_only_position():
     assert saved_views.filters_of("") == ""
 
 
+@pytest.mark.speed_guard
 def test_the_list_of_views_costs_the_same_queries_whatever_its_length(
     olga, client, django_assert_num_queries
 ):

@@ -95,6 +95,7 @@ def test_a_trace_exported_as_it_runs_grows_without_replaying_the_whole_job():
     assert rows() == grown
 
 
+@pytest.mark.speed_guard
 def test_a_node_looping_for_long_reads_only_its_latest_iterations():
     spans = end_order(agent_run(40))
     deliver(spans[:-4], [3])

@@ -21,10 +21,10 @@ class Command(BaseCommand):
     def handle(self, *args, job, batch, **options):
         if batch < 1:
             raise CommandError("--batch must be at least 1")
-        job_ids = Event.objects.order_by("job_id").values_list("job_id", flat=True).distinct()
+        stored = Event.objects.order_by("job_id").values_list("job_id", flat=True).distinct()
         if job:
-            job_ids = job_ids.filter(job_id__in=job)
-        job_ids = list(job_ids)
+            stored = stored.filter(job_id__in=job)
+        job_ids = list(stored)
         progress = Progress(self.stderr, "jobs checked", len(job_ids))
         differing = 0
         for start in range(0, len(job_ids), batch):

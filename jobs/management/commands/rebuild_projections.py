@@ -26,12 +26,12 @@ class Command(BaseCommand):
     def handle(self, *args, batch, job, after, **options):
         if batch < 1:
             raise CommandError("--batch must be at least 1")
-        job_ids = Event.objects.order_by("job_id").values_list("job_id", flat=True).distinct()
+        stored = Event.objects.order_by("job_id").values_list("job_id", flat=True).distinct()
         if job:
-            job_ids = job_ids.filter(job_id__in=job)
+            stored = stored.filter(job_id__in=job)
         if after:
-            job_ids = job_ids.filter(job_id__gt=after)
-        job_ids = list(job_ids)
+            stored = stored.filter(job_id__gt=after)
+        job_ids = list(stored)
         progress = Progress(self.stderr, "jobs rebuilt", len(job_ids))
         last = after
         try:
