@@ -390,36 +390,45 @@ def span_items(
     attrs = attributes(span.attributes)
     masked: list[str] = []
     clean_attrs = redact_into(attrs, "attributes", masked)
+    # Stored as sent, but for what holds nothing: a flag that is false, an unset status with no
+    # message, no span events, no links are left out (replay reads them so), which a span
+    # event row is the smaller by.
     payload: dict[str, Any] = {"trace_id": trace_id, "span_id": span_id}
     if span.parent_span_id:
         payload["parent_span_id"] = required_id(span.parent_span_id, 8, "parent_span_id")
-        payload["remote_parent"] = span.flags & REMOTE_PARENT == REMOTE_PARENT
-        payload["local_parent"] = span.flags & REMOTE_PARENT == KNOWN_PARENT
+        if span.flags & REMOTE_PARENT == REMOTE_PARENT:
+            payload["remote_parent"] = True
+        elif span.flags & REMOTE_PARENT == KNOWN_PARENT:
+            payload["local_parent"] = True
     payload |= {
         "name": cut(redact_into(span.name, "name", masked), events.MAX_ID_CHARS),
         "kind": KIND_NAMES.get(span.kind, "unspecified"),
         "end": ended,
-        "status": {
-            "code": STATUS_NAMES.get(span.status.code, "unset"),
-            "message": cut_bytes(
-                redact_into(span.status.message, "status.message", masked), MAX_VALUE_BYTES
-            ),
-        },
-        "attributes": bounded_attributes(clean_attrs, dropped),
-        "events": [
-            _span_event(event, f"events[{index}]", dropped, masked)
-            for index, event in enumerate(span.events[-MAX_SPAN_EVENTS:])
-        ],
-        "links": [
-            _link(link, f"links[{index}]", dropped, masked)
-            for index, link in enumerate(span.links[:MAX_LINKS])
-        ],
-        "resource": resource.stored,
-        "scope": {
-            name: cut(redact_into(value, f"scope.{name}", masked), events.MAX_ID_CHARS)
-            for name, value in scope.items()
-            if value
-        },
+    }
+    status: dict[str, str] = {"code": STATUS_NAMES.get(span.status.code, "unset")}
+    if span.status.message:
+        status["message"] = cut_bytes(
+            redact_into(span.status.message, "status.message", masked), MAX_VALUE_BYTES
+        )
+    if status != {"code": "unset"}:
+        payload["status"] = status
+    payload["attributes"] = bounded_attributes(clean_attrs, dropped)
+    span_events = [
+        _span_event(event, f"events[{index}]", dropped, masked)
+        for index, event in enumerate(span.events[-MAX_SPAN_EVENTS:])
+    ]
+    if span_events:
+        payload["events"] = span_events
+    if links := [
+        _link(link, f"links[{index}]", dropped, masked)
+        for index, link in enumerate(span.links[:MAX_LINKS])
+    ]:
+        payload["links"] = links
+    payload["resource"] = resource.stored
+    payload["scope"] = {
+        name: cut(redact_into(value, f"scope.{name}", masked), events.MAX_ID_CHARS)
+        for name, value in scope.items()
+        if value
     }
     masked.extend(resource.masked)
     counts = {
@@ -434,7 +443,7 @@ def span_items(
     prefix = f"{EVENT_ID_PREFIX}:{trace_id}:{span_id}"
     items = [item("span", job, prefix, started, payload)]
     item_masks = [bounded_paths(masked)]
-    for index, event in enumerate(payload["events"]):
+    for index, event in enumerate(span_events):
         if event["name"] in events.PLANNER_TYPES:
             planner = _planner_payload(event["attributes"])
             items.append(item(event["name"], job, f"{prefix}:{index}", event["ts"], planner))

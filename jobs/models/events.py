@@ -163,9 +163,15 @@ class Event(models.Model):
     received_at = models.DateTimeField(default=timezone.now)
     # Who sent it. Tokens are revoked, never deleted (the admin offers no delete), so no
     # database constraint checks each new row against them: deferred to commit, that check cost
-    # ingest about a quarter of what a raw COPY of the same rows costs (bench/README.md).
+    # ingest about a quarter of what a raw COPY of the same rows costs (bench/README.md). Nor
+    # an index: nothing reads events by token, and it grew with every event (bench/storage.py).
     token = models.ForeignKey(
-        IngestToken, null=True, blank=True, on_delete=models.SET_NULL, db_constraint=False
+        IngestToken,
+        null=True,
+        blank=True,
+        on_delete=models.SET_NULL,
+        db_constraint=False,
+        db_index=False,
     )
     # The job's partition_day (ingest copies it from the Job row): on PostgreSQL the table is
     # partitioned by it, one partition per day, so retention drops whole days.
