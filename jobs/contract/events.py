@@ -538,7 +538,12 @@ def bounded_attribute(attrs: dict[str, Any], key: str) -> int | None:
     return value if value is not None and lo <= value <= hi else None
 
 
+SPAN_NUMBER_KEYS = frozenset(SPAN_NUMBER_BOUNDS)
+
+
 def _span_attribute_errors(attrs: dict[str, Any]) -> Iterable[FieldError]:
+    if SPAN_NUMBER_KEYS.isdisjoint(attrs):  # most spans carry none of them
+        return
     for key, (lo, hi) in SPAN_NUMBER_BOUNDS.items():
         if key in attrs:
             value = attribute_int(attrs[key])

@@ -574,7 +574,9 @@ def is_value_key(key: str) -> bool:
 def bounded_attributes(attrs: dict[str, Any], dropped: dict[str, Any]) -> dict[str, Any]:
     """Attributes within DESIGN section 3b's bounds: each input/output value at most 64 KiB,
     the others together at most 16 KiB (what does not fit is cut or left out, and its key is
-    listed in ``dropped["cut"]``)."""
+    listed in ``dropped["cut"]``). Attributes that fit whole are kept as sent, in their order."""
+    if _fit_whole(attrs):
+        return attrs
     kept: dict[str, Any] = {}
     budget = MAX_ATTRIBUTES_BYTES
     sized = []
@@ -598,6 +600,24 @@ def bounded_attributes(attrs: dict[str, Any], dropped: dict[str, Any]) -> dict[s
         else:
             dropped.setdefault("cut", []).append(name)
     return kept
+
+
+def _fit_whole(attrs: dict[str, Any]) -> bool:
+    """Whether ``bounded_attributes`` keeps every attribute as it is: all of them together fit
+    the shared budget as JSON (so each fits its own bound), no key is too long, and no value
+    holds what ``json_safe`` changes (a non-finite float; nested values are left to the
+    attribute-by-attribute way)."""
+    for key, value in attrs.items():
+        kind = type(value)
+        if len(key) > events.MAX_ID_CHARS or not (
+            kind is str
+            or kind is int
+            or kind is bool
+            or value is None
+            or (kind is float and math.isfinite(value))
+        ):
+            return False
+    return _json_size(attrs) <= MAX_ATTRIBUTES_BYTES
 
 
 def _json_size(value: Any) -> int:
