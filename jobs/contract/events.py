@@ -672,6 +672,26 @@ def _id_errors(item: dict[str, Any], payload: Any) -> Iterable[FieldError]:
                     yield FieldError(f"payload.attributes.{key}", problem)
 
 
+def _ids_valid(item: dict[str, Any], payload: dict[str, Any]) -> bool:
+    """Whether ``_id_errors`` finds nothing, for an item the compiled envelope accepted (its
+    ids are strings): the same checks without building errors."""
+    for name in ("type", "job_id", "event_id"):
+        value = item.get(name)
+        if value is not None and id_problem(value):
+            return False
+    for name in ID_FIELD_NAMES.intersection(payload):
+        value = payload[name]
+        if isinstance(value, str) and value and id_problem(value):
+            return False
+    attrs = payload.get("attributes")
+    if item["type"] == "span" and isinstance(attrs, dict):
+        for key in SPAN_ID_ATTRIBUTE_NAMES.intersection(attrs):
+            value = attrs[key]
+            if isinstance(value, str) and value and id_problem(value):
+                return False
+    return True
+
+
 def nesting_depth(value: Any, limit: int = MAX_PAYLOAD_DEPTH) -> int:
     """How deep objects and arrays nest in ``value`` (a scalar is 0), counted without recursion
     and only up to ``limit + 1``."""
@@ -759,7 +779,7 @@ def _accepted(item: dict[str, Any], check_text: bool) -> Event | None:
         and any(True for _error in _span_attribute_errors(attrs))
     ):
         return None
-    if any(True for _error in _id_errors(item, payload)):
+    if not _ids_valid(item, payload):
         return None
     return Event(
         type=event_type,
