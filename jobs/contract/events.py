@@ -749,7 +749,7 @@ def _accepted(item: dict[str, Any], check_text: bool) -> Event | None:
     envelope, python_checks = COMPILED.get(event_type, OTHER_COMPILED)
     try:
         msgspec.convert(item, envelope)
-    except msgspec.ValidationError:
+    except (msgspec.ValidationError, UnicodeEncodeError):  # a lone surrogate where a choice is
         return None
     payload = item.get("payload", {})
     for name, check in python_checks:

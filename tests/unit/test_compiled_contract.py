@@ -61,7 +61,9 @@ JSON_SCALARS = (
     | st.integers(min_value=-(2**65), max_value=2**65)
     | st.floats(allow_nan=True, allow_infinity=True)
     | st.text(max_size=8)
-    | st.sampled_from(["", "x" * 200, "x" * 201, "success", "2026-03-02T10:00:00Z", "a" * 32])
+    | st.sampled_from(
+        ["", "x" * 200, "x" * 201, "success", "2026-03-02T10:00:00Z", "a" * 32, "\ud800", "n\x00"]
+    )
 )
 JSON_VALUES = st.recursive(
     JSON_SCALARS,
@@ -74,7 +76,7 @@ JSON_VALUES = st.recursive(
 
 @st.composite
 def items(draw) -> Any:
-    event_type = draw(st.sampled_from([*events.PAYLOAD_FIELDS, "custom.thing", "", 3]))
+    event_type = draw(st.sampled_from([*events.PAYLOAD_FIELDS, "custom.thing", "", 3, "\ud800"]))
     fields = events.PAYLOAD_FIELDS.get(event_type, events.OTHER_TYPE_FIELDS)
     names = draw(st.lists(st.sampled_from([*fields, "context", "other"]), max_size=4))
     payload = {name: draw(JSON_VALUES) for name in names}
