@@ -390,9 +390,9 @@ def span_items(
     attrs = attributes(span.attributes)
     masked: list[str] = []
     clean_attrs = redact_into(attrs, "attributes", masked)
-    # Stored as sent, but for what holds nothing: a flag that is false, an unset status with no
-    # message, no span events, no links are left out (replay reads them so), which a span
-    # event row is the smaller by.
+    # Stored as sent, but for what holds nothing: a flag that is false, an unspecified kind, an
+    # unset status with no message, no attributes, no span events, no links, an empty resource
+    # or scope are left out (replay reads them so), which a span event row is the smaller by.
     payload: dict[str, Any] = {"trace_id": trace_id, "span_id": span_id}
     if span.parent_span_id:
         payload["parent_span_id"] = required_id(span.parent_span_id, 8, "parent_span_id")
@@ -400,11 +400,10 @@ def span_items(
             payload["remote_parent"] = True
         elif span.flags & REMOTE_PARENT == KNOWN_PARENT:
             payload["local_parent"] = True
-    payload |= {
-        "name": cut(redact_into(span.name, "name", masked), events.MAX_ID_CHARS),
-        "kind": KIND_NAMES.get(span.kind, "unspecified"),
-        "end": ended,
-    }
+    payload["name"] = cut(redact_into(span.name, "name", masked), events.MAX_ID_CHARS)
+    if span.kind in KIND_NAMES:
+        payload["kind"] = KIND_NAMES[span.kind]
+    payload["end"] = ended
     status: dict[str, str] = {"code": STATUS_NAMES.get(span.status.code, "unset")}
     if span.status.message:
         status["message"] = cut_bytes(
@@ -412,7 +411,8 @@ def span_items(
         )
     if status != {"code": "unset"}:
         payload["status"] = status
-    payload["attributes"] = bounded_attributes(clean_attrs, dropped)
+    if clean_attrs:
+        payload["attributes"] = bounded_attributes(clean_attrs, dropped)
     span_events = [
         _span_event(event, f"events[{index}]", dropped, masked)
         for index, event in enumerate(span.events[-MAX_SPAN_EVENTS:])
@@ -424,12 +424,14 @@ def span_items(
         for index, link in enumerate(span.links[:MAX_LINKS])
     ]:
         payload["links"] = links
-    payload["resource"] = resource.stored
-    payload["scope"] = {
+    if resource.stored:
+        payload["resource"] = resource.stored
+    if named_scope := {
         name: cut(redact_into(value, f"scope.{name}", masked), events.MAX_ID_CHARS)
         for name, value in scope.items()
         if value
-    }
+    }:
+        payload["scope"] = named_scope
     masked.extend(resource.masked)
     counts = {
         "attributes": span.dropped_attributes_count,

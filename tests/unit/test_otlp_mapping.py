@@ -579,22 +579,14 @@ def test_parent_ids_that_go_round_in_a_circle_still_replay():
 
 
 def test_a_plain_span_is_stored_without_what_holds_nothing():
-    """No span events, no links, an unset status without a message and parent flags that are
-    false are left out of the stored payload (bench/storage.py: the span event row is the
-    largest of what a span costs), and replay reads the span as if they were there."""
+    """An unspecified kind, an unset status without a message, no attributes, span events or
+    links, an empty resource and scope and parent flags that are false are left out of the
+    stored payload (bench/storage.py: the span event row is the largest of what a span costs),
+    and replay reads the span as if they were there."""
     [item] = items_of(span(name="work", span_id=sid(2), parent=sid(1), end_ms=10))
-    assert set(item["payload"]) == {
-        "trace_id",
-        "span_id",
-        "parent_span_id",
-        "name",
-        "kind",
-        "end",
-        "attributes",
-        "resource",
-        "scope",
-    }
+    assert set(item["payload"]) == {"trace_id", "span_id", "parent_span_id", "name", "end"}
     event, _errors = validate(item)
     view = read_span(event)
-    assert (view.remote_parent, view.local_parent) == (False, False)
+    assert (view.remote_parent, view.local_parent, view.kind) == (False, False, "unspecified")
     assert (view.status_code, view.status_message, view.events, view.links) == ("unset", "", [], [])
+    assert (view.attrs, view.resource, view.scope) == ({}, {}, {})
