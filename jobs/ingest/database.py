@@ -493,13 +493,13 @@ def lock_keys(keys: list[int]) -> None:
 
 
 def lock_out_writers(model: type[models.Model], timeout: str = "5s") -> bool:
-    """Hold off writes to ``model``'s table until the transaction ends, reads going on: once
-    this returns True, every transaction that wrote to it has ended. Retention takes it on the
-    span resources before it deletes those no event references: every batch writes its
-    resources (``INSERT ... ON CONFLICT DO NOTHING``, even those already stored) in its own
-    transaction before its events, so none is about to reference one that goes. False when
-    writers held the table past ``timeout``: the caller gives up rather than queue ingest
-    behind it. SQLite serialises writers by itself."""
+    """Hold off writes to ``model``'s table until the caller's transaction (it must be in one)
+    ends, reads going on: once this returns True, every transaction that wrote to it has
+    ended. Retention takes it on the span resources before it deletes those no event
+    references: every batch writes its resources (``INSERT ... ON CONFLICT DO NOTHING``, even
+    those already stored) in its own transaction before its events, so none is about to
+    reference one that goes. False when writers held the table past ``timeout``: the caller
+    gives up rather than queue ingest behind it. SQLite serialises writers by itself."""
     if connection.vendor != POSTGRES:
         return True
     table = connection.ops.quote_name(model._meta.db_table)
