@@ -189,11 +189,53 @@ def table_bytes() -> dict[str, int]:
         return {name: int(size) for name, size in cursor.fetchall()}
 
 
+def relation_bytes() -> dict[str, tuple[int, int, int]]:
+    """Per app table (partitions summed in): bytes of its heap, its TOAST and its indexes."""
+    from django.db import connection
+
+    with connection.cursor() as cursor:
+        cursor.execute(
+            """
+            SELECT coalesce(parent.relname, c.relname),
+                   sum(pg_relation_size(c.oid)),
+                   sum(pg_total_relation_size(c.oid) - pg_relation_size(c.oid)
+                       - pg_indexes_size(c.oid)),
+                   sum(pg_indexes_size(c.oid))
+            FROM pg_class c
+            JOIN pg_namespace n ON n.oid = c.relnamespace
+            LEFT JOIN pg_inherits i ON i.inhrelid = c.oid
+            LEFT JOIN pg_class parent ON parent.oid = i.inhparent
+            WHERE n.nspname = 'public' AND c.relkind = 'r'
+            GROUP BY 1
+            """
+        )
+        return {name: (int(heap), int(toast), int(index)) for name, heap, toast, index in cursor}
+
+
+def index_bytes() -> dict[str, int]:
+    """Bytes of each index of the app (a partitioned index summed over its partitions)."""
+    from django.db import connection
+
+    with connection.cursor() as cursor:
+        cursor.execute(
+            """
+            SELECT coalesce(parent.relname, c.relname), sum(pg_relation_size(c.oid))
+            FROM pg_class c
+            JOIN pg_namespace n ON n.oid = c.relnamespace
+            LEFT JOIN pg_inherits i ON i.inhrelid = c.oid
+            LEFT JOIN pg_class parent ON parent.oid = i.inhparent
+            WHERE n.nspname = 'public' AND c.relkind = 'i'
+            GROUP BY 1
+            """
+        )
+        return {name: int(size) for name, size in cursor}
+
+
 def measure(label: str, path: str, content_type: str, bodies: list[bytes], token: str) -> float:
     from django.test import Client
 
     client = Client()
-    before = table_bytes()
+    before, relations_before, indexes_before = table_bytes(), relation_bytes(), index_bytes()
     for body in bodies:
         response = client.post(
             path, body, content_type=content_type, HTTP_AUTHORIZATION=f"Bearer {token}"
@@ -206,9 +248,21 @@ def measure(label: str, path: str, content_type: str, bodies: list[bytes], token
     stored = sum(grown.values())
     ratio = stored / received
     print(f"{label}: received {received:,} B, stored {stored:,} B, {ratio:.2f} x")
+    relations = relation_bytes()
     for name, size in sorted(grown.items(), key=lambda item: -item[1]):
         if size:
-            print(f"    {name:32} {size:>12,} B  {size / received:5.2f} x")
+            then = relations_before.get(name, (0, 0, 0))
+            heap, toast, index = (a - b for a, b in zip(relations[name], then, strict=True))
+            print(
+                f"    {name:32} {size:>12,} B  {size / received:5.2f} x   (heap {heap:,}, "
+                f"TOAST {toast:,}, indexes {index:,})"
+            )
+    indexes = index_bytes()
+    grown_indexes = {name: indexes[name] - indexes_before.get(name, 0) for name in indexes}
+    print("    indexes that grew by 1 % of what was received or more:")
+    for name, size in sorted(grown_indexes.items(), key=lambda item: -item[1]):
+        if size >= received / 100:
+            print(f"        {name:54} {size:>12,} B  {size / received:5.2f} x")
     return ratio
 
 

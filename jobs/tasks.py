@@ -63,7 +63,12 @@ def check_stalls() -> int:
 def apply_retention() -> dict:
     """Periodic: delete data older than TRACEVIZ_RETENTION_DAYS (a no-op while it is 0)."""
     result = retention.apply_retention(settings.TRACEVIZ_RETENTION_DAYS)
-    return {"jobs": result.jobs, "events": result.events, "escalations": result.escalations}
+    return {
+        "jobs": result.jobs,
+        "events": result.events,
+        "escalations": result.escalations,
+        "span_resources": result.resources,
+    }
 
 
 @shared_task(ignore_result=True)

@@ -14,11 +14,12 @@ import unicodedata
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import Any, TypeGuard
+from typing import Annotated, Any, Literal, TypeGuard
 
+import msgspec
 import orjson
 
-from jobs.contract.secret_text import contains_token
+from jobs.contract.secret_text import HEX_ID, contains_token
 
 MAX_ID_CHARS = 200
 MAX_REASON_BYTES = 64 * 1024
@@ -112,11 +113,16 @@ class Check:
     ``json_schema`` states the same rule as a JSON Schema fragment: the API document's event
     schema is built from these (``jobs.contract.schema``), so it says what validation does. One
     difference JSON Schema cannot express: it counts ``1.0`` as an integer, the contract does not.
+    ``compiled`` states it as a msgspec type, which ``validate`` checks in C
+    (``compiled_payload``): the type accepts exactly what ``accepts`` does, or, when ``exact``
+    is false, more, and ``accepts`` then decides.
     """
 
     accepts: Callable[[Any], bool]
     message: str
     json_schema: dict[str, Any]
+    compiled: Any = Any
+    exact: bool = True
 
     def __call__(self, value: Any) -> str | None:
         return None if self.accepts(value) else self.message
@@ -132,10 +138,14 @@ def integer(lo: int, hi: int = MAX_SMALL_INT) -> Check:
         if hi == MAX_SMALL_INT
         else f"must be an integer from {lo} to {hi}"
     )
+    # msgspec bounds an int within 64 bits; past them it checks the type, and this the bounds.
+    within_64_bits = lo >= -(2**63) and hi < 2**63
     return Check(
         lambda value: _is_int(value) and lo <= value <= hi,
         message,
         {"type": "integer", "minimum": lo, "maximum": hi},
+        Annotated[int, msgspec.Meta(ge=lo, le=hi)] if within_64_bits else int,
+        exact=within_64_bits,
     )
 
 
@@ -152,6 +162,8 @@ def number(lo: float, hi: float) -> Check:
         accepts,
         f"must be a number from {lo:g} to {hi:g}",
         {"type": "number", "minimum": lo, "maximum": hi},
+        # msgspec reads an int as a float too, and refuses NaN and infinities past the bounds.
+        Annotated[float, msgspec.Meta(ge=lo, le=hi)],
     )
 
 
@@ -166,6 +178,7 @@ def string(min_chars: int = 0, max_chars: int = MAX_ID_CHARS) -> Check:
         lambda value: isinstance(value, str) and min_chars <= len(value) <= max_chars,
         message,
         {"type": "string", **lengths, "maxLength": max_chars},
+        Annotated[str, msgspec.Meta(min_length=min_chars, max_length=max_chars)],
     )
 
 
@@ -174,6 +187,7 @@ def one_of(*choices: str) -> Check:
         lambda value: value in choices,
         "must be one of " + ", ".join(choices),
         {"type": "string", "enum": list(choices)},
+        Literal[choices],
     )
 
 
@@ -185,6 +199,11 @@ def hex_id(chars: int) -> Check:
         ),
         f"must be {chars} lowercase hex digits",
         {"type": "string", "pattern": f"^[0-9a-f]{{{chars}}}$"},
+        # The lengths too: a regular expression's "$" also matches before a final newline.
+        Annotated[
+            str,
+            msgspec.Meta(min_length=chars, max_length=chars, pattern=f"^[0-9a-f]{{{chars}}}$"),
+        ],
     )
 
 
@@ -192,15 +211,25 @@ def _is_timestamp(value: Any) -> bool:
     return parse_timestamp(value) is not None
 
 
-text = Check(lambda value: isinstance(value, str), "must be a string", {"type": "string"})
+text = Check(lambda value: isinstance(value, str), "must be a string", {"type": "string"}, str)
 timestamp = Check(
     _is_timestamp,
     "must be an RFC 3339 timestamp with an offset",
     {"type": "string", "format": "date-time"},
+    str,
+    exact=False,
 )
-obj = Check(lambda value: isinstance(value, dict), "must be an object", {"type": "object"})
-array = Check(lambda value: isinstance(value, list), "must be an array", {"type": "array"})
-boolean = Check(lambda value: isinstance(value, bool), "must be true or false", {"type": "boolean"})
+# Not compiled: msgspec would copy a dict or a list to check its type (and take a tuple for a
+# list); ``accepts`` is one isinstance.
+obj = Check(
+    lambda value: isinstance(value, dict), "must be an object", {"type": "object"}, exact=False
+)
+array = Check(
+    lambda value: isinstance(value, list), "must be an array", {"type": "array"}, exact=False
+)
+boolean = Check(
+    lambda value: isinstance(value, bool), "must be true or false", {"type": "boolean"}, bool
+)
 anything = Check(lambda value: True, "", {})
 
 
@@ -223,6 +252,7 @@ fingerprint = Check(
         "maxItems": MAX_FINGERPRINT_ELEMENTS,
         "items": {"type": "string", "minLength": 1, "maxLength": MAX_ID_CHARS},
     },
+    exact=False,  # not compiled (a list, as ``array``): ``accepts`` decides
 )
 
 
@@ -383,6 +413,8 @@ ID_PAYLOAD_FIELDS = (
 SPAN_ID_ATTRIBUTES = tuple(
     f"traceviz.{name}" for name in ("node_id", "retry_of", "correlation_id", "session_id")
 )
+ID_FIELD_NAMES = frozenset(ID_PAYLOAD_FIELDS)
+SPAN_ID_ATTRIBUTE_NAMES = frozenset(SPAN_ID_ATTRIBUTES)
 CONTROL_CATEGORIES = frozenset({"Cc", "Zl", "Zp"})
 # Span attributes replay reads as numbers (docs/otlp.md), with the bounds of the contract's
 # fields they become: a span holding one past its bound is refused with a field error, from
@@ -408,6 +440,58 @@ SPAN_NUMBER_BOUNDS: dict[str, tuple[int, int]] = {
 }
 ENVELOPE_FIELDS = frozenset({"type", "job_id", "event_id", "ts", "seq", "payload"})
 REQUIRED_ENVELOPE_FIELDS = ("type", "job_id")
+
+
+# --- the compiled contract ----------------------------------------------------------------
+# The tables above as msgspec types, built from each check's ``compiled`` type: ``validate``
+# accepts a valid item in C, and the checks themselves run only for what these do not decide.
+
+
+def _struct(
+    name: str, fields: dict[str, Any], required: tuple[str, ...], *, closed: bool = False
+) -> type:
+    """A msgspec Struct of ``fields`` (name: type), those not ``required`` optional; other keys
+    are ignored (a payload is open) unless ``closed`` (an envelope's are errors)."""
+    return msgspec.defstruct(
+        name,
+        [
+            (field, kind) if field in required else (field, kind | msgspec.UnsetType, msgspec.UNSET)
+            for field, kind in fields.items()
+        ],
+        kw_only=True,
+        forbid_unknown_fields=closed,
+    )
+
+
+def _compiled_payload(event_type: str, checks: dict[str, Check]) -> tuple[type, bool]:
+    """A type's payload as a Struct, and whether the envelope requires it (a payload left out
+    is ``{}``, which lacks the required fields)."""
+    required = REQUIRED_PAYLOAD_FIELDS.get(event_type, ())
+    fields = {name: check.compiled for name, check in checks.items()}
+    return _struct(f"Payload[{event_type}]", fields, required), bool(required)
+
+
+def _envelope(event_type: str, checks: dict[str, Check]) -> tuple[type, tuple]:
+    """The compiled envelope of an event of ``event_type`` with its payload, and the payload
+    checks whose compiled type is not exact (``Check.exact``), which run after it."""
+    payload, payload_required = _compiled_payload(event_type, checks)
+    fields = {
+        "type": IDENT.compiled,
+        "job_id": IDENT.compiled,
+        "event_id": IDENT.compiled,
+        "ts": Any,  # ``parse_timestamp``
+        "seq": SEQ.compiled,
+        "payload": payload,
+    }
+    required = (*REQUIRED_ENVELOPE_FIELDS, *(("payload",) if payload_required else ()))
+    envelope = _struct(f"Event[{event_type}]", fields, required, closed=True)
+    return envelope, tuple((name, check) for name, check in checks.items() if not check.exact)
+
+
+COMPILED: dict[str, tuple[type, tuple]] = {
+    event_type: _envelope(event_type, checks) for event_type, checks in PAYLOAD_FIELDS.items()
+}
+OTHER_COMPILED = _envelope("other", OTHER_TYPE_FIELDS)
 
 
 # ASCII digits only: RFC 3339's (Python's \d also matches other scripts' digits).
@@ -482,11 +566,14 @@ def bounded_attribute(attrs: dict[str, Any], key: str) -> int | None:
 
 
 FINGERPRINT_ATTRIBUTE = "traceviz.fingerprint"
+SPAN_NUMBER_KEYS = frozenset(SPAN_NUMBER_BOUNDS)
 
 
 def _span_attribute_errors(attrs: dict[str, Any]) -> Iterable[FieldError]:
     if FINGERPRINT_ATTRIBUTE in attrs and (error := fingerprint(attrs[FINGERPRINT_ATTRIBUTE])):
         yield FieldError(f"payload.attributes.{FINGERPRINT_ATTRIBUTE}", error)
+    if SPAN_NUMBER_KEYS.isdisjoint(attrs):  # most spans carry none of them
+        return
     for key, (lo, hi) in SPAN_NUMBER_BOUNDS.items():
         if key in attrs:
             value = attribute_int(attrs[key])
@@ -496,11 +583,12 @@ def _span_attribute_errors(attrs: dict[str, Any]) -> Iterable[FieldError]:
                 )
 
 
-def default_event_id(item: dict[str, Any]) -> str:
-    """Idempotency key for an event sent without one: a hash of the event exactly as sent."""
-    try:
-        canonical = orjson.dumps(item, option=orjson.OPT_SORT_KEYS)
-    except orjson.JSONEncodeError:  # integers past 64 bits
+def default_event_id(item: dict[str, Any], canonical: bytes | None = None) -> str:
+    """Idempotency key for an event sent without one: a hash of the event exactly as sent.
+    ``canonical``: the item as ``_encoded`` wrote it, when the caller has it."""
+    if canonical is None:
+        canonical = _encoded(item)
+    if canonical is None:  # integers past 64 bits
         canonical = json.dumps(
             item, sort_keys=True, separators=(",", ":"), ensure_ascii=False
         ).encode("utf-8")
@@ -530,11 +618,12 @@ def _text_problems(item: Any) -> list[FieldError]:
 
 
 def _encoded(item: Any) -> bytes | None:
-    """``item`` as JSON (orjson, in C), or None where orjson refuses it: a lone surrogate, an
-    integer past 64 bits... Cheap upper bounds for the walks below: without a NUL escape in it
-    the item holds no NUL, and objects and arrays nest no deeper than it has brackets."""
+    """``item`` as JSON with sorted keys (orjson, in C), or None where orjson refuses it: a lone
+    surrogate, an integer past 64 bits... The default event id hashes it. Cheap upper bounds
+    for the walks below: without a NUL escape in it the item holds no NUL, and objects and
+    arrays nest no deeper than it has brackets."""
     try:
-        return orjson.dumps(item)
+        return orjson.dumps(item, option=orjson.OPT_SORT_KEYS)
     except orjson.JSONEncodeError:
         return None
 
@@ -565,6 +654,8 @@ def id_problem(value: str) -> str | None:
     format character (Unicode's Cf: a right-to-left override, a zero-width space, a BOM...), or
     only spaces. Anything else an id may look like (digits that pass the Luhn check, a
     base64 word, ``session:1234``) is an ordinary id."""
+    if HEX_ID.fullmatch(value):  # most OTLP ids, each new: skip every check below
+        return None
     # Every character of CONTROL_CATEGORIES is unprintable: most ids skip the walk.
     if not value.isprintable() and any(
         unicodedata.category(char) in CONTROL_CATEGORIES for char in value
@@ -593,16 +684,42 @@ def _id_errors(item: dict[str, Any], payload: Any) -> Iterable[FieldError]:
         if isinstance(value, str) and (problem := id_problem(value)):
             yield FieldError(name, problem)
     if isinstance(payload, dict):
-        for name in ID_PAYLOAD_FIELDS:
-            value = payload.get(name)
-            if isinstance(value, str) and value and (problem := id_problem(value)):
-                yield FieldError(f"payload.{name}", problem)
+        # Most payloads name one id or none: the set test (in C) skips the others.
+        if not ID_FIELD_NAMES.isdisjoint(payload):
+            for name in ID_PAYLOAD_FIELDS:
+                value = payload.get(name)
+                if isinstance(value, str) and value and (problem := id_problem(value)):
+                    yield FieldError(f"payload.{name}", problem)
         attrs = payload.get("attributes")
-        if item.get("type") == "span" and isinstance(attrs, dict):
+        if (
+            item.get("type") == "span"
+            and isinstance(attrs, dict)
+            and not SPAN_ID_ATTRIBUTE_NAMES.isdisjoint(attrs)
+        ):
             for key in SPAN_ID_ATTRIBUTES:
                 value = attrs.get(key)
                 if isinstance(value, str) and value and (problem := id_problem(value)):
                     yield FieldError(f"payload.attributes.{key}", problem)
+
+
+def _ids_valid(item: dict[str, Any], payload: dict[str, Any]) -> bool:
+    """Whether ``_id_errors`` finds nothing, for an item the compiled envelope accepted (its
+    ids are strings): the same checks without building errors."""
+    for name in ("type", "job_id", "event_id"):
+        value = item.get(name)
+        if value is not None and id_problem(value):
+            return False
+    for name in ID_FIELD_NAMES.intersection(payload):
+        value = payload[name]
+        if isinstance(value, str) and value and id_problem(value):
+            return False
+    attrs = payload.get("attributes")
+    if item["type"] == "span" and isinstance(attrs, dict):
+        for key in SPAN_ID_ATTRIBUTE_NAMES.intersection(attrs):
+            value = attrs[key]
+            if isinstance(value, str) and value and id_problem(value):
+                return False
+    return True
 
 
 def nesting_depth(value: Any, limit: int = MAX_PAYLOAD_DEPTH) -> int:
@@ -644,7 +761,68 @@ def validate(item: Any, check_text: bool = True) -> tuple[Event | None, list[Fie
 
     ``check_text=False`` skips the NUL / lone-surrogate walk, for items decoded from JSON text
     that holds no ``\\u0000`` or surrogate escape (strict JSON has no other way to carry them).
+    A valid item is accepted by the compiled contract (``_accepted``); any other goes through
+    each field's check, which says what is wrong with it, in the same words every time.
     """
+    if isinstance(item, dict) and (event := _accepted(item, check_text)) is not None:
+        return event, []
+    return _field_errors(item, check_text)
+
+
+def _accepted(item: dict[str, Any], check_text: bool) -> Event | None:
+    """The event ``item`` is when it is valid, else None (the field checks then say why): the
+    compiled envelope and payload types check the fields' types and bounds in C, Python what
+    they cannot say (timestamps, text, nesting, ids, span attributes)."""
+    event_type = item.get("type")
+    if type(event_type) is not str:
+        return None
+    envelope, python_checks = COMPILED.get(event_type, OTHER_COMPILED)
+    try:
+        msgspec.convert(item, envelope)
+    except (msgspec.ValidationError, UnicodeEncodeError):  # a lone surrogate where a choice is
+        return None
+    payload = item.get("payload", {})
+    for name, check in python_checks:
+        if name in payload and not check.accepts(payload[name]):
+            return None
+    context = payload.get("context")
+    if (
+        event_type == "node_finished"
+        and isinstance(context, dict)
+        and any(name in context and check(context[name]) for name, check in CONTEXT_FIELDS.items())
+    ):
+        return None
+    encoded = _encoded(item)
+    if check_text and (encoded is None or b"\\u0000" in encoded) and _text_problems(item):
+        return None
+    ts = None
+    if "ts" in item:
+        ts = parse_timestamp(item["ts"])
+        if ts is None or not MIN_TS_YEAR <= ts.year <= MAX_TS_YEAR:
+            return None
+    if _may_nest_deep(encoded) and nesting_depth(payload) > MAX_PAYLOAD_DEPTH:
+        return None
+    attrs = payload.get("attributes")
+    if (
+        event_type == "span"
+        and isinstance(attrs, dict)
+        and any(True for _error in _span_attribute_errors(attrs))
+    ):
+        return None
+    if not _ids_valid(item, payload):
+        return None
+    return Event(
+        type=event_type,
+        job_id=item["job_id"],
+        event_id=item.get("event_id") or default_event_id(item, encoded),
+        ts=ts,
+        seq=item.get("seq"),
+        payload=payload,
+    )
+
+
+def _field_errors(item: Any, check_text: bool) -> tuple[Event | None, list[FieldError]]:
+    """``validate`` by each field's check: every error of the item, by field."""
     if isinstance(item, UnreadableItem):
         return None, [FieldError("(line)", f"not JSON: {item.message}")]
     if not isinstance(item, dict):

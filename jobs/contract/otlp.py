@@ -390,37 +390,48 @@ def span_items(
     attrs = attributes(span.attributes)
     masked: list[str] = []
     clean_attrs = redact_into(attrs, "attributes", masked)
+    # Stored as sent, but for what holds nothing: a flag that is false, an unspecified kind, an
+    # unset status with no message, no attributes, no span events, no links, an empty resource
+    # or scope are left out (replay reads them so), which a span event row is the smaller by.
     payload: dict[str, Any] = {"trace_id": trace_id, "span_id": span_id}
     if span.parent_span_id:
         payload["parent_span_id"] = required_id(span.parent_span_id, 8, "parent_span_id")
-        payload["remote_parent"] = span.flags & REMOTE_PARENT == REMOTE_PARENT
-        payload["local_parent"] = span.flags & REMOTE_PARENT == KNOWN_PARENT
-    payload |= {
-        "name": cut(redact_into(span.name, "name", masked), events.MAX_ID_CHARS),
-        "kind": KIND_NAMES.get(span.kind, "unspecified"),
-        "end": ended,
-        "status": {
-            "code": STATUS_NAMES.get(span.status.code, "unset"),
-            "message": cut_bytes(
-                redact_into(span.status.message, "status.message", masked), MAX_VALUE_BYTES
-            ),
-        },
-        "attributes": bounded_attributes(clean_attrs, dropped),
-        "events": [
-            _span_event(event, f"events[{index}]", dropped, masked)
-            for index, event in enumerate(span.events[-MAX_SPAN_EVENTS:])
-        ],
-        "links": [
-            _link(link, f"links[{index}]", dropped, masked)
-            for index, link in enumerate(span.links[:MAX_LINKS])
-        ],
-        "resource": resource.stored,
-        "scope": {
-            name: cut(redact_into(value, f"scope.{name}", masked), events.MAX_ID_CHARS)
-            for name, value in scope.items()
-            if value
-        },
-    }
+        if span.flags & REMOTE_PARENT == REMOTE_PARENT:
+            payload["remote_parent"] = True
+        elif span.flags & REMOTE_PARENT == KNOWN_PARENT:
+            payload["local_parent"] = True
+    payload["name"] = cut(redact_into(span.name, "name", masked), events.MAX_ID_CHARS)
+    if span.kind in KIND_NAMES:
+        payload["kind"] = KIND_NAMES[span.kind]
+    payload["end"] = ended
+    status: dict[str, str] = {"code": STATUS_NAMES.get(span.status.code, "unset")}
+    if span.status.message:
+        status["message"] = cut_bytes(
+            redact_into(span.status.message, "status.message", masked), MAX_VALUE_BYTES
+        )
+    if status != {"code": "unset"}:
+        payload["status"] = status
+    if clean_attrs:
+        payload["attributes"] = bounded_attributes(clean_attrs, dropped)
+    span_events = [
+        _span_event(event, f"events[{index}]", dropped, masked)
+        for index, event in enumerate(span.events[-MAX_SPAN_EVENTS:])
+    ]
+    if span_events:
+        payload["events"] = span_events
+    if links := [
+        _link(link, f"links[{index}]", dropped, masked)
+        for index, link in enumerate(span.links[:MAX_LINKS])
+    ]:
+        payload["links"] = links
+    if resource.stored:
+        payload["resource"] = resource.stored
+    if named_scope := {
+        name: cut(redact_into(value, f"scope.{name}", masked), events.MAX_ID_CHARS)
+        for name, value in scope.items()
+        if value
+    }:
+        payload["scope"] = named_scope
     masked.extend(resource.masked)
     counts = {
         "attributes": span.dropped_attributes_count,
@@ -434,7 +445,7 @@ def span_items(
     prefix = f"{EVENT_ID_PREFIX}:{trace_id}:{span_id}"
     items = [item("span", job, prefix, started, payload)]
     item_masks = [bounded_paths(masked)]
-    for index, event in enumerate(payload["events"]):
+    for index, event in enumerate(span_events):
         if event["name"] in events.PLANNER_TYPES:
             planner = _planner_payload(event["attributes"])
             items.append(item(event["name"], job, f"{prefix}:{index}", event["ts"], planner))
@@ -565,7 +576,9 @@ def is_value_key(key: str) -> bool:
 def bounded_attributes(attrs: dict[str, Any], dropped: dict[str, Any]) -> dict[str, Any]:
     """Attributes within DESIGN section 3b's bounds: each input/output value at most 64 KiB,
     the others together at most 16 KiB (what does not fit is cut or left out, and its key is
-    listed in ``dropped["cut"]``)."""
+    listed in ``dropped["cut"]``). Attributes that fit whole are kept as sent, in their order."""
+    if _fit_whole(attrs):
+        return attrs
     kept: dict[str, Any] = {}
     budget = MAX_ATTRIBUTES_BYTES
     sized = []
@@ -589,6 +602,24 @@ def bounded_attributes(attrs: dict[str, Any], dropped: dict[str, Any]) -> dict[s
         else:
             dropped.setdefault("cut", []).append(name)
     return kept
+
+
+def _fit_whole(attrs: dict[str, Any]) -> bool:
+    """Whether ``bounded_attributes`` keeps every attribute as it is: all of them together fit
+    the shared budget as JSON (so each fits its own bound), no key is too long, and no value
+    holds what ``json_safe`` changes (a non-finite float; nested values are left to the
+    attribute-by-attribute way)."""
+    for key, value in attrs.items():
+        kind = type(value)
+        if len(key) > events.MAX_ID_CHARS or not (
+            kind is str
+            or kind is int
+            or kind is bool
+            or value is None
+            or (kind is float and math.isfinite(value))
+        ):
+            return False
+    return _json_size(attrs) <= MAX_ATTRIBUTES_BYTES
 
 
 def _json_size(value: Any) -> int:

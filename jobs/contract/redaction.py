@@ -308,8 +308,25 @@ def _mask_authorization(match: re.Match[str]) -> str:
     return f"{prefix}{scheme} {MASK}" if scheme else f"{prefix}{MASK}"
 
 
+# Text no rule looks at: shorter than this (the shortest secret worth masking), or one word of
+# letters, digits, '_', '.' and '-' shorter than a base64 word (12), a card number (13 digits)
+# or a token (16): every other rule wants a space or one of : = % < { [ / @ ? & ; in the text.
+SHORTEST_SECRET_CHARS = 6
+PLAIN_WORD = re.compile(r"[A-Za-z0-9_.\-]{1,11}")
+
+
+def cannot_hold_secret(value: str) -> bool:
+    """Whether no rule of ``redact_text`` can mask anything in ``value`` (a test holds it to
+    every rule): redaction skips it."""
+    return len(value) < SHORTEST_SECRET_CHARS or (
+        len(value) <= 11 and PLAIN_WORD.fullmatch(value) is not None
+    )
+
+
 def redact_text(value: str) -> str:
     """``value`` with every recognised secret replaced by ``[REDACTED]``."""
+    if len(value) < SHORTEST_SECRET_CHARS:
+        return value
     # Short strings (ids, names, codes, keys) repeat across events: remember their answer.
     return _redact_short(value) if len(value) <= CACHED_TEXT_CHARS else _redact_text(value)
 
@@ -317,8 +334,13 @@ def redact_text(value: str) -> str:
 def _redact_text(value: str, percent_words: bool = True) -> str:
     """``value`` redacted; ``percent_words``: URL-encoded words are decoded and redacted too
     (False for the decoded text itself)."""
-    if len(value) < 6:
+    if cannot_hold_secret(value):
         return value
+    return _apply_rules(value, percent_words)
+
+
+def _apply_rules(value: str, percent_words: bool) -> str:
+    """``value`` with every rule applied."""
     if "{" in value or "[" in value:
         value = _redact_embedded_json(value)
     value = mask_tokens(value)
@@ -471,6 +493,9 @@ def _redact_object(item: dict[str, Any], path: str, masked: list[str]) -> dict[s
     cleaned: dict[str, Any] = {}
     for key, value in item.items():
         name, kind = _key_reading(key) if isinstance(key, str) else (key, PLAIN)
+        if kind == PLAIN and name == key and key != named and _cannot_hold_secret(value):
+            cleaned[key] = value
+            continue
         if name != key:
             # A key that is itself a secret: masked, kept apart from the object's other keys.
             name = _distinct_key(name, item, cleaned)
@@ -513,6 +538,18 @@ def _redact_array(items: list[Any], path: str, masked: list[str]) -> list[Any]:
         else:
             cleaned.append(item)
     return cleaned
+
+
+def _cannot_hold_secret(value: Any) -> bool:
+    """Whether a value under a plain key (one that names no secret and no id) needs no look:
+    true, false, null, a float, an integer too short or long for a card number, text no rule
+    looks at (``cannot_hold_secret``)."""
+    kind = type(value)
+    if kind is str:
+        return cannot_hold_secret(value)
+    if kind is int:
+        return not 10**12 <= value < 10**19
+    return kind is bool or kind is float or value is None
 
 
 def _is_card(value: Any) -> bool:
@@ -570,8 +607,10 @@ def _is_secret_header(name: Any) -> bool:
 
 def _named_header_value(item: dict[str, Any]) -> str | None:
     """The key holding the value of a header given as {"name": "Cookie", "value": "..."}."""
+    if "value" not in item:
+        return None
     name = item.get("name", item.get("key"))
-    if "value" in item and _is_secret_header(name):
+    if _is_secret_header(name):
         return "value"
     return None
 

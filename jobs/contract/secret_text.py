@@ -197,10 +197,13 @@ NEEDLES = frozenset(needle for _pattern, needles in TOKEN_PATTERNS for needle in
 # hex, ':' and '-'; the one format with ':' wants 35 characters after it, none of them after 8
 # to 10 digits here), the event ids the OTLP mapping builds from them ("otlp:<trace>:<span>"),
 # and RFC 3339 timestamps. Card numbers and base64 credentials are checked on their own below.
+SHAPED_ID = r"(?:otlp:)?[0-9a-f:\-]+"
 SHAPED_TEXT = re.compile(
-    r"(?:otlp:)?[0-9a-f:\-]+"
-    r"|\d{4}-\d{2}-\d{2}[Tt ]\d{2}:\d{2}:\d{2}(?:\.\d{1,9})?(?:[Zz]|[+-]\d{2}:\d{2})?"
+    SHAPED_ID + r"|\d{4}-\d{2}-\d{2}[Tt ]\d{2}:\d{2}:\d{2}(?:\.\d{1,9})?(?:[Zz]|[+-]\d{2}:\d{2})?"
 )
+# An id of that shape (hex, ':' and '-': a trace or span id, an OTLP event id) is printable,
+# has no space, no '.' and no '/', and holds no token format: no id rule can refuse it.
+HEX_ID = re.compile(SHAPED_ID)
 # A match is widened to the end of its token: several library patterns fix a length that newer
 # keys exceed (Stripe), and the JWT pattern stops before the signature.
 TOKEN_TAIL = re.compile(r"[\w\-+/=]*(?:\.[\w\-+/=]+)*")

@@ -17,7 +17,14 @@ from datetime import date, datetime, timedelta, tzinfo
 from typing import Any
 
 import psycopg
-from django.db import IntegrityError, connection, connections, models, transaction
+from django.db import (
+    IntegrityError,
+    OperationalError,
+    connection,
+    connections,
+    models,
+    transaction,
+)
 from django.db.models.expressions import RawSQL
 from psycopg.adapt import Loader
 from psycopg.pq import Format
@@ -485,6 +492,27 @@ def lock_keys(keys: list[int]) -> None:
         cursor.execute(
             "SELECT pg_advisory_xact_lock(k) FROM unnest(%s::bigint[]) AS k ORDER BY k", [keys]
         )
+
+
+def lock_out_writers(model: type[models.Model], timeout: str = "5s") -> bool:
+    """Hold off writes to ``model``'s table until the caller's transaction (it must be in one)
+    ends, reads going on: once this returns True, every transaction that wrote to it has
+    ended. Retention takes it on the span resources before it deletes those no event
+    references: every batch writes its resources (``INSERT ... ON CONFLICT DO NOTHING``, even
+    those already stored) in its own transaction before its events, so none is about to
+    reference one that goes. False when writers held the table past ``timeout``: the caller
+    gives up rather than queue ingest behind it. SQLite serialises writers by itself."""
+    if connection.vendor != POSTGRES:
+        return True
+    table = connection.ops.quote_name(model._meta.db_table)
+    try:
+        # A savepoint: a timeout leaves the caller's transaction usable.
+        with transaction.atomic(), connection.cursor() as cursor:
+            cursor.execute(f"SET LOCAL lock_timeout = '{timeout}'")
+            cursor.execute(f"LOCK TABLE {table} IN EXCLUSIVE MODE")
+    except OperationalError:
+        return False
+    return True
 
 
 def lock_pair(keys: tuple[int, int], *, wait: bool) -> bool:

@@ -19,6 +19,11 @@ holds long locks or a huge transaction, and an event arriving meanwhile either l
 its job is looked at (and the job no longer expires) or after (and starts the job afresh). A
 batch that fails goes again one job at a time; a job that fails alone is logged and kept (with
 its day's partitions), and every other job goes (``jobs.models.contained_batch``).
+
+Span resources (``SpanResource``: an OpenTelemetry resource or scope stored once for the
+spans and log records that carry it) first seen before the cutoff go once no event references
+them, looked at a batch at a time; each batch holds off new resources while it looks
+(``database.lock_out_writers``), so none goes that a batch being stored references.
 """
 
 import logging
@@ -32,7 +37,15 @@ from django.utils import timezone
 
 from jobs.ingest import database, failure_groups
 from jobs.ingest.locks import lock_jobs
-from jobs.models import DashboardDirtyHour, Escalation, Event, Job, Step, contained_batch
+from jobs.models import (
+    DashboardDirtyHour,
+    Escalation,
+    Event,
+    Job,
+    SpanResource,
+    Step,
+    contained_batch,
+)
 
 logger = logging.getLogger(__name__)
 JOB_BATCH = 100
@@ -40,6 +53,8 @@ EVENT_BATCH = 5000
 MAX_BATCHES = 50
 # Jobs per transaction when a day's partitions go (their rows are not deleted one by one).
 DAY_JOB_BATCH = 1000
+# Span resources looked at per transaction.
+RESOURCE_BATCH = 500
 
 
 @dataclass(slots=True)
@@ -49,6 +64,7 @@ class RetentionResult:
     escalations: int = 0
     days: int = 0
     moved: int = 0
+    resources: int = 0
 
 
 def expired(cutoff: datetime) -> QuerySet:
@@ -105,7 +121,42 @@ def apply_retention(
             break
         Escalation.objects.filter(pk__in=ids).delete()
         result.escalations += len(ids)
+    result.resources = forget_resources(cutoff)
     return result
+
+
+def forget_resources(cutoff: datetime, batch: int = RESOURCE_BATCH) -> int:
+    """Delete the span resources first seen before ``cutoff`` that no event references any
+    more, looking at ``batch`` of them per transaction (in digest order, every one each run: a
+    resource still referenced never holds up the others); returns how many went."""
+    old = SpanResource.objects.filter(first_seen__lt=cutoff).order_by("digest")
+    deleted, after = 0, ""
+    while digests := list(old.filter(digest__gt=after).values_list("digest", flat=True)[:batch]):
+        after = digests[-1]
+        done, _failed = contained_batch(logger, _resources_label, digests, _delete_unreferenced)
+        if None in done:
+            logger.info("retention left span resources for its next run: ingest kept writing")
+            break
+        deleted += sum(count for count in done if count is not None)
+    return deleted
+
+
+def _resources_label(digests: list[str]) -> str:
+    if len(digests) == 1:
+        return f"retention of span resource {digests[0]}"
+    return f"retention of {len(digests)} span resources ({digests[0]} to {digests[-1]})"
+
+
+def _delete_unreferenced(digests: list[str]) -> int | None:
+    """Delete those of ``digests`` no event references, once no batch can be about to; returns
+    how many, or None when ingest held the resources too long to wait for."""
+    with transaction.atomic():
+        if not database.lock_out_writers(SpanResource):
+            return None
+        referenced = Event.objects.resources_referenced(digests)
+        unreferenced = [digest for digest in digests if digest not in referenced]
+        SpanResource.objects.filter(digest__in=unreferenced).delete()
+    return len(unreferenced)
 
 
 def _jobs_label(job_ids: list[str]) -> str:

@@ -8,7 +8,7 @@ from typing import Any
 from django.db import models
 from django.db.models import Case, IntegerField, Q, Value, When
 from django.db.models.fields.json import KT
-from django.db.models.functions import Coalesce, Trunc
+from django.db.models.functions import Cast, Coalesce, Trunc
 from django.utils import timezone
 
 from jobs.contract.events import OTHER_TYPE_RANK, TYPE_RANK
@@ -33,6 +33,17 @@ RESOURCE_REF = "$resource"
 
 
 STORED_APART = ("resource", "scope")
+
+
+# The event types whose payload may reference a ``SpanResource``.
+RESOURCE_EVENT_TYPES = ("span", "log")
+
+
+def resource_reference(name: str) -> Cast:
+    """The digest an event's ``name`` (one of ``STORED_APART``) references, as text in SQL.
+    Cast, as plain text: Django's lookups on a KT() of SQLite take the right-hand side for
+    JSON ("malformed JSON"), and the index must hold the same expression as the query."""
+    return Cast(KT(f"payload__{name}__{RESOURCE_REF}"), models.TextField())
 
 
 # 32 hex digits (128 bits) of the SHA-256 of a resource's JSON text name it.
@@ -141,6 +152,19 @@ class EventQuerySet(models.QuerySet):
             rows = rows.filter(payload__model=model)
         return rows
 
+    def resources_referenced(self, digests: list[str]) -> set[str]:
+        """Those of ``digests`` that one of these events references as its resource or its
+        scope (served by the ``event_*_reference`` indexes)."""
+        found: set[str] = set()
+        for name in STORED_APART:
+            rows = self.filter(type__in=RESOURCE_EVENT_TYPES).annotate(
+                digest=resource_reference(name)
+            )
+            found.update(
+                rows.filter(digest__in=digests).order_by().values_list("digest", flat=True)
+            )
+        return found
+
     def planner_hours(self) -> list[datetime]:
         """The UTC hours of these events' job_started and planner events (whether or not they
         carry a provider and model): the hours to mark dirty when such events go or change."""
@@ -163,9 +187,15 @@ class Event(models.Model):
     received_at = models.DateTimeField(default=timezone.now)
     # Who sent it. Tokens are revoked, never deleted (the admin offers no delete), so no
     # database constraint checks each new row against them: deferred to commit, that check cost
-    # ingest about a quarter of what a raw COPY of the same rows costs (bench/README.md).
+    # ingest about a quarter of what a raw COPY of the same rows costs (bench/README.md). Nor
+    # an index: nothing reads events by token, and it grew with every event (bench/storage.py).
     token = models.ForeignKey(
-        IngestToken, null=True, blank=True, on_delete=models.SET_NULL, db_constraint=False
+        IngestToken,
+        null=True,
+        blank=True,
+        on_delete=models.SET_NULL,
+        db_constraint=False,
+        db_index=False,
     )
     # The job's partition_day (ingest copies it from the Job row): on PostgreSQL the table is
     # partitioned by it, one partition per day, so retention drops whole days.
@@ -194,6 +224,17 @@ class Event(models.Model):
                 fields=["type", "ts"],
                 condition=Q(type__in=PLANNER_EVENT_TYPES),
                 name="event_type_ts",
+            ),
+            # Retention: which span resources an event still references, before it deletes the
+            # others (``EventQuerySet.resources_referenced``). Span and log events only; a
+            # resource's spans share one entry's key (B-tree deduplication on PostgreSQL).
+            *(
+                models.Index(
+                    resource_reference(name),
+                    condition=Q(type__in=RESOURCE_EVENT_TYPES),
+                    name=f"event_{name}_reference",
+                )
+                for name in STORED_APART
             ),
         ]
 

@@ -2,7 +2,10 @@
 said by path (docs/contract.md, "Redaction")."""
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
+from jobs.contract import redaction
 from jobs.contract.events import MAX_REASON_BYTES
 from jobs.contract.redaction import (
     COMPOUND_ENDINGS,
@@ -399,3 +402,70 @@ def test_value_under_an_id_key_is_masked_only_for_a_credential_format():
         "note": f"card {MASK} declined",
     }
     assert masked == ("push_id", "card_number", "note")
+
+
+# --- what redaction skips -------------------------------------------------------------------
+
+PLAIN_WORD_CHARS = "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_.-"
+# Starts of token formats and keywords of the rules, so that generated words come near them.
+NEAR_SECRETS = [
+    "sk-",
+    "ghp_",
+    "AKIA",
+    "xoxb-",
+    "eyJ",
+    "pat",
+    "sig",
+    "key",
+    "pass",
+    "bearer",
+    "4111",
+]
+
+
+@settings(max_examples=500, deadline=None)
+@given(
+    st.sampled_from(["", *NEAR_SECRETS]),
+    st.text(alphabet=PLAIN_WORD_CHARS, min_size=0, max_size=11),
+)
+def test_what_redaction_skips_no_rule_would_mask(start, rest):
+    """Text ``cannot_hold_secret`` lets through unlooked at comes out of every rule unchanged."""
+    value = (start + rest)[:11]
+    if value and redaction.cannot_hold_secret(value) and len(value) >= 6:
+        assert redaction._apply_rules(value, True) == value
+
+
+@pytest.mark.parametrize(
+    "value",
+    [
+        "step-12",
+        "gpt-4.1",
+        "node_7.a",
+        "abcdefghijk",
+        "12345678901",
+    ],
+)
+def test_plain_words_shorter_than_any_token_are_skipped(value):
+    assert redaction.cannot_hold_secret(value)
+
+
+@pytest.mark.parametrize(
+    "value",
+    [
+        "abcdefghijkl",  # a base64 word's length
+        "pwd=hunter2",
+        "bearer abcdef",
+        "u:pw@host",
+        "<p>x</p>",
+        "4111111111111111",
+    ],
+)
+def test_text_a_rule_may_match_is_looked_at(value):
+    assert not redaction.cannot_hold_secret(value)
+
+
+def test_numbers_and_flags_under_plain_keys_are_kept_and_card_numbers_still_masked():
+    payload = {"count": 3, "ratio": 0.5, "ok": True, "none": None, "card": 4111111111111111}
+    cleaned, masked = redaction.redacted(payload)
+    assert cleaned == {**payload, "card": MASK}
+    assert masked == ("card",)
