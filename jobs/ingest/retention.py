@@ -32,7 +32,15 @@ from django.utils import timezone
 
 from jobs.ingest import database, failure_groups
 from jobs.ingest.locks import lock_jobs
-from jobs.models import DashboardDirtyHour, Escalation, Event, Job, Step, contained_batch
+from jobs.models import (
+    DashboardDirtyHour,
+    Escalation,
+    Event,
+    Job,
+    ProjectionMark,
+    Step,
+    contained_batch,
+)
 
 logger = logging.getLogger(__name__)
 JOB_BATCH = 100
@@ -129,6 +137,8 @@ def _delete_jobs(stale: QuerySet, event_batch: int, candidates: list[str]) -> tu
         )
         failure_groups.forget_jobs(sorted(doomed.values_list("pk", flat=True)))
         doomed.delete_with_steps()
+        # Their events are gone: a job id sent again starts a new mark, on the day it comes.
+        ProjectionMark.objects.filter(job_id__in=job_ids).delete()
     return len(job_ids), events
 
 

@@ -676,6 +676,7 @@ def job_detail(request, job_id: str):
         ),
         **job_header.finish_words(job),
         "stalled": job.is_stalled,
+        "unshown": job_header.unshown(job),
         "previous_run": next((j for j in related if j.job_id == job.retry_of), None),
         "next_runs": [j for j in related if j.retry_of == job.job_id],
         "escalations": list(job.escalations.order_by("created_at", "pk")),

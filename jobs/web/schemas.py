@@ -64,9 +64,20 @@ class Error(Body):
     error: str
 
 
+class Projection(Body):
+    """How far projection is behind ingest (docs/architecture.md, "Data flow")."""
+
+    dirty_jobs: int
+    """Jobs with events not yet folded into their rows."""
+    lag_seconds: float
+    """How long the longest-dirty job has been dirty; 0 when none is."""
+
+
 class Health(Body):
     status: Literal["ok", "unavailable"]
     database: Literal["ok", "unreachable"]
+    projection: Projection | None = None
+    """Absent when the database cannot be reached."""
 
 
 class FieldError(Body):
@@ -580,12 +591,16 @@ class Job(JobSummary):
     calls: list[Call]
     """The calls of the job itself, in no step (a root span that is a call: an agent run)."""
     escalations: list[EscalationRef]
+    projected: bool
+    """False while the job has events not folded into these rows yet (sent with
+    ``Prefer: respond-async``, the projector not there yet): ``unprojected_events`` of them."""
+    unprojected_events: int
 
     @classmethod
-    def from_job(cls, job: models.Job) -> "Job":
+    def from_job(cls, job: models.Job, unprojected_events: int = 0) -> "Job":
         """Reads the job's steps (its completed nodes come off them), its calls, the jobs its
         spans link to (when they link) and its escalations: four queries at most, whatever
-        the number of steps and calls."""
+        the number of steps and calls. ``unprojected_events``: its events not in its rows."""
         steps = list(job.steps.filter(partition_day=job.partition_day).order_by("position"))
         stored_calls = list(job.calls.order_by("position"))
         jobs_by_trace = models.Job.objects.ids_by_trace(
@@ -632,6 +647,8 @@ class Job(JobSummary):
                 )
                 for esc in job.escalations.order_by("created_at", "pk")
             ],
+            projected=not unprojected_events,
+            unprojected_events=unprojected_events,
         )
 
 
