@@ -1,6 +1,7 @@
 """The JSON API: ingest for producers, read endpoints for tools, health for monitoring."""
 
 from django.conf import settings
+from django.db import connection
 from django.http import Http404, HttpResponseRedirect, JsonResponse
 from django.shortcuts import get_object_or_404
 from django.utils import timezone
@@ -199,6 +200,8 @@ def healthz(request):
     """Liveness plus a database round trip, and how far projection is behind (dirty jobs and
     the oldest mark's age); 503 when the database cannot be reached."""
     try:
+        with connection.cursor() as cursor:
+            cursor.execute("SELECT 1")
         dirty_jobs, lag = projector.dirty_summary(timezone.now())
     except Exception:
         response = json_response(schemas.Health(status="unavailable", database="unreachable"), 503)
