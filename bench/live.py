@@ -278,8 +278,8 @@ def copy_rate(database_url: str, items: list[dict], batch: int) -> float:
         conn.execute("DROP TABLE IF EXISTS bench_raw_event")
         conn.execute("CREATE TABLE bench_raw_event (LIKE jobs_event INCLUDING ALL)")
         columns = (
-            "job_id, event_id, type, ts, seq, attempt, payload, received_at, partition_day, masked, "
-            "generation"
+            "job_id, event_id, type, ts, seq, attempt, payload, received_at, partition_day, "
+            "masked, generation"
         )
         now = datetime.now(UTC)
         rows = [

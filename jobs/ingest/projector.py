@@ -168,8 +168,9 @@ class Backlog:
 
 
 def backlog(job_id: str) -> Backlog | None:
-    """The job's unprojected events (None when its rows hold every event it received): one
-    read of its mark, and for a dirty job a count over its newest appends' events."""
+    """The job's unprojected events (None when its rows hold every event it received, a mark
+    left by a resend of stored events among them): one read of its mark, and for a dirty job a
+    count over its newest appends' events."""
     mark = (
         ProjectionMark.objects.dirty()
         .filter(job_id=job_id)
@@ -182,4 +183,4 @@ def backlog(job_id: str) -> Backlog | None:
     events = EventRow.objects.filter(
         job_id=job_id, partition_day=day, generation__gt=projected
     ).count()
-    return Backlog(events, since)
+    return Backlog(events, since) if events else None

@@ -90,10 +90,12 @@ def collector_paused():
 
 @dataclass(slots=True)
 class Appended:
-    """An append's outcome: how many events were new, and the jobs that got new events."""
+    """An append's outcome: how many events were new, the jobs that got new events, and every
+    job it marked (a resend's job too: its mark must be cleared, though nothing is new)."""
 
     stored: int
     job_ids: list[str]
+    marked: list[str]
 
 
 @collector_paused()
@@ -142,7 +144,7 @@ def store_batch(
             continue  # an alias recorded meanwhile: start again, locking its job too
         break
     if project:
-        projector.project_own(appended.job_ids)
+        projector.project_own(appended.marked)
     result.stored = appended.stored
     result.duplicates = len(batch.events) - result.stored
     result.job_ids = appended.job_ids
@@ -190,7 +192,8 @@ def _append_locked(
         database.notify_dirty()
     if token is not None and not _used_lately(token, received_at):
         IngestToken.objects.filter(pk=token.pk).update(last_used_at=received_at)
-    return Appended(len(new_keys), sorted({job_id for job_id, _ in new_keys} | rehomed))
+    touched = sorted({job_id for job_id, _ in new_keys} | rehomed)
+    return Appended(len(new_keys), touched, sorted(marks))
 
 
 def _used_lately(token: IngestToken, now: datetime) -> bool:

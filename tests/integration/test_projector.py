@@ -406,3 +406,13 @@ def test_run_projector_folds_async_ingest_and_a_killed_one_loses_nothing():
     for n in range(20):
         assert parity.differences(f"k{n}") == []
     assert set(Step.objects.values_list("result_type", flat=True)) == {"success"}
+
+
+def test_a_resend_of_stored_events_leaves_nothing_dirty():
+    items = [event("job_started", "dj", at=0), started("n1", "dj", at=1)]
+    store(items)
+    assert store(items).duplicates == 2
+    assert dirty() == [] and Job.objects.get(job_id="dj").event_count == 2
+    store_async(items)
+    assert projector.backlog("dj") is None  # marked, but nothing is unshown
+    assert projector.project_dirty() == 1 and dirty() == []
