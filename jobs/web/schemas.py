@@ -77,7 +77,7 @@ class Health(Body):
     status: Literal["ok", "unavailable"]
     database: Literal["ok", "unreachable"]
     projection: Projection | None = None
-    """Absent when the database cannot be reached."""
+    """``null`` when the database cannot be reached."""
 
 
 class FieldError(Body):
