@@ -64,7 +64,8 @@ producers: $(STAMP)
 
 # A development server: DEBUG on (a server with DEBUG off refuses the built-in SECRET_KEY).
 # Without a broker nothing else runs the periodic tasks (alerts, stalls, outbox retries), so
-# run_scheduler runs beside runserver and stops with it (Ctrl-C or runserver exiting).
+# run_scheduler runs beside runserver, and run_projector folds what ingest left dirty (answers
+# sent with Prefer: respond-async); both stop with it (Ctrl-C or runserver exiting).
 run: export DEBUG ?= true
 # Links in notifications point at the server make run starts.
 run: export TRACEVIZ_SITE_URL ?= http://$(HOST):$(PORT)
@@ -73,7 +74,8 @@ run: $(STAMP)
 	$(BIN)/python manage.py collectstatic --noinput --verbosity 0
 	$(BIN)/python manage.py load_demo --host '$(HOST)' --port '$(PORT)'
 	@$(BIN)/python manage.py run_scheduler & scheduler=$$!; \
-	  trap 'kill $$scheduler 2>/dev/null; wait $$scheduler' EXIT; \
+	  $(BIN)/python manage.py run_projector & projector=$$!; \
+	  trap 'kill $$scheduler $$projector 2>/dev/null; wait $$scheduler $$projector' EXIT; \
 	  trap 'exit 130' INT TERM; \
 	  $(BIN)/python manage.py runserver $(HOST):$(PORT)
 

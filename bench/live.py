@@ -13,6 +13,13 @@ Prints four figures (docs/architecture.md; bench/README.md says what bounds each
    0.26" was measured: bench/ingest.py's producers against a COPY of its events), and with one;
 4. the server's peak RSS per worker.
 
+With ``--respond-async`` every request carries ``Prefer: respond-async`` and ``--projectors``
+``manage.py run_projector`` processes run beside gunicorn; every phase's clock then stops when
+no job is dirty (the jobs read back projected), and a fifth figure is printed:
+5. projection lag under a steady load (``--steady-rate`` events/s for ``--steady-seconds``, many
+   jobs a request, as live runners send them): p50/p95 of the oldest dirty mark's age, sampled
+   every 0.1 s, and the ingest requests' p99 latency.
+
 Every phase starts on a fresh database (dropped and created here), so run it against a
 PostgreSQL server you may create databases on:
 
@@ -23,17 +30,21 @@ import argparse
 import json
 import os
 import statistics
+import subprocess
+import sys
 import threading
 import time
 import urllib.error
 import urllib.request
 from datetime import UTC, datetime, timedelta
 
-from ingest import rss_kib, server_pids
+from ingest import ROOT, rss_kib, server_pids
 from load import postgres_url, recreate_database, setup_django, start_gunicorn, stop_process
 from pgstats import analyze_periodically
 
 PORT = 8767
+# Set by --respond-async: every request asks for the answer right after the append.
+HEADERS: dict[str, str] = {}
 
 
 def job_stream(job_id: str, steps: int, start: datetime, spacing: timedelta) -> list[dict]:
@@ -81,7 +92,11 @@ def post(url: str, token: str, body: bytes) -> float:
         url + "/api/v1/events",
         data=body,
         method="POST",
-        headers={"Authorization": f"Bearer {token}", "Content-Type": "application/x-ndjson"},
+        headers={
+            "Authorization": f"Bearer {token}",
+            "Content-Type": "application/x-ndjson",
+            **HEADERS,
+        },
     )
     for _ in range(20):
         started = time.perf_counter()
@@ -143,7 +158,9 @@ def runner_lanes(
 class Server:
     """gunicorn on a fresh database, with its peak RSS per worker sampled."""
 
-    def __init__(self, base: str, database: str, workers: int, port: int = PORT):
+    def __init__(
+        self, base: str, database: str, workers: int, port: int = PORT, projectors: int = 0
+    ):
         recreate_database(base, database)
         self.database_url = postgres_url(database, base)
         setup_django(self.database_url)
@@ -154,6 +171,16 @@ class Server:
 
         self.token = issue_token("live-bench")
         self.process, self.url = start_gunicorn(self.database_url, port, workers)
+        env = {**os.environ, "DATABASE_URL": self.database_url, "PYTHONWARNINGS": "ignore"}
+        self.projectors = [
+            subprocess.Popen(
+                [sys.executable, "manage.py", "run_projector"],
+                cwd=ROOT,
+                env=env,
+                stdout=subprocess.DEVNULL,
+            )
+            for _ in range(projectors)
+        ]
         self.peak_worker_kib = 0
         self.done = threading.Event()
         self.analyzing = analyze_periodically(self.database_url)
@@ -168,7 +195,78 @@ class Server:
     def stop(self):
         self.done.set()
         self.analyzing.set()
+        for projector in self.projectors:
+            stop_process(projector)
         stop_process(self.process)
+
+    def dirty(self) -> tuple[int, float]:
+        """Dirty jobs and the oldest mark's age in seconds, read straight from the database."""
+        import psycopg
+
+        with psycopg.connect(self.database_url, autocommit=True) as conn:
+            count, lag = conn.execute(
+                "SELECT count(*), coalesce(extract(epoch FROM now() - min(first_marked_at)), 0) "
+                "FROM jobs_projectionmark WHERE generation > projected"
+            ).fetchone()
+        return count, float(lag)
+
+    def send_all(self, lanes: list[list[bytes]]) -> float:
+        """``send_all`` to this server; with async answers, the clock stops once nothing is
+        dirty (every job reads back projected)."""
+        started = time.perf_counter()
+        send_all(self.url, self.token, lanes)
+        while HEADERS and self.dirty()[0]:
+            time.sleep(0.02)
+        return time.perf_counter() - started
+
+    def steady(self, rate: int, seconds: float, jobs: int, batch: int, start, spacing) -> None:
+        """Figure 5: ``rate`` events/s in requests of ``batch`` for ``seconds``, live order
+        across ``jobs`` jobs; prints the lag's p50/p95 and the requests' p99."""
+        steps = int(rate * seconds) // (2 * jobs) + 2
+        streams = [job_stream(f"steady-{n}", steps, start, spacing) for n in range(jobs)]
+        items = sorted(
+            (item for stream in streams for item in stream),
+            key=lambda item: (item["ts"], item["job_id"]),
+        )
+        bodies = batches(items[: int(rate * seconds)], batch)
+        lags: list[float] = []
+        latencies: list[float] = []
+        sampling = threading.Event()
+
+        def sample():
+            while not sampling.is_set():
+                lags.append(self.dirty()[1])
+                time.sleep(0.1)
+
+        sampler = threading.Thread(target=sample)
+        sampler.start()
+        interval = batch / rate
+        began = time.perf_counter()
+        lanes = deal(list(enumerate(bodies)), 4)
+
+        def producer(lane):
+            for index, body in lane:
+                wait = began + index * interval - time.perf_counter()
+                if wait > 0:
+                    time.sleep(wait)
+                latencies.append(post(self.url, self.token, body))
+
+        threads = [threading.Thread(target=producer, args=(lane,)) for lane in lanes]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join()
+        sent = time.perf_counter() - began
+        sampling.set()
+        sampler.join()
+        q = statistics.quantiles
+        print(
+            f"5. steady load: {len(bodies) * batch:,} events in {sent:.1f} s "
+            f"({len(bodies) * batch / sent:,.0f} events/s asked {rate:,}/s, {jobs} live jobs, "
+            f"batches of {batch}, {len(self.projectors)} projector(s)):\n"
+            f"   projection lag p50 {q(lags, n=100)[49]:.2f} s, p95 {q(lags, n=100)[94]:.2f} s "
+            f"(target p95 < 1 s); ingest request p99 {q(latencies, n=100)[98] * 1000:.0f} ms"
+        )
 
 
 def copy_rate(database_url: str, items: list[dict], batch: int) -> float:
@@ -180,7 +278,8 @@ def copy_rate(database_url: str, items: list[dict], batch: int) -> float:
         conn.execute("DROP TABLE IF EXISTS bench_raw_event")
         conn.execute("CREATE TABLE bench_raw_event (LIKE jobs_event INCLUDING ALL)")
         columns = (
-            "job_id, event_id, type, ts, seq, attempt, payload, received_at, partition_day, masked"
+            "job_id, event_id, type, ts, seq, attempt, payload, received_at, partition_day, "
+            "masked, generation"
         )
         now = datetime.now(UTC)
         rows = [
@@ -195,6 +294,7 @@ def copy_rate(database_url: str, items: list[dict], batch: int) -> float:
                 now,
                 now.date(),
                 "[]",
+                1,
             )
             for index, item in enumerate(items)
         ]
@@ -224,13 +324,33 @@ def main() -> None:
     parser.add_argument(
         "--rounds", type=int, default=3, help="grouped/live pairs of figure 1 (medians printed)"
     )
+    parser.add_argument(
+        "--respond-async",
+        action="store_true",
+        help="send Prefer: respond-async, run --projectors beside gunicorn, and stop each "
+        "clock when nothing is dirty",
+    )
+    parser.add_argument("--projectors", type=int, default=1)
+    parser.add_argument("--steady-rate", type=int, default=5_000, help="figure 5's events/s")
+    parser.add_argument("--steady-seconds", type=float, default=20)
+    parser.add_argument(
+        "--skip-long", action="store_true", help="leave figure 2 (the 10,000-step job) out"
+    )
     args = parser.parse_args()
+    if args.respond_async:
+        HEADERS["Prefer"] = "respond-async"
     base = os.environ.get("DATABASE_URL", "postgres://postgres@127.0.0.1:5432/traceviz_live")
     base, _, database = base.rpartition("/")
     start = datetime.now(UTC) - timedelta(days=1)
     spacing = timedelta(milliseconds=50)
 
-    server = Server(base, database, args.workers, args.port)
+    server = Server(
+        base,
+        database,
+        args.workers,
+        args.port,
+        projectors=args.projectors if args.respond_async else 0,
+    )
     try:
         grouped_rates = {}
         for producers in sorted({args.producers, 1}, reverse=True):
@@ -245,7 +365,7 @@ def main() -> None:
                     ]
                     lanes = runner_lanes(streams, producers, args.batch, live=mode == "live")
                     count = sum(len(stream) for stream in streams)
-                    rates[mode] = count / send_all(server.url, server.token, lanes)
+                    rates[mode] = count / server.send_all(lanes)
                 rounds.append(rates)
             median = {
                 mode: statistics.median(rates[mode] for rates in rounds)
@@ -268,9 +388,16 @@ def main() -> None:
             for item in job_stream(f"copied-{n}", args.steps, start, spacing)
         ]
 
-        long_items = job_stream("long-job", args.long_steps, start, spacing)
+        mode = "async (Prefer: respond-async)" if args.respond_async else "read-your-writes"
+        print(f"   answers: {mode}")
+        if args.respond_async:
+            server.steady(args.steady_rate, args.steady_seconds, 400, args.batch, start, spacing)
+        long_items = (
+            [] if args.skip_long else job_stream("long-job", args.long_steps, start, spacing)
+        )
         first, steps = long_items[:1], long_items[1:-1]
-        post(server.url, server.token, ndjson(first))
+        if first:
+            post(server.url, server.token, ndjson(first))
         latencies: list[tuple[int, float]] = []
         done_steps, index = 0, 0
         while index < len(steps):
@@ -287,7 +414,8 @@ def main() -> None:
             done_steps, index = done_steps + 1, end
         near_start = [s for n, s in latencies if 5 <= n <= 15]
         near_end = [s for n, s in latencies if n > args.long_steps - 20]
-        early, late = statistics.median(near_start) * 1000, statistics.median(near_end) * 1000
+        early = statistics.median(near_start) * 1000 if near_start else float("nan")
+        late = statistics.median(near_end) * 1000 if near_end else float("nan")
         print(
             f"2. one job streamed one step per request up to {args.long_steps:,} steps "
             f"({len(latencies):,} requests):\n"

@@ -2,17 +2,19 @@
 
 A scrape builds a fresh ``CollectorRegistry`` from the ``Counter`` rows ingest keeps
 (``ingest.counters``) and a few small aggregates (open escalations, contract findings, failure
-records that ended their job, firing alerts); it never reads the event table.
+records that ended their job, firing alerts, the projection's dirty marks); it never reads the
+event table.
 """
 
 import json
 
 from django.conf import settings
 from django.db.models import Case, Count, F, Q, When
+from django.utils import timezone
 from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily
 
-from jobs.ingest import database
+from jobs.ingest import database, projector
 from jobs.ingest.counters import COUNTERS, INF, INGEST_LATENCY, LATENCY_BUCKETS
 from jobs.models import AlertEpisode, Counter, Escalation, Failure
 
@@ -39,6 +41,18 @@ class DatabaseCollector:
                 family.add_metric(label_values, value)
             yield family
         yield self._latency(by_name)
+        dirty_jobs, lag = projector.dirty_summary(timezone.now())
+        yield GaugeMetricFamily(
+            "traceviz_projection_dirty_jobs",
+            "Jobs with events stored but not yet folded into their rows.",
+            value=dirty_jobs,
+        )
+        yield GaugeMetricFamily(
+            "traceviz_projection_lag_seconds",
+            "How long the longest-dirty job has waited for its events to be projected "
+            "(0 when none waits).",
+            value=lag,
+        )
         yield self._gauge(
             "traceviz_escalations_open",
             "Escalations not resolved, by kind.",

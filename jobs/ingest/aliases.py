@@ -6,8 +6,8 @@ resource or on another span of the trace in the same request, else the trace id.
 only in a later request than some of its spans (a ``SimpleSpanProcessor`` exports the children
 before their root, and so does a ``BatchSpanProcessor`` for a run longer than its delay) would
 be split in two: the spans before the name under the trace id, the rest under the name.
-``store_batch`` runs each batch through here, under the batch's job locks, before it stores
-anything:
+``store_batch`` runs each batch through here, under the batch's append locks (and, for a batch
+that names a trace, both jobs' projection locks), before it stores anything:
 
 - ``locked_homes``: a trace is named when one of its spans arrives under a job id other than its
   trace id; the first name recorded wins (``JobAlias``: trace id -> job). Every event of a
@@ -32,8 +32,15 @@ from jobs.contract.events import Event
 from jobs.contract.otlp import trace_of
 from jobs.escalations import actions
 from jobs.ingest import failure_groups
-from jobs.ingest.locks import lock_jobs
-from jobs.models import DashboardDirtyHour, Escalation, FailureGroup, Job, JobAlias
+from jobs.ingest.locks import lock_appends
+from jobs.models import (
+    DashboardDirtyHour,
+    Escalation,
+    FailureGroup,
+    Job,
+    JobAlias,
+    ProjectionMark,
+)
 from jobs.models import Event as EventRow
 
 
@@ -56,14 +63,14 @@ class Homes:
 
 
 def locked_homes(events: Mapping[tuple[str, str], Event]) -> Homes:
-    """Take the locks of every job the batch's events may go to (their job ids, their traces'
+    """Take the append locks of every job the batch's events may go to (their job ids, their traces'
     ids and the jobs those are aliases of) and decide each event's job. Must run inside a
     transaction; raises ``LockedTooFew`` (see there)."""
     traces = {key: trace_of(event) for key, event in events.items()}
     ids = {job_id for job_id, _ in events} | {trace for trace in traces.values() if trace}
     guessed = JobAlias.objects.jobs_of(ids)
     locked = ids | set(guessed.values())
-    lock_jobs(locked)
+    lock_appends(locked)
     # Read again: an alias recorded since was recorded under the lock of its trace's id.
     stored = JobAlias.objects.jobs_of(ids)
     named: dict[str, str] = {}
@@ -86,8 +93,9 @@ def locked_homes(events: Mapping[tuple[str, str], Event]) -> Homes:
 
 def rehome(named: Mapping[str, str]) -> set[str]:
     """Move each job stored under a trace id of ``named`` (trace id -> job id) to its named
-    job; returns the named jobs that received one, which the caller replays whole. The caller
-    holds both jobs' locks (``locked_homes``)."""
+    job; returns the named jobs that received one, which the caller replays whole (the moved
+    events take generation 0, folded by that replay). The caller holds both jobs' append and
+    projection locks, and brought both projections up to date (``projector.fold_locked``)."""
     if not named:
         return set()
     rows = {
@@ -111,7 +119,11 @@ def rehome(named: Mapping[str, str]) -> set[str]:
         named_job = rows.get(job_id)
         if named_job is None:
             Job.objects.filter(pk=anonymous["id"]).update(job_id=job_id)
-            events.update(job_id=job_id)
+            events.update(job_id=job_id, generation=0)
+            # The named job had no events (its row would exist): its mark, if any, goes; the
+            # trace's mark, with the day of the moved events, becomes the job's.
+            ProjectionMark.objects.filter(job_id=job_id).delete()
+            ProjectionMark.objects.filter(job_id=trace).update(job_id=job_id)
             for escalation in Escalation.objects.filter(job_id=anonymous["id"]).order_by("pk"):
                 actions.rehome(escalation, anonymous["id"], note)
             rows[job_id] = {**anonymous, "job_id": job_id}
@@ -128,7 +140,9 @@ def _merge(anonymous: dict, named_job: dict, events, note: str) -> None:
     held = EventRow.objects.filter(job_id=named_job["job_id"], partition_day=day)
     events.filter(event_id__in=held.values("event_id")).delete()
     # On PostgreSQL the rows move to the named job's day partition when it is another.
-    events.update(job_id=named_job["job_id"], partition_day=day)
+    events.update(job_id=named_job["job_id"], partition_day=day, generation=0)
+    # The trace id holds no event now: its numbering may start again.
+    ProjectionMark.objects.filter(job_id=anonymous["job_id"]).delete()
     same = {(e.kind, e.node_id): e for e in Escalation.objects.filter(job_id=pk)}
     for escalation in Escalation.objects.filter(job_id=anonymous["id"]).order_by("pk"):
         key = (escalation.kind, escalation.node_id)

@@ -2,9 +2,11 @@
 adds to the Prometheus counters kept in the database.
 
 Counters are rows of ``Counter`` incremented with ``INSERT ... ON CONFLICT DO UPDATE`` (one
-statement per batch), inside the ingest transaction, so every web process adds to the same number,
-a rolled-back batch counts nothing and restarts lose nothing. ``dashboard.exposition`` reads them
-for a scrape.
+statement per fold), so every process adds to the same number, a rolled-back fold counts nothing
+and restarts lose nothing. The event counts come out of the projection step (``projector``), not
+the append: the hot counter rows stay out of the append's transaction, each event is counted
+once, when it is folded, and the counts lag with the rows they describe.
+``dashboard.exposition`` reads them for a scrape.
 """
 
 import json
@@ -105,7 +107,7 @@ def labels_key(**labels: str) -> str:
 def increment(deltas: Mapping[tuple[str, str], float]) -> None:
     """Add each delta to its (name, labels key) counter row in one upsert statement.
 
-    Runs in the caller's transaction: inside ``store_batch`` the counts commit with the events.
+    Runs in the caller's transaction: inside a fold the counts commit with its rows.
     """
     database.add_to_counters(Counter, deltas)
 
@@ -117,7 +119,7 @@ def _label_value(value) -> str:
 def record_batch(
     new_events: Iterable[events.Event], projections: Mapping[str, int] | None = None
 ) -> None:
-    """Count a batch's newly stored events (resends are not new, so they count once) and the
+    """Count a fold's newly folded events (each is folded once, so resends count once) and the
     jobs it projected by path, in one statement."""
     # Tally plain label values first; each series' key is built once per batch, not per event.
     by_type: Tally[str] = Tally()

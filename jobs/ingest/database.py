@@ -11,6 +11,7 @@ bench/README.md). Both paths write the same rows.
 """
 
 import functools
+import time
 import weakref
 from collections.abc import Iterable, Mapping, Sequence, Set
 from datetime import date, datetime, timedelta, tzinfo
@@ -29,7 +30,7 @@ from django.db.models.expressions import RawSQL
 from psycopg.adapt import Loader
 from psycopg.pq import Format
 
-from jobs.models import BoundedSum, Job, JSONTextField, json_text
+from jobs.models import BoundedSum, Job, JSONTextField, ProjectionMark, json_text
 
 POSTGRES = "postgresql"
 
@@ -210,8 +211,8 @@ def insert_new_events(
     (job_id, event_id).
 
     ``rows`` hold database values in ``columns`` order: job_id, event_id and partition_day
-    first (the unique key), the payload as JSON text. The caller must hold the batch's per-job
-    locks (``locks.lock_jobs``): on PostgreSQL the stored keys are read first, one query per
+    first (the unique key), the payload as JSON text. The caller must hold the batch's append
+    locks (``locks.lock_appends``): on PostgreSQL the stored keys are read first, one query per
     day (so each reads one partition), and the new rows COPYed straight in, which is only safe
     while nobody else can insert events of these jobs. ``unseen`` are jobs none of whose
     stored events can be among the rows (the caller knows why: ``projection.unseen_jobs``):
@@ -480,6 +481,77 @@ def _timestamp_loader(tz: tzinfo | None) -> type[Loader]:
     return TimestampLoader
 
 
+# --- dirty marks -----------------------------------------------------------------------------
+
+DIRTY_CHANNEL = "traceviz_dirty"
+
+
+def mark_dirty(
+    days: Mapping[str, date], at: datetime, *, whole: Set[str] = frozenset()
+) -> dict[str, tuple[int, date, bool]]:
+    """Upsert the projection marks of these jobs (job id -> the partition day a new mark takes)
+    in one statement, in job id order: each mark's generation goes up by one (a new mark starts
+    at 1), its first_marked_at is ``at`` when it was clean, its marked_at is ``at``. Returns by
+    job id: (the generation this append stores its events under, the job's partition day as
+    the mark holds it, whether the job was clean before). ``whole``: jobs the next fold
+    replays from every event. The row locks last until the caller's transaction ends."""
+    if not days:
+        return {}
+    quote = connection.ops.quote_name
+    table = quote(ProjectionMark._meta.db_table)
+    adapt_day = connection.ops.adapt_datefield_value
+    stamp = adapt_datetime(at)
+    found: dict[str, tuple[int, date, bool]] = {}
+    job_ids = sorted(days)
+    with connection.cursor() as cursor:
+        for start in range(0, len(job_ids), SQLITE_ROWS_PER_STATEMENT):
+            chunk = job_ids[start : start + SQLITE_ROWS_PER_STATEMENT]
+            cursor.execute(
+                f"INSERT INTO {table} AS mark (job_id, partition_day, generation, projected, "
+                "whole, first_marked_at, marked_at) VALUES "
+                + ", ".join(["(%s, %s, 1, 0, %s, %s, %s)"] * len(chunk))
+                + " ON CONFLICT (job_id) DO UPDATE SET generation = mark.generation + 1, "
+                "whole = (mark.whole OR excluded.whole), first_marked_at = CASE WHEN "
+                "mark.generation > mark.projected THEN mark.first_marked_at "
+                "ELSE excluded.first_marked_at END, marked_at = excluded.marked_at "
+                "RETURNING job_id, partition_day, generation, projected",
+                [
+                    value
+                    for job_id in chunk
+                    for value in (job_id, adapt_day(days[job_id]), job_id in whole, stamp, stamp)
+                ],
+            )
+            for job_id, day, generation, projected in cursor.fetchall():
+                if isinstance(day, str):
+                    day = date.fromisoformat(day)
+                found[job_id] = (generation, day, projected == generation - 1)
+    return found
+
+
+def notify_dirty() -> None:
+    """Wake the projectors waiting on PostgreSQL's LISTEN (sent when the caller's transaction
+    commits); on SQLite they poll."""
+    if connection.vendor != POSTGRES:
+        return
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT pg_notify(%s, '')", [DIRTY_CHANNEL])
+
+
+def wait_for_dirty(timeout: float) -> None:
+    """Return when an append notifies (PostgreSQL, ``notify_dirty``) or after ``timeout``
+    seconds (on SQLite: a plain sleep, the polling interval). Outside any transaction."""
+    if connection.vendor != POSTGRES:
+        time.sleep(timeout)
+        return
+    connection.ensure_connection()
+    with connection.cursor() as cursor:
+        cursor.execute(f"LISTEN {DIRTY_CHANNEL}")
+    driver = connection.connection
+    with connection.wrap_database_errors:
+        for _ in driver.notifies(timeout=timeout, stop_after=1):
+            pass
+
+
 # --- advisory locks --------------------------------------------------------------------------
 
 
@@ -513,6 +585,19 @@ def lock_out_writers(model: type[models.Model], timeout: str = "5s") -> bool:
     except OperationalError:
         return False
     return True
+
+
+def try_lock_keys(keys: list[int]) -> set[int]:
+    """Take what can be taken at once of the transaction-level advisory locks on ``keys``;
+    returns those taken (the others are someone else's). Never waits, so in any order. On
+    SQLite, whose writers are serialised by the database itself: all of them."""
+    if connection.vendor != POSTGRES or not keys:
+        return set(keys)
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT k FROM unnest(%s::bigint[]) AS k WHERE pg_try_advisory_xact_lock(k)", [keys]
+        )
+        return {row[0] for row in cursor.fetchall()}
 
 
 def lock_pair(keys: tuple[int, int], *, wait: bool) -> bool:

@@ -1,4 +1,4 @@
-"""One failure record per failure (docs/failures.md), written by projection in the batch's
+"""One failure record per failure (docs/failures.md), written by projection in the fold's
 transaction with the job's other rows: ``Failure`` rows and the providers each job used
 (``JobProvider``).
 

@@ -10,17 +10,19 @@ exactly ``walk.build``'s output whatever order the events arrived in (replay par
 new OpenTelemetry spans are first expanded onto its stored trace (``trace_growth``) into the
 events and calls they stand for, or the job is replayed whole when that would not be exact.
 
-Callers hold the jobs' locks (``locks.lock_jobs``) inside their transaction.
+Callers hold the jobs' projection locks (``locks.lock_projections``) inside their transaction;
+the projector (``projector``) says which events are new.
 """
 
 from collections import Counter
-from collections.abc import Collection, Iterable, Sequence
+from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, fields
 from datetime import date, datetime
 from decimal import Decimal
 from operator import attrgetter
 
 from django.conf import settings
+from django.db.models import F
 from django.utils import timezone
 
 from jobs.contract.events import Event
@@ -33,6 +35,7 @@ from jobs.models import (
     DashboardDirtyHour,
     Escalation,
     Job,
+    ProjectionMark,
     Step,
 )
 from jobs.models import Event as EventRow
@@ -83,19 +86,27 @@ class Projected:
 
 
 def load_events(
-    job_ids: Sequence[str], days: dict[str, date] | None = None
+    job_ids: Sequence[str],
+    days: dict[str, date] | None = None,
+    through: Mapping[str, int] | None = None,
 ) -> dict[str, list[Event]]:
     """Every stored event of these jobs, as replay takes them. With ``days``, the jobs'
-    partition days (every job's), only those days' partitions are read."""
+    partition days (every job's), only those days' partitions are read. ``through``: by job,
+    the last append (``ProjectionMark.generation``) to read; a later one is left for the next
+    fold."""
     by_job: dict[str, list[Event]] = {job_id: [] for job_id in job_ids}
+    through = through or {}
     rows = EventRow.objects.filter(job_id__in=job_ids)
     if days is not None:
         rows = rows.filter(partition_day__in=sorted({days[job_id] for job_id in job_ids}))
     # A plain fetch: a server-side cursor (iterator) plans for the first rows and may scan.
-    for job_id, event_id, event_type, ts, seq, payload, masked in rows.values_list(
-        "job_id", "event_id", "type", "ts", "seq", "payload", "masked"
+    for job_id, event_id, event_type, ts, seq, payload, masked, generation in rows.values_list(
+        "job_id", "event_id", "type", "ts", "seq", "payload", "masked", "generation"
     ):
-        by_job[job_id].append(Event(event_type, job_id, event_id, ts, seq, payload, tuple(masked)))
+        if generation <= through.get(job_id, generation):
+            by_job[job_id].append(
+                Event(event_type, job_id, event_id, ts, seq, payload, tuple(masked))
+            )
     return by_job
 
 
@@ -118,20 +129,22 @@ def read_jobs(job_ids: Sequence[str]) -> dict[str, dict]:
 def project_jobs(
     job_ids: Sequence[str],
     *,
-    received_at: datetime | None = None,
+    received_at: Mapping[str, datetime] | None = None,
     new_events: dict[str, list[Event]] | None = None,
     days: dict[str, date] | None = None,
     existing: dict[str, dict] | None = None,
     full: bool = False,
     whole: Collection[str] = (),
+    through: Mapping[str, int] | None = None,
 ) -> Counter:
     """Project these jobs and write their Job, Step and Escalation rows; returns how many jobs
     went each path (``INCREMENTAL``, ``FULL``), for the ``projections`` counter.
 
-    ``new_events`` are the events the caller just stored, by job: folded onto each job's
-    snapshot when they all sort after it, else (and for ``full``, and for jobs without new
-    events) the job is replayed from every stored event. ``received_at`` marks new events
-    having arrived (the stall clock); a rebuild passes None and keeps each job's receive time.
+    ``new_events`` are the job's events not folded yet (``projector``), by job: folded onto
+    each job's snapshot when they all sort after it, else (and for ``full``, and for jobs
+    without new events) the job is replayed from every stored event up to ``through`` (by job,
+    the mark's generation the fold reads to). ``received_at``, by job, is when its new events
+    arrived (the stall clock); a rebuild passes None and keeps each job's receive time.
     ``days`` are the partition days the caller stored new jobs' events under (a job with a row
     keeps its own). ``existing`` is ``read_jobs`` of at least these jobs, when the caller read
     it already (under the jobs' locks). ``whole``: jobs replayed from every stored event
@@ -155,7 +168,7 @@ def project_jobs(
         **{job_id: row["partition_day"] for job_id, row in existing.items()},
     }
     events_by_job = {**{j: new_events[j] for j in replay_whole if j not in to_load}}
-    events_by_job.update(load_events(to_load, days))
+    events_by_job.update(load_events(to_load, days, through))
     for job_id, events in events_by_job.items():
         if events:
             fold = walk.Fold.of(events, config)
@@ -165,7 +178,7 @@ def project_jobs(
     rows = [
         job_row(
             p.state,
-            _received_at(existing.get(job_id), received_at),
+            _received_at(existing.get(job_id), (received_at or {}).get(job_id)),
             p.fold.snapshot(),
             days[job_id],
         )
@@ -282,15 +295,20 @@ def _foldable(job: dict | None, events: list[Event]) -> dict | None:
     return snapshot if walk.all_after(snapshot, events) else None
 
 
-def unseen_jobs(existing: dict[str, dict], events: dict[str, list[Event]]) -> set[str]:
-    """The jobs none of whose stored events can be among their ``events``: those without a Job
-    row (events and Job rows commit together), and those whose events all fold onto their
-    snapshot (every stored event was folded, so it sorts at or before the snapshot's last one,
-    and a resend sorts where it did). ``existing`` is ``read_jobs`` of at least these jobs."""
+def unseen_jobs(
+    existing: dict[str, dict], events: dict[str, list[Event]], clean: Collection[str]
+) -> set[str]:
+    """The jobs none of whose stored events can be among their ``events`` (a hint: should one
+    be stored after all, the insert looks every row up): new jobs (no Job row, and the append
+    found no mark: among ``clean`` with no row) and ``clean`` ones (every stored event folded)
+    whose events all fold onto their snapshot (a folded event sorts at or before the
+    snapshot's last one, and a resend sorts where it did). ``existing`` is ``read_jobs`` of at
+    least these jobs."""
     return {
         job_id
         for job_id, job_events in events.items()
-        if job_id not in existing or _foldable(existing[job_id], job_events) is not None
+        if job_id in clean
+        and (job_id not in existing or _foldable(existing[job_id], job_events) is not None)
     }
 
 
@@ -605,5 +623,9 @@ def _changes_escalations(p: Projected) -> bool:
 
 
 def replay_jobs(job_ids: Iterable[str]) -> None:
-    """Replay these jobs from all their events (rebuild, purge): every job on the full path."""
-    counters.record_projections(project_jobs(sorted(job_ids), full=True))
+    """Replay these jobs from all their events (rebuild, purge): every job on the full path.
+    The caller holds both their locks (``locks.lock_jobs``): no append comes meanwhile, so
+    every stored event is folded, and their marks are left clean."""
+    job_ids = sorted(job_ids)
+    counters.record_projections(project_jobs(job_ids, full=True))
+    ProjectionMark.objects.filter(job_id__in=job_ids).update(projected=F("generation"), whole=False)

@@ -42,6 +42,7 @@ from jobs.models import (
     Escalation,
     Event,
     Job,
+    ProjectionMark,
     SpanResource,
     Step,
     contained_batch,
@@ -180,6 +181,8 @@ def _delete_jobs(stale: QuerySet, event_batch: int, candidates: list[str]) -> tu
         )
         failure_groups.forget_jobs(sorted(doomed.values_list("pk", flat=True)))
         doomed.delete_with_steps()
+        # Their events are gone: a job id sent again starts a new mark, on the day it comes.
+        ProjectionMark.objects.filter(job_id__in=job_ids).delete()
     return len(job_ids), events
 
 
@@ -219,6 +222,8 @@ def _drop_day(day: date, today: date, cutoff: datetime, result: RetentionResult)
         result.events += of_partition.count()
         # The events that go (the kept jobs' moved out): their hours' planner counts change.
         DashboardDirtyHour.objects.mark(of_partition.planner_hours())
+        # A mark of that day has no event left: a job id sent again starts anew.
+        ProjectionMark.objects.filter(partition_day=day).delete()
         database.drop_partitions(day)
     result.days += 1
 
@@ -234,6 +239,7 @@ def _empty_day(day: date, today: date, cutoff: datetime, batch: list[str]) -> tu
         _move(kept, day, today)
         gone = Job.objects.filter(pk__in=doomed)
         DashboardDirtyHour.objects.mark(gone.values_list("started_at", flat=True))
+        ProjectionMark.objects.filter(job_id__in=gone.values("job_id")).delete()
         failure_groups.forget_jobs(sorted(doomed))
         # Their steps and events stay until the partitions go (no row-by-row deletes).
         gone.delete()
@@ -248,3 +254,5 @@ def _move(jobs: list[tuple[int, str]], day: date, today: date) -> None:
     Event.objects.filter(job_id__in=job_ids, partition_day=day).update(partition_day=today)
     Step.objects.filter(job_id__in=pks, partition_day=day).update(partition_day=today)
     Job.objects.filter(pk__in=pks).update(partition_day=today)
+    # Their next appends go to the day their rows are on now.
+    ProjectionMark.objects.filter(job_id__in=job_ids).update(partition_day=today)

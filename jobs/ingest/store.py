@@ -1,10 +1,17 @@
-"""Store a batch of events and project the jobs it touched (docs/architecture.md).
+"""Append a batch of events, then (by default) project the jobs it touched
+(docs/architecture.md, "Data flow").
 
 Knows no HTTP: the ingest view, the import command, the demo loader and the OTLP endpoint all
-call ``store_batch``. One transaction per batch: the batch's job locks and each event's job
-(a trace's events go to the job that names it, ``aliases``, which also re-homes a job stored
-under the trace id before the name came), event rows (unique per job + event_id), then
-``projection.project_jobs`` over the jobs that got new events.
+call ``store_batch``. The append is one short transaction: under the batch's append locks, each
+event's job (a trace's events go to the job that names it, ``aliases``), the jobs' dirty marks
+(one upsert), the event rows (unique per job + event_id) numbered with their job's new
+generation. Committed, the batch is durable. Then, unless the caller asked for the answer at
+once, ``projector.project_own`` folds the batch's jobs before ``store_batch`` returns
+(read-your-writes); otherwise the projector loop does.
+
+Re-homing stays in the append: a batch that names a trace whose spans are stored under its id
+moves them (``aliases.rehome``) and projects the named job in its transaction, under both locks
+of both jobs, because the alias it records points at the named job's row (once per trace).
 """
 
 import gc
@@ -20,8 +27,8 @@ from django.utils import timezone
 from jobs.contract.bodies import ParsedBatch
 from jobs.contract.events import Event
 from jobs.contract.redaction import bounded_payload, redact_payload
-from jobs.ingest import aliases, counters, database
-from jobs.ingest.projection import project_jobs, read_jobs, unseen_jobs
+from jobs.ingest import aliases, database, locks, projector
+from jobs.ingest.projection import read_jobs, unseen_jobs
 from jobs.models import Event as EventRow
 from jobs.models import IngestToken, SpanResource, json_text, json_value, stored_payload
 
@@ -38,6 +45,7 @@ EVENT_COLUMNS = (
     "received_at",
     "token_id",
     "masked",
+    "generation",
 )
 
 
@@ -80,12 +88,27 @@ def collector_paused():
             gc.enable()
 
 
+@dataclass(slots=True)
+class Appended:
+    """An append's outcome: how many events were new, the jobs that got new events, and every
+    job it marked (a resend's job too: its mark must be cleared, though nothing is new)."""
+
+    stored: int
+    job_ids: list[str]
+    marked: list[str]
+
+
 @collector_paused()
 def store_batch(
-    batch: ParsedBatch, *, token: IngestToken | None = None, received_at: datetime | None = None
+    batch: ParsedBatch,
+    *,
+    token: IngestToken | None = None,
+    received_at: datetime | None = None,
+    project: bool = True,
 ) -> IngestResult:
-    """Redact (unless the batch was redacted as it was made), bound, store and project a parsed
-    batch. Returns counts and the per-item errors."""
+    """Redact (unless the batch was redacted as it was made), bound and append a parsed batch,
+    then (``project``) fold the jobs it touched. Returns counts and the per-item errors.
+    Without ``project`` the jobs are left dirty for the projector loop, woken here."""
     received_at = received_at or timezone.now()
     result = IngestResult(received=batch.total, errors=list(batch.errors))
     events: dict[tuple[str, str], Event] = {}
@@ -116,55 +139,61 @@ def store_batch(
     while True:
         try:
             with transaction.atomic():
-                stored, touched = _store_locked(events, token, received_at, today)
+                appended = _append_locked(events, token, received_at, today, notify=not project)
         except aliases.LockedTooFew:
             continue  # an alias recorded meanwhile: start again, locking its job too
         break
-    result.stored = stored
+    if project:
+        projector.project_own(appended.marked)
+    result.stored = appended.stored
     result.duplicates = len(batch.events) - result.stored
-    result.job_ids = touched
+    result.job_ids = appended.job_ids
     return result
 
 
-def _store_locked(
+def _append_locked(
     events: dict[tuple[str, str], Event],
     token: IngestToken | None,
     received_at: datetime,
     today: date,
-) -> tuple[int, list[str]]:
-    """``store_batch``'s transaction: the batch's job locks and each event's job (a trace's
-    name, ``aliases``), the jobs its traces re-home, the event rows, their projection; returns
-    how many events were new and the jobs projected. Raises ``aliases.LockedTooFew``."""
+    *,
+    notify: bool,
+) -> Appended:
+    """``store_batch``'s transaction: the batch's append locks and each event's job (a trace's
+    name, ``aliases``), the jobs its traces re-home, the marks, the event rows; with
+    ``notify``, a wake-up for the projectors at commit. Raises ``aliases.LockedTooFew``."""
     homes = aliases.locked_homes(events)
     events = homes.events
-    rehomed = aliases.rehome(homes.named)
+    rehomed: set[str] = set()
+    if homes.named:
+        # Re-homing rewrites both jobs' rows: their folds wait, and are brought up to date
+        # first, so what moves is all of the anonymous job.
+        both = {*homes.named, *homes.named.values()}
+        locks.lock_projections(both)
+        projector.fold_locked(both)
+        rehomed = aliases.rehome(homes.named)
     job_ids = sorted({job_id for job_id, _ in events} | rehomed)
     existing = read_jobs(job_ids)
     days = dict.fromkeys(job_ids, today)
     days.update((job_id, row["partition_day"]) for job_id, row in existing.items())
+    marks = database.mark_dirty(days, received_at, whole=rehomed)
+    days = {job_id: day for job_id, (_, day, _) in marks.items()}
     by_job: dict[str, list[Event]] = {}
     for (job_id, _), event in events.items():
         by_job.setdefault(job_id, []).append(event)
-    # A re-homed job's stored events are not all folded into its snapshot: look them up.
-    unseen = unseen_jobs(existing, by_job) - rehomed
-    new_keys = _insert_events(events.values(), days, token, received_at, unseen=unseen)
-    touched = sorted({job_id for job_id, _ in new_keys} | rehomed)
-    new_events: dict[str, list[Event]] = {}
-    for key in new_keys:
-        new_events.setdefault(key[0], []).append(events[key])
-    paths = project_jobs(
-        touched,
-        received_at=received_at,
-        new_events=new_events,
-        days=days,
-        existing=existing,
-        whole=rehomed,
-    )
-    aliases.record(homes.named)
-    counters.record_batch((events[key] for key in new_keys), projections=paths)
+    clean = {job_id for job_id, (_, _, was_clean) in marks.items() if was_clean}
+    unseen = unseen_jobs(existing, by_job, clean - rehomed)
+    generations = {job_id: generation for job_id, (generation, _, _) in marks.items()}
+    new_keys = _insert_events(events.values(), days, generations, token, received_at, unseen=unseen)
+    if homes.named:
+        projector.fold_locked(homes.named.values())
+        aliases.record(homes.named)
+    if notify:
+        database.notify_dirty()
     if token is not None and not _used_lately(token, received_at):
         IngestToken.objects.filter(pk=token.pk).update(last_used_at=received_at)
-    return len(new_keys), touched
+    touched = sorted({job_id for job_id, _ in new_keys} | rehomed)
+    return Appended(len(new_keys), touched, sorted(marks))
 
 
 def _used_lately(token: IngestToken, now: datetime) -> bool:
@@ -176,13 +205,15 @@ def _used_lately(token: IngestToken, now: datetime) -> bool:
 def _insert_events(
     events: Iterable[Event],
     days: dict[str, date],
+    generations: dict[str, int],
     token: IngestToken | None,
     received_at: datetime,
     *,
     unseen: Set[str],
 ) -> set[tuple[str, str]]:
-    """Insert event rows (in their job's partition day), skipping stored ones; returns the new
-    rows' (job_id, event_id). ``unseen``: ``projection.unseen_jobs``."""
+    """Insert event rows (in their job's partition day, numbered with its append's
+    generation), skipping stored ones; returns the new rows' (job_id, event_id). ``unseen``:
+    ``projection.unseen_jobs``."""
     adapt = database.adapt_datetime
     received, token_id = adapt(received_at), token.pk if token else None
     rows, resources = [], {}
@@ -202,6 +233,7 @@ def _insert_events(
                 received,
                 token_id,
                 json_text(event.masked),
+                generations[event.job_id],
             )
         )
     if resources:

@@ -2,7 +2,7 @@
 a few spans by id and the stored steps of the new steps' base nodes, never a whole trace, in a
 few queries for all the batch's jobs (a collector's export holds spans of many live runs).
 
-Callers hold the jobs' locks (``locks.lock_jobs``) inside their transaction.
+Callers hold the jobs' projection locks (``locks.lock_projections``) inside their transaction.
 """
 
 from collections.abc import Iterable

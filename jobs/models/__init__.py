@@ -45,6 +45,7 @@ from jobs.models.failures import (
     search_text,
     search_words,
 )
+from jobs.models.marks import ProjectionMark, ProjectionMarkQuerySet
 from jobs.models.rollups import (
     Counter,
     DashboardDirtyHour,
@@ -140,6 +141,8 @@ __all__ = [
     "Notification",
     "PlannerCount",
     "PlannerJobHour",
+    "ProjectionMark",
+    "ProjectionMarkQuerySet",
     "RateCounter",
     "Role",
     "SavedView",

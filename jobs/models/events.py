@@ -203,6 +203,10 @@ class Event(models.Model):
     # The payload paths redaction masked at ingest (``payload_results.password``), never what
     # was there: the step panel and the API say so.
     masked = JSONTextField(default=list, blank=True)
+    # The append that stored it, numbered per job (``ProjectionMark.generation``): the
+    # projector folds the numbers after its mark's ``projected``. 0: folded whatever the
+    # number (stored before marks, or re-homed into a job that is then replayed whole).
+    generation = models.BigIntegerField(default=0)
 
     objects = EventQuerySet.as_manager()
 
@@ -236,6 +240,9 @@ class Event(models.Model):
                 )
                 for name in STORED_APART
             ),
+            # The projector: a job's events after its mark's ``projected``, without reading
+            # the events it folded already (a live job's fold stays as cheap at 10,000 steps).
+            models.Index(fields=["job_id", "generation"], name="event_job_generation"),
         ]
 
     def __str__(self):

@@ -4,12 +4,13 @@ from django.conf import settings
 from django.db import connection
 from django.http import Http404, HttpResponseRedirect, JsonResponse
 from django.shortcuts import get_object_or_404
+from django.utils import timezone
 from django.views.decorators.cache import never_cache
 from django.views.decorators.csrf import csrf_exempt
 from django.views.decorators.http import require_GET, require_POST
 
 from jobs.contract import bodies
-from jobs.ingest import store
+from jobs.ingest import projector, store
 from jobs.models import Job, JobAlias, next_attempts
 from jobs.web import schemas
 from jobs.web.access import moved_url
@@ -25,6 +26,30 @@ from jobs.web.decorators import (
 from jobs.web.filters import JobFilterForm, after_cursor, encode_cursor
 from jobs.web.openapi import openapi_document
 from jobs.web.schemas import json_response
+
+RESPOND_ASYNC = "respond-async"
+
+
+def prefers_async(request) -> bool:
+    """Whether the request's ``Prefer`` header (RFC 7240) asks for ``respond-async``: the
+    answer right after the append, before its jobs are projected."""
+    preferences = request.headers.get("Prefer", "")
+    for preference in preferences.split(","):
+        name = preference.split(";", 1)[0].split("=", 1)[0].strip().lower()
+        if name == RESPOND_ASYNC:
+            return True
+    return False
+
+
+def applied_async(response, status: int | None = None):
+    """``response`` answered as ``Prefer: respond-async`` asked: 202 Accepted in place of a
+    200 (``status``, when given, says which it was; a 207 or 400 keeps its per-item errors),
+    and ``Preference-Applied`` saying so."""
+    if response.status_code == 200 and status in (None, 200):
+        response.status_code = 202
+        response.reason_phrase = "Accepted"
+    response["Preference-Applied"] = RESPOND_ASYNC
+    return response
 
 
 def read_body(request, limit: int) -> bytes:
@@ -76,7 +101,8 @@ def _read_body(request, limit: int) -> bytes:
 @ingest_token_required
 @token_rate_limited
 def ingest_events(request):
-    """POST /api/v1/events: one JSON object, a JSON array, or NDJSON lines."""
+    """POST /api/v1/events: one JSON object, a JSON array, or NDJSON lines. With
+    ``Prefer: respond-async``, 202 once the events are durable (docs/api.md)."""
     limit = settings.TRACEVIZ_MAX_BODY_BYTES
     try:
         body = bodies.decompress(
@@ -85,9 +111,11 @@ def ingest_events(request):
         batch = bodies.parse_body(body, request.content_type, settings.TRACEVIZ_MAX_BATCH_EVENTS)
     except bodies.BodyError as error:
         return json_error(error.status, error.message)
-    result = store.store_batch(batch, token=request.ingest_token)
+    respond_async = prefers_async(request)
+    result = store.store_batch(batch, token=request.ingest_token, project=not respond_async)
     answer = schemas.IngestResult.model_validate(result, from_attributes=True)
-    return json_response(answer, result.http_status)
+    response = json_response(answer, result.http_status)
+    return applied_async(response) if respond_async else response
 
 
 # The jobs page's filters (not its live refresh anchor), and the API's own page parameters.
@@ -151,8 +179,15 @@ def job_detail(request, job_id: str):
     except Http404:
         if (named := JobAlias.objects.job_of(job_id)) is not None:
             return HttpResponseRedirect(moved_url(request, "jobs:api-job", named), status=307)
+        if (waiting := projector.backlog(job_id)) is not None:
+            return json_error(
+                404, f"no job {job_id!r} yet: its {waiting.events} events are not projected yet"
+            )
         return json_error(404, f"no job {job_id!r}")
-    return json_response(schemas.Job.from_job(job))
+    waiting = projector.backlog(job.job_id)
+    return json_response(
+        schemas.Job.from_job(job, unprojected_events=waiting.events if waiting else 0)
+    )
 
 
 @csrf_exempt
@@ -165,12 +200,15 @@ def openapi(request):
 @never_cache
 @require_GET
 def healthz(request):
-    """Liveness plus a database round trip; 503 when the database cannot be reached."""
+    """Liveness plus a database round trip, and how far projection is behind (dirty jobs and
+    the oldest mark's age); 503 when the database cannot be reached."""
     try:
         with connection.cursor() as cursor:
             cursor.execute("SELECT 1")
+        dirty_jobs, lag = projector.dirty_summary(timezone.now())
     except Exception:
         response = json_response(schemas.Health(status="unavailable", database="unreachable"), 503)
         response["Retry-After"] = RETRY_AFTER_SECONDS
         return response
-    return json_response(schemas.Health(status="ok", database="ok"))
+    projection = schemas.Projection(dirty_jobs=dirty_jobs, lag_seconds=round(lag, 3))
+    return json_response(schemas.Health(status="ok", database="ok", projection=projection))

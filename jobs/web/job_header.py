@@ -10,6 +10,7 @@ from django.utils import timezone
 from django.utils.http import urlencode
 
 from jobs.escalations.stalls import duration_label
+from jobs.ingest import projector
 from jobs.models import Job, NextAttempt
 from jobs.replay.failures import STALLABLE_STATUSES
 from jobs.web.filters import MAX_META_CHARS
@@ -165,3 +166,13 @@ def validation_error_text(error) -> str:
 def as_list(value) -> list:
     """A stored JSON value as a list: a list as it is, anything else as none."""
     return value if isinstance(value, list) else []
+
+
+def unshown(job: Job) -> dict | None:
+    """The job's events not folded into its rows yet (``projector.backlog``): how many, and
+    how many whole seconds ago the first of them arrived; None when every event is shown."""
+    waiting = projector.backlog(job.job_id)
+    if waiting is None:
+        return None
+    seconds = int(max((timezone.now() - waiting.since).total_seconds(), 0))
+    return {"events": waiting.events, "seconds": seconds}

@@ -767,6 +767,7 @@ def _page_context(
         "waiting_to_retry": job.status == failures.RunStatus.PAUSED_TRANSIENT,
         "next_attempt": next_attempt,
         "next_attempt_words": job_header.next_attempt_words(next_attempt, timezone.now()),
+        "unshown": job_header.unshown(job),
         "previous_run": next((j for j in related if j.job_id == job.retry_of), None),
         "next_runs": [j for j in related if j.retry_of == job.job_id],
         "escalations": list(job.escalations.order_by("created_at", "pk")),

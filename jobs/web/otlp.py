@@ -30,7 +30,7 @@ from jobs.contract import bodies, otlp, otlp_logs
 from jobs.ingest import counters, store
 from jobs.models import IngestToken
 from jobs.web import ratelimit
-from jobs.web.api import read_body
+from jobs.web.api import applied_async, prefers_async, read_body
 from jobs.web.decorators import RETRY_AFTER_SECONDS, bearer_token, measure_ingest
 
 # The gRPC code carried in the Status body of each HTTP status this endpoint answers.
@@ -122,14 +122,16 @@ def _read_body(request, kind: str) -> bytes:
 @store.collector_paused()  # parsing too makes thousands of objects
 @otlp_endpoint
 def export_traces(request):
-    """POST /v1/traces: an OTLP ExportTraceServiceRequest, protobuf or JSON, maybe gzipped."""
+    """POST /v1/traces: an OTLP ExportTraceServiceRequest, protobuf or JSON, maybe gzipped.
+    With ``Prefer: respond-async``, 202 once the spans are durable (docs/otlp.md)."""
     kind = bodies.media_type(request.content_type)
     try:
         body = _read_body(request, kind)
         traces = otlp.to_batch(otlp.decode_request(body, kind), settings.TRACEVIZ_MAX_BATCH_EVENTS)
     except bodies.BodyError as error:
         return otlp_error(request, error.status, error.message)
-    store.store_batch(traces.batch, token=request.ingest_token)
+    respond_async = prefers_async(request)
+    store.store_batch(traces.batch, token=request.ingest_token, project=not respond_async)
     accepted = traces.span_count - traces.rejected_spans
     request.ingest_counts = counters.span_deltas(accepted, traces.rejections)
     answer = ExportTraceServiceResponse()
@@ -139,7 +141,8 @@ def export_traces(request):
                 rejected_spans=traces.rejected_spans, error_message=traces.error_message
             )
         )
-    return otlp_response(answer, kind)
+    response = otlp_response(answer, kind)
+    return applied_async(response) if respond_async else response
 
 
 @csrf_exempt

@@ -64,9 +64,20 @@ class Error(Body):
     error: str
 
 
+class Projection(Body):
+    """How far projection is behind ingest (docs/architecture.md, "Data flow")."""
+
+    dirty_jobs: int
+    """Jobs with events not yet folded into their rows."""
+    lag_seconds: float
+    """How long the longest-dirty job has been dirty; 0 when none is."""
+
+
 class Health(Body):
     status: Literal["ok", "unavailable"]
     database: Literal["ok", "unreachable"]
+    projection: Projection | None = None
+    """``null`` when the database cannot be reached."""
 
 
 class FieldError(Body):
@@ -610,10 +621,17 @@ class Job(JobSummary):
     calls: list[Call]
     """The calls of the job itself, in no step (a root span that is a call: an agent run)."""
     escalations: list[EscalationRef]
+    projected: bool
+    """False while the job has events not folded into these rows yet (sent with
+    ``Prefer: respond-async``, the projector not there yet): ``unprojected_events`` of them."""
+    unprojected_events: int
 
     @classmethod
-    def from_job(cls, job: models.Job, due: models.NextAttempt | None = None) -> "Job":
-        """``due``: the job's next attempt when the caller read it (else read here).
+    def from_job(
+        cls, job: models.Job, due: models.NextAttempt | None = None, unprojected_events: int = 0
+    ) -> "Job":
+        """``due``: the job's next attempt when the caller read it (else read here);
+        ``unprojected_events``: its events not in its rows.
 
         Reads the job's steps (its completed nodes come off them), its calls, the jobs its
         spans link to (when they link), its escalations and, for a job waiting to retry, the
@@ -664,6 +682,8 @@ class Job(JobSummary):
                 )
                 for esc in job.escalations.order_by("created_at", "pk")
             ],
+            projected=not unprojected_events,
+            unprojected_events=unprojected_events,
         )
 
 

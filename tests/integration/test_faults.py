@@ -60,7 +60,11 @@ def test_read_api_answers_503_when_the_database_is_down(client, ingest_token, da
 def test_healthz_answers_503_when_the_database_is_down(client, database_down):
     response = client.get("/healthz")
     assert response.status_code == 503
-    assert response.json() == {"status": "unavailable", "database": "unreachable"}
+    assert response.json() == {
+        "status": "unavailable",
+        "database": "unreachable",
+        "projection": None,
+    }
     assert response["Cache-Control"].startswith("max-age=0")
 
 

@@ -13,8 +13,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from jobs.contract import bodies
-from jobs.ingest import counters, failure_groups, parity
-from jobs.ingest import store as store_module
+from jobs.ingest import counters, failure_groups, parity, projector
 from jobs.ingest.store import store_batch
 from jobs.models import (
     Counter,
@@ -25,6 +24,7 @@ from jobs.models import (
     FailureGroupHour,
     FailureGroupJob,
     Job,
+    ProjectionMark,
     Step,
 )
 from jobs.replay import walk
@@ -318,15 +318,20 @@ def test_job_page_times_are_the_same_after_a_rebuild():
 def test_a_batch_runs_without_the_cyclic_collector_and_leaves_it_as_it_found_it(
     monkeypatch, collector_states, enabled
 ):
-    seen = collector_states(store_module, "project_jobs")
+    seen = collector_states(projector, "project_jobs")
     (gc.enable if enabled else gc.disable)()
     try:
         store([event("job_started", "gc1", 0), started("n1", "gc1", 1)])
         assert seen == [False] and gc.isenabled() is enabled
-        monkeypatch.setattr(store_module, "project_jobs", mock.Mock(side_effect=OSError("disk")))
+        monkeypatch.setattr(projector, "project_jobs", mock.Mock(side_effect=OSError("disk")))
         with pytest.raises(OSError):
             store([finished("n1", "success", "gc1", 2)])
         assert gc.isenabled() is enabled
     finally:
         gc.enable()
-    assert Step.objects.get(job__job_id="gc1").result_type == ""  # the failed batch rolled back
+    # The append committed, its fold rolled back: the job is dirty until a fold finishes it.
+    assert Step.objects.get(job__job_id="gc1").result_type == ""
+    assert list(ProjectionMark.objects.dirty().values_list("job_id", flat=True)) == ["gc1"]
+    monkeypatch.undo()
+    assert projector.project_dirty() == 1
+    assert Step.objects.get(job__job_id="gc1").result_type == "success"

@@ -316,7 +316,10 @@ def test_database_error_on_ingest_is_a_503_with_retry_after(send):
 
 def test_healthz_is_ok_with_a_database(client):
     response = client.get("/healthz")
-    assert (response.status_code, body(response)) == (200, {"status": "ok", "database": "ok"})
+    assert (response.status_code, body(response)) == (
+        200,
+        {"status": "ok", "database": "ok", "projection": {"dirty_jobs": 0, "lag_seconds": 0.0}},
+    )
 
 
 def test_healthz_is_a_503_with_retry_after_when_the_database_is_down(client):

@@ -20,8 +20,14 @@ class Command(BaseCommand):
     def add_arguments(self, parser):
         parser.add_argument("path", type=Path)
         parser.add_argument("--batch", type=int, default=1000, help="events per transaction")
+        parser.add_argument(
+            "--defer-projection",
+            action="store_true",
+            help="append only, as Prefer: respond-async does: the jobs stay dirty until "
+            "run_projector folds them",
+        )
 
-    def handle(self, *args, path, batch, **options):
+    def handle(self, *args, path, batch, defer_projection, **options):
         try:
             body = path.read_bytes()
         except OSError as error:
@@ -41,7 +47,7 @@ class Command(BaseCommand):
             parsed = bodies.parse_items(items[start : start + size], size)
             for item_error in parsed.errors:
                 item_error["index"] += start
-            result = store_batch(parsed)
+            result = store_batch(parsed, project=not defer_projection)
             for key in totals:
                 totals[key] += getattr(result, key)
             errors.extend(result.errors)

@@ -1,0 +1,418 @@
+"""Append first, project coalesced per job (docs/architecture.md, "Data flow"): an answer with
+``Prefer: respond-async`` leaves its jobs dirty, the projector folds them, what is not folded
+yet is said, and no interleaving of appends and folds changes the rows."""
+
+import json
+import os
+import signal
+import sqlite3
+import subprocess
+import sys
+import threading
+import time
+from datetime import timedelta
+from unittest import mock
+
+import pytest
+from django.core.management import call_command
+from django.db import connection, transaction
+from django.db.models import F
+from hypothesis import given
+from hypothesis import strategies as st
+
+from jobs.contract import bodies
+from jobs.ingest import locks, parity, projector
+from jobs.ingest.store import store_batch
+from jobs.models import Event, Job, ProjectionMark, Step
+from tests.factories import event, finished, started, store
+from tests.integration.test_embedded_scheduler import ROOT, embedded_env
+from tests.integration.test_incremental_projection import HYPOTHESIS, clear, projection_rows
+from tests.otlp_spans import request as traces_request
+from tests.otlp_spans import root, span
+from tests.strategies import job_events
+
+pytestmark = pytest.mark.django_db
+
+
+def store_async(items: list[dict]):
+    return store_batch(bodies.parse_items(items, max_events=100_000), project=False)
+
+
+def dirty() -> list[str]:
+    return sorted(ProjectionMark.objects.dirty().values_list("job_id", flat=True))
+
+
+# --- Prefer: respond-async ---------------------------------------------------------------------
+
+
+def test_respond_async_answers_202_once_the_events_are_durable(send, client, ingest_token):
+    items = [event("job_started", "aj", at=0), started("n1", "aj", at=1)]
+    response = send(items, HTTP_PREFER="respond-async")
+    assert response.status_code == 202
+    assert response["Preference-Applied"] == "respond-async"
+    assert json.loads(response.content)["stored"] == 2
+    assert Event.objects.filter(job_id="aj").count() == 2
+    assert (dirty(), Job.objects.filter(job_id="aj").exists()) == (["aj"], False)
+    auth = {"HTTP_AUTHORIZATION": f"Bearer {ingest_token}"}
+    missing = client.get("/api/v1/jobs/aj", **auth)
+    assert missing.status_code == 404
+    assert "2 events are not projected yet" in json.loads(missing.content)["error"]
+
+    assert projector.project_dirty() == 1
+    found = json.loads(client.get("/api/v1/jobs/aj", **auth).content)
+    assert (found["projected"], found["unprojected_events"], dirty()) == (True, 0, [])
+    assert [step["node_id"] for step in found["steps"]] == ["n1"]
+    assert parity.differences("aj") == []
+
+
+def test_without_the_preference_a_request_reads_its_own_writes(send):
+    response = send([event("job_started", "rj", at=0)], HTTP_PREFER="return=minimal")
+    assert response.status_code == 200
+    assert "Preference-Applied" not in response
+    assert (dirty(), Job.objects.filter(job_id="rj").count()) == ([], 1)
+
+
+def test_respond_async_among_other_preferences_is_honoured(send):
+    response = send([event("job_started", "pj", at=0)], HTTP_PREFER="wait=5, Respond-Async")
+    assert response.status_code == 202
+
+
+def test_a_batch_with_rejected_items_keeps_its_207_when_answered_async(send):
+    response = send(
+        [event("job_started", "pj", at=0), {"type": "job_started"}], HTTP_PREFER="respond-async"
+    )
+    assert response.status_code == 207
+    assert response["Preference-Applied"] == "respond-async"
+
+
+def test_otlp_traces_answer_202_with_respond_async(client, ingest_token):
+    body = traces_request(root(end_ms=50), span(start_ms=1, end_ms=20)).SerializeToString()
+    response = client.post(
+        "/v1/traces",
+        body,
+        content_type="application/x-protobuf",
+        HTTP_AUTHORIZATION=f"Bearer {ingest_token}",
+        HTTP_PREFER="respond-async",
+    )
+    assert (response.status_code, response["Preference-Applied"]) == (202, "respond-async")
+    assert len(dirty()) == 1 and not Job.objects.exists()
+    projector.project_dirty()
+    job = Job.objects.get()
+    assert job.step_count >= 1 and parity.differences(job.job_id) == []
+
+
+# --- what is not shown yet is said ------------------------------------------------------------
+
+
+def test_a_job_with_unprojected_events_says_so(client, ingest_token, admin_client):
+    store([event("job_started", "uj", at=0), started("n1", "uj", at=1)])
+    store_async([finished("n1", "success", "uj", at=2), started("n2", "uj", at=3)])
+    auth = {"HTTP_AUTHORIZATION": f"Bearer {ingest_token}"}
+    answer = json.loads(client.get("/api/v1/jobs/uj", **auth).content)
+    assert (answer["projected"], answer["unprojected_events"]) == (False, 2)
+    page = admin_client.get("/jobs/uj/").content.decode()
+    assert "2 events not yet shown (arrived 0 s ago)" in page
+    projector.project_dirty()
+    assert "not yet shown" not in admin_client.get("/jobs/uj/").content.decode()
+
+
+def test_metrics_and_healthz_report_the_dirty_jobs_and_the_lag(client):
+    store_async([event("job_started", "m1", at=0), event("job_started", "m2", at=0)])
+    ProjectionMark.objects.filter(job_id="m1").update(
+        first_marked_at=F("first_marked_at") - timedelta(seconds=30)
+    )
+    text = client.get("/metrics").content.decode()
+    assert "traceviz_projection_dirty_jobs 2.0" in text
+    lag = next(
+        float(line.split()[1])
+        for line in text.splitlines()
+        if line.startswith("traceviz_projection_lag_seconds ")
+    )
+    assert 30 <= lag < 120
+    health = json.loads(client.get("/healthz").content)
+    assert health["projection"]["dirty_jobs"] == 2 and health["projection"]["lag_seconds"] >= 30
+    projector.project_dirty()
+    health = json.loads(client.get("/healthz").content)
+    assert health["projection"] == {"dirty_jobs": 0, "lag_seconds": 0.0}
+    assert "traceviz_projection_dirty_jobs 0.0" in client.get("/metrics").content.decode()
+
+
+# --- folds --------------------------------------------------------------------------------------
+
+
+def test_events_several_requests_sent_are_folded_once():
+    store_async([event("job_started", "cj", at=0), started("n1", "cj", at=1)])
+    store_async([finished("n1", "success", "cj", at=2)])
+    store_async([started("n2", "cj", at=3)])
+    mark = ProjectionMark.objects.get(job_id="cj")
+    assert (mark.generation - mark.projected) == 3
+    with mock.patch.object(projector, "project_jobs", wraps=projector.project_jobs) as fold:
+        assert projector.project_dirty() == 1
+    assert fold.call_count == 1
+    assert Job.objects.get(job_id="cj").event_count == 4
+    assert parity.differences("cj") == []
+
+
+def test_a_fold_that_fails_loses_nothing_and_the_next_finishes_it():
+    store_async([event("job_started", "kj", at=0), started("n1", "kj", at=1)])
+    killed = mock.patch.object(projector, "project_jobs", side_effect=RuntimeError("killed"))
+    with killed, pytest.raises(RuntimeError):
+        projector.project_dirty()
+    assert (dirty(), Job.objects.filter(job_id="kj").exists()) == (["kj"], False)
+    assert projector.project_dirty() == 1
+    assert dirty() == [] and parity.differences("kj") == []
+
+
+def test_a_mark_newer_than_the_fold_stays_dirty():
+    store_async([event("job_started", "nj", at=0)])
+    original = projector.project_jobs
+
+    def append_meanwhile(*args, **kwargs):
+        paths = original(*args, **kwargs)
+        # Another request's append commits while this fold runs (here: in its transaction).
+        store_async([started("n1", "nj", at=1)])
+        return paths
+
+    with mock.patch.object(projector, "project_jobs", side_effect=append_meanwhile):
+        projector.project_dirty()
+    assert dirty() == ["nj"]
+    assert Job.objects.get(job_id="nj").event_count == 1
+    projector.project_dirty()
+    assert dirty() == [] and Job.objects.get(job_id="nj").event_count == 2
+    assert parity.differences("nj") == []
+
+
+def test_a_rebuild_leaves_the_marks_clean():
+    store_async([event("job_started", "bj", at=0), started("n1", "bj", at=1)])
+    call_command("rebuild_projections", stdout=None, stderr=None)
+    assert dirty() == [] and parity.differences("bj") == []
+    projector.project_dirty()
+    assert Job.objects.get(job_id="bj").event_count == 2  # not folded twice
+
+
+@HYPOTHESIS
+@given(
+    data=st.data(),
+    jobs=st.lists(st.sampled_from(["a", "b", "c"]), min_size=1, max_size=3, unique=True),
+)
+def test_any_interleaving_of_appends_and_folds_gives_a_full_replays_rows(db, data, jobs):
+    items = [item for job_id in jobs for item in data.draw(job_events(job_id, max_size=14))]
+    items = data.draw(st.permutations(items))
+    clear()
+    start = 0
+    while start < len(items):
+        size = data.draw(st.integers(1, 5))
+        batch = bodies.parse_items(items[start : start + size], max_events=1000)
+        store_batch(batch, project=data.draw(st.booleans()))
+        start += size
+        if data.draw(st.booleans()):
+            projector.project_dirty(limit=data.draw(st.integers(1, 3)))
+    while projector.project_dirty():
+        pass
+    assert dirty() == []
+    for job_id in jobs:
+        assert parity.differences(job_id) == []
+    folded = projection_rows()
+    call_command("rebuild_projections", stdout=None, stderr=None)
+    assert projection_rows() == folded
+
+
+# --- several projectors (PostgreSQL: SQLite serialises writers itself) ------------------------
+
+
+@pytest.mark.postgres
+@pytest.mark.django_db(transaction=True)
+def test_two_projectors_never_fold_one_job_at_once():
+    store_async([event("job_started", "tj", at=0), started("n1", "tj", at=1)])
+    holding, release, errors = threading.Event(), threading.Event(), []
+    waited: list[int] = []
+
+    def hold_the_lock_then_fold():
+        try:
+            with transaction.atomic():
+                locks.lock_projections(["tj"])
+                holding.set()
+                release.wait(10)
+                projector.fold_locked(["tj"])
+        except Exception as error:
+            errors.append(error)
+        finally:
+            connection.close()
+
+    def request_waits():
+        try:
+            waited.append(projector.project_own(["tj"]))
+        except Exception as error:
+            errors.append(error)
+        finally:
+            connection.close()
+
+    holder = threading.Thread(target=hold_the_lock_then_fold)
+    holder.start()
+    assert holding.wait(10)
+    assert projector.project_dirty() == 0  # skipped: another projector holds it
+    waiter = threading.Thread(target=request_waits)
+    waiter.start()
+    waiter.join(0.5)
+    assert waiter.is_alive()  # the request waits for the fold in progress...
+    release.set()
+    holder.join(10)
+    waiter.join(10)
+    assert errors == []
+    assert waited == [0]  # ...and, the mark cleared, folds nothing twice
+    assert Job.objects.get(job_id="tj").event_count == 2
+    assert dirty() == []
+
+
+@pytest.mark.postgres
+@pytest.mark.django_db(transaction=True)
+def test_concurrent_async_appends_and_projectors_keep_parity():
+    first = [finished(f"n{i}", "retryable_failure", "pj", at=i, attempt=1) for i in range(0, 40, 2)]
+    second = [finished(f"n{i}", "success", "pj", at=i + 1, attempt=2) for i in range(0, 40, 2)]
+    errors, appending = [], [True]
+
+    def append_all(items):
+        try:
+            for start in range(0, len(items), 4):
+                store_async(items[start : start + 4])
+        except Exception as error:
+            errors.append(error)
+        finally:
+            connection.close()
+
+    def fold_all():
+        try:
+            while appending[0] or dirty():
+                projector.project_dirty()
+        except Exception as error:
+            errors.append(error)
+        finally:
+            connection.close()
+
+    appenders = [threading.Thread(target=append_all, args=(i,)) for i in (first, second)]
+    folders = [threading.Thread(target=fold_all) for _ in range(2)]
+    for thread in [*appenders, *folders]:
+        thread.start()
+    for thread in appenders:
+        thread.join()
+    appending[0] = False
+    for thread in folders:
+        thread.join(60)
+    assert errors == []
+    assert dirty() == []
+    assert Job.objects.get(job_id="pj").event_count == 40
+    assert parity.differences("pj") == []
+
+
+# --- the projector loop, a real process -------------------------------------------------------
+
+
+def run_projector(env: dict) -> subprocess.Popen:
+    return subprocess.Popen(
+        [sys.executable, "manage.py", "run_projector"],
+        cwd=ROOT,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
+
+
+def stop(process: subprocess.Popen) -> str:
+    process.send_signal(signal.SIGTERM)
+    output, _ = process.communicate(timeout=30)
+    assert process.returncode == 0, output
+    return output
+
+
+def test_the_embedded_default_projects_what_was_appended_with_no_hand_started_process(tmp_path):
+    """``make run`` starts run_projector beside runserver: on SQLite, events appended without
+    projection are folded by it."""
+    database = tmp_path / "embedded.sqlite3"
+    env = embedded_env(database)
+    manage = [sys.executable, "manage.py"]
+    subprocess.run([*manage, "migrate", "--noinput"], cwd=ROOT, env=env, check=True, timeout=300)
+    items = [event("job_started", f"e{n}", at=0) for n in range(5)]
+    items += [finished("n1", "success", f"e{n}", at=1) for n in range(5)]
+    path = tmp_path / "events.ndjson"
+    path.write_text("\n".join(json.dumps(item) for item in items))
+    subprocess.run(
+        [*manage, "import_events", "--defer-projection", str(path)],
+        cwd=ROOT,
+        env=env,
+        check=True,
+        capture_output=True,
+    )
+
+    def counts() -> tuple[int, int]:
+        with sqlite3.connect(database) as db:
+            (marks,) = db.execute(
+                "SELECT count(*) FROM jobs_projectionmark WHERE generation > projected"
+            ).fetchone()
+            (jobs,) = db.execute("SELECT count(*) FROM jobs_job").fetchone()
+        return marks, jobs
+
+    assert counts() == (5, 0)
+    process = run_projector(env)
+    try:
+        deadline = time.monotonic() + 60
+        while counts() != (0, 5) and time.monotonic() < deadline:
+            assert process.poll() is None, "run_projector exited"
+            time.sleep(0.2)
+        assert counts() == (0, 5)
+    finally:
+        output = stop(process)
+    assert "run_projector: stopped" in output
+
+
+@pytest.mark.postgres
+@pytest.mark.django_db(transaction=True)
+def test_run_projector_folds_async_ingest_and_a_killed_one_loses_nothing():
+    """The real command against the test database: woken by NOTIFY, it folds what async
+    requests appended; killed with SIGKILL, whatever it was folding rolls back and the next
+    one finishes it."""
+    settings_dict = connection.settings_dict
+    env = {
+        **{k: v for k, v in os.environ.items() if k != "DJANGO_ALLOW_ASYNC_UNSAFE"},
+        "DATABASE_URL": (
+            f"postgres://{settings_dict['USER']}@{settings_dict['HOST']}:"
+            f"{settings_dict['PORT']}/{settings_dict['NAME']}"
+        ),
+        "PYTHONWARNINGS": "ignore",
+    }
+    env.pop("CELERY_BROKER_URL", None)
+    first = run_projector(env)
+    try:
+        for n in range(20):
+            store_async([event("job_started", f"k{n}", at=0), started("n1", f"k{n}", at=1)])
+        time.sleep(0.05)
+        first.send_signal(signal.SIGKILL)
+        first.wait(30)
+        for n in range(20):
+            store_async([finished("n1", "success", f"k{n}", at=2)])
+        second = run_projector(env)
+        try:
+            deadline = time.monotonic() + 60
+            while dirty() and time.monotonic() < deadline:
+                assert second.poll() is None, "run_projector exited"
+                time.sleep(0.2)
+        finally:
+            stop(second)
+    finally:
+        if first.poll() is None:
+            first.kill()
+    assert dirty() == []
+    assert Job.objects.filter(job_id__startswith="k").count() == 20
+    for n in range(20):
+        assert parity.differences(f"k{n}") == []
+    assert set(Step.objects.values_list("result_type", flat=True)) == {"success"}
+
+
+def test_a_resend_of_stored_events_leaves_nothing_dirty():
+    items = [event("job_started", "dj", at=0), started("n1", "dj", at=1)]
+    store(items)
+    assert store(items).duplicates == 2
+    assert dirty() == [] and Job.objects.get(job_id="dj").event_count == 2
+    store_async(items)
+    assert projector.backlog("dj") is None  # marked, but nothing is unshown
+    assert projector.project_dirty() == 1 and dirty() == []
