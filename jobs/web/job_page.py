@@ -653,9 +653,9 @@ def job_live(request, job_id: str):
     band, keeping the reader's step, filter and opened rows (``first``, ``rows``, ``wf_rows``,
     ``lines``, which traceviz.js sends); once the job stops expecting events it answers 286,
     htmx's "stop polling". Without HTMX it is the job page."""
+    job = get_job_for_user(request, job_id, jobs=JOB_PAGE_JOBS)  # 403/404 before a redirect
     if not wants_fragment(request):
         return redirect(_job_url(job_id, request.GET, drop=("from", "to")))
-    job = get_job_for_user(request, job_id, jobs=JOB_PAGE_JOBS)
     steps = _step_rows(job_steps(job).order_by("position"))
     root_key = _root_key(job, steps)
     context, _status = _page_context(request, job, steps, root_key, request.GET.get("step", ""))
@@ -673,9 +673,9 @@ def job_rows(request, job_id: str, part: str):
     ``to``, the earlier) window of one of the job page's long lists, as the partial that
     replaces its "show more" item. Without HTMX it is the job page, with the list's window
     from ``from`` on."""
+    job = get_job_for_user(request, job_id, jobs=JOB_PAGE_JOBS)  # 403/404 before a redirect
     if not wants_fragment(request):
         return redirect(_rows_page_url(job_id, part, request.GET))
-    job = get_job_for_user(request, job_id, jobs=JOB_PAGE_JOBS)
     return _more_rows(request, job, part, request.GET.get("step", ""))
 
 
