@@ -21,7 +21,7 @@ from datetime import datetime
 
 from jobs.contract.events import Event
 from jobs.ingest import database, failure_groups
-from jobs.models import PLANNER_EVENT_TYPES, Failure, JobProvider, search_text
+from jobs.models import PLANNER_EVENT_TYPES, Call, Failure, JobProvider, search_text
 from jobs.replay import signatures
 from jobs.replay.calls import CallRecord
 from jobs.replay.failures import FAILED_FAMILY, Segment
@@ -50,8 +50,9 @@ class JobFailure:
     signature: Signature
 
 
-def job_failures(state: JobState) -> list[JobFailure]:
-    """The job-level and planner failures of a replayed job."""
+def job_failures(state: JobState, step_reasons: set[str] | None = None) -> list[JobFailure]:
+    """The job-level and planner failures of a replayed job; ``step_reasons``: the reasons of
+    all its step failures, when ``state`` holds only some of its steps (a resumed fold)."""
     attrs = state.attributes
     workflow = attrs.get("workflow", "")
     found = []
@@ -70,7 +71,8 @@ def job_failures(state: JobState) -> list[JobFailure]:
                 signature=signatures.make(workflow, "", "", PLANNER_SIGNATURE_TYPE, reason),
             )
         )
-    step_reasons = {step.reason for step in state.steps if is_grouped(step)}
+    if step_reasons is None:
+        step_reasons = {step.reason or "" for step in state.steps if is_grouped(step)}
     said = state.finish_code or state.finish_reason
     if state.status in FAILED_FAMILY and said and state.finish_reason not in step_reasons:
         found.append(
@@ -95,23 +97,59 @@ def _recovered(step: StepState, node_steps: list[StepState]) -> bool:
     )
 
 
-def _failed_call(step: StepState, calls: Iterable[CallRecord]) -> tuple[str, str] | None:
-    """The provider/model of the last failed call of the step that names one."""
-    failed = [
-        call
+@dataclass(frozen=True, slots=True)
+class FailedCall:
+    """What a step failure needs of a failed call that names its provider or model."""
+
+    span_id: str
+    node_id: str
+    attempt: int | None
+    position: int
+    provider: str
+    model: str
+
+
+def failed_calls(calls: Iterable[CallRecord]) -> list[FailedCall]:
+    return [
+        FailedCall(
+            call.span_id, call.node_id, call.attempt, call.position, call.provider, call.model
+        )
         for call in calls
-        if call.node_id == step.node_id
-        and call.attempt in (None, step.attempt)
-        and call.status == "error"
-        and (call.provider or call.model)
+        if call.status == "error" and (call.provider or call.model)
     ]
-    return (failed[-1].provider, failed[-1].model) if failed else None
+
+
+def _stored_failed_calls(job_pk: int, nodes: set[str]) -> list[FailedCall]:
+    """The failed calls stored for these nodes of the job that name a provider or model."""
+    if not nodes:
+        return []
+    rows = (
+        Call.objects.filter(job_id=job_pk, node_id__in=sorted(nodes), status="error")
+        .exclude(provider="", model="")
+        .values_list("span_id", "node_id", "attempt", "position", "provider", "model")
+    )
+    return [FailedCall(*row) for row in rows]
+
+
+def _failed_call(node_id: str, attempt: int, calls: Iterable[FailedCall]) -> tuple[str, str] | None:
+    """The provider/model of the step's failed call that came last (by position)."""
+    failed = [c for c in calls if c.node_id == node_id and c.attempt in (None, attempt)]
+    if not failed:
+        return None
+    last = max(failed, key=lambda call: call.position)
+    return last.provider, last.model
 
 
 def step_rows(
-    job_pk: int, state: JobState, nodes: set[str] | None, group_ids: dict[tuple, int]
+    job_pk: int,
+    state: JobState,
+    nodes: set[str] | None,
+    group_ids: dict[tuple, int],
+    calls: list[FailedCall] | None = None,
 ) -> list[Failure]:
-    """The step failures of ``nodes`` (every node for None) of a replayed job."""
+    """The step failures of ``nodes`` (every node for None) of a replayed job; ``calls``: the
+    failed calls that name a provider (those of ``state`` when None, as after a full replay)."""
+    calls = failed_calls(state.calls) if calls is None else calls
     by_node: dict[str, list[StepState]] = {}
     for step in state.steps:
         if nodes is None or step.node_id in nodes:
@@ -123,7 +161,7 @@ def step_rows(
                 continue
             # Empty when no failed call names one: the job's, read from its row (a later
             # job_started may name it, and a fold does not rewrite the other nodes' rows).
-            provider, model = _failed_call(step, state.calls) or ("", "")
+            provider, model = _failed_call(step.node_id, step.attempt, calls) or ("", "")
             rows.append(
                 Failure(
                     job_id=job_pk,
@@ -143,6 +181,32 @@ def step_rows(
                 )
             )
     return rows
+
+
+def _step_reasons(job_pk: int, state: JobState) -> set[str]:
+    """The reasons of a folded job's step failures: those of the steps the fold loaded (their
+    rows are rewritten), and the stored ones of its other nodes."""
+    loaded = {step.node_id for step in state.steps}
+    stored = (
+        Failure.objects.filter(job_id=job_pk, kind=Failure.Kind.STEP)
+        .exclude(node_id__in=sorted(loaded))
+        .values_list("reason", flat=True)
+    )
+    return {step.reason or "" for step in state.steps if is_grouped(step)} | set(stored)
+
+
+def _name_providers(job_pk: int, nodes: set[str], new_calls: list[FailedCall]) -> None:
+    """The step failures of nodes whose steps this fold left alone, given the provider of a
+    failed call that came after them."""
+    nodes.discard("")
+    if not nodes:
+        return
+    calls = {c.span_id: c for c in _stored_failed_calls(job_pk, nodes)}
+    calls.update((c.span_id, c) for c in new_calls if c.node_id in nodes)
+    for row in Failure.objects.filter(job_id=job_pk, kind=Failure.Kind.STEP, node_id__in=nodes):
+        provider, model = _failed_call(row.node_id, row.attempt, calls.values()) or ("", "")
+        if (row.provider, row.model) != (provider, model):
+            Failure.objects.filter(pk=row.pk).update(provider=provider, model=model)
 
 
 def _job_row(job_pk: int, failure: JobFailure, group_id: int) -> Failure:
@@ -172,7 +236,10 @@ def write(
     whose contributions changed here."""
     full = {ids[(job_id,)]: p for job_id, p in projected.items() if p.path == "full"}
     folded = {ids[(job_id,)]: p for job_id, p in projected.items() if p.path != "full"}
-    wanted = {pk: job_failures(p.state) for pk, p in projected_by_pk(projected, ids).items()}
+    wanted = {pk: job_failures(p.state) for pk, p in full.items()}
+    wanted.update(
+        (pk, job_failures(p.state, _step_reasons(pk, p.state))) for pk, p in folded.items()
+    )
     group_ids = failure_groups.ensure_groups(
         {
             failure.signature.fingerprint: (failure.signature, pk, failure.kind, failure.at)
@@ -198,7 +265,13 @@ def write(
         groups = {
             (pk, node, attempt): found[0] for (node, attempt), found in p.stored_groups.items()
         }
-        rows.extend(step_rows(pk, p.state, nodes, {**groups, **step_groups}))
+        # The provider of a failure is its last failed call's, which may have been stored by
+        # an earlier batch, or come in this one after its step (a trace in any order).
+        new_calls = failed_calls(p.state.calls)
+        calls = {c.span_id: c for c in _stored_failed_calls(pk, nodes)}
+        calls.update((c.span_id, c) for c in new_calls)
+        rows.extend(step_rows(pk, p.state, nodes, {**groups, **step_groups}, list(calls.values())))
+        _name_providers(pk, {c.node_id for c in new_calls} - nodes, new_calls)
     if pairs:
         in_pairs = database.pairs_in(Failure, ("job", "node_id"), pairs)
         Failure.objects.filter(in_pairs, kind=Failure.Kind.STEP).delete()
@@ -221,10 +294,6 @@ def write(
     Failure.objects.filter(pk__in=stale).delete()
     Failure.objects.bulk_create(rows)
     return touched
-
-
-def projected_by_pk(projected: dict, ids: dict[tuple, int]) -> dict:
-    return {ids[(job_id,)]: p for job_id, p in projected.items()}
 
 
 def _values(rows: list[Failure]) -> list[tuple]:

@@ -435,3 +435,21 @@ def test_any_tree_streamed_as_it_ends_has_the_rows_of_its_replay_after_every_req
     clear()
     store_spans(*spans)
     assert rows() == grown
+
+
+def test_a_failure_its_step_already_gives_is_no_job_failure_when_the_fold_loads_other_steps():
+    """Found by the property above: a fold that loads only some of a job's steps still knows
+    the reasons of the others' failures, so it records no job-level failure that a full replay
+    would not (each request's rows are checked against a replay)."""
+    call = llm_span(sid(3), sid(2), "gpt-4o-mini", 3)
+    call.status.CopyFrom(ERROR)
+    deliver(
+        [
+            call,
+            span(name="agent", span_id=sid(5), parent=sid(4), start_ms=9, end_ms=15, status=ERROR),
+            span(name="agent", span_id=sid(4), parent=sid(2), start_ms=8, end_ms=18),
+            span(name="agent", span_id=sid(6), parent=sid(2), start_ms=19, end_ms=25),
+        ],
+        [1],
+        checked=True,
+    )
