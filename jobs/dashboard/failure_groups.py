@@ -12,6 +12,7 @@ from datetime import UTC, date, datetime, time, timedelta
 from django.db.models import Count, Exists, IntegerField, OuterRef, Q, Sum
 from django.db.models.expressions import RawSQL
 
+from jobs.dashboard import figures
 from jobs.dashboard.window import Window, wall, zone_label
 from jobs.ingest import database
 from jobs.models import (
@@ -366,24 +367,20 @@ def trend_figure(window: Window, group: FailureGroup) -> dict:
             "name": Involved(provider, model, 0).label,
             "x": x,
             "y": counts,
-            "hovertemplate": "%{x}<br>%{y} failed steps<extra>%{fullData.name}</extra>",
+            "hovertemplate": "%{x}<br>%{y} failures<extra>%{fullData.name}</extra>",
         }
         for (provider, model), counts in sorted(series.items())
     ]
-    layout = {
-        "barmode": "stack",
-        "height": 260,
-        "margin": {"l": 48, "r": 16, "t": 24, "b": 64},
-        "legend": {"orientation": "h", "x": 0, "y": 1.02, "yanchor": "bottom"},
-        "paper_bgcolor": "rgba(0,0,0,0)",
-        "plot_bgcolor": "rgba(0,0,0,0)",
-        "font": {"family": "system-ui, sans-serif", "size": 12},
-        "xaxis": {
+    layout = figures.layout(
+        barmode="stack",
+        height=260,
+        margin={"l": 48, "r": 16, "t": 24, "b": 64},
+        xaxis={
             "type": "date",
             "range": [wall(window.start), wall(window.end)],
             "title": {"text": f"Hour of failure ({zone_label()})"},
             "automargin": True,
         },
-        "yaxis": {"title": {"text": "Failed steps"}, "rangemode": "tozero", "automargin": True},
-    }
-    return {"data": data, "layout": layout, "empty": "" if data else "No failures in this window."}
+        yaxis={"title": {"text": "Failures"}, "rangemode": "tozero", "automargin": True},
+    )
+    return figures.figure(data, layout, "No failures in this window.")

@@ -612,18 +612,12 @@ def job_totals(plan: Plan, provider: str = "", model: str = "") -> dict[tuple[st
             .order_by()
         )
         for row_provider, row_model, status, jobs in rows:
-            entry = totals.setdefault((row_provider, row_model), [0, 0])
-            entry[0] += jobs
-            if status == FAILED_STATUS:
-                entry[1] += jobs
+            _count(totals, row_provider, row_model, jobs, jobs if status == FAILED_STATUS else 0)
     fetched = plan.fetched.get((Kind.JOBS, provider, model))
     if plan.raw and fetched is not None:
         for cell in fetched:
             if cell.raw:
-                entry = totals.setdefault((cell.provider, cell.model), [0, 0])
-                entry[0] += cell.jobs
-                if cell.status == FAILED_STATUS:
-                    entry[1] += cell.jobs
+                _count_cell(totals, cell)
     elif plan.raw:
         span = Q()
         for since, until in plan.raw:
@@ -638,10 +632,25 @@ def job_totals(plan: Plan, provider: str = "", model: str = "") -> dict[tuple[st
             .order_by()
         )
         for row_provider, row_model, jobs, failed in rows:
-            entry = totals.setdefault((row_provider, row_model), [0, 0])
-            entry[0] += jobs
-            entry[1] += failed
+            _count(totals, row_provider, row_model, jobs, failed)
     return totals
+
+
+def _count(totals: dict, provider: str, model: str, jobs: int, failed: int) -> None:
+    """Add jobs, and failed jobs, to the [jobs, failed] totals of (provider, model)."""
+    entry = totals.setdefault((provider, model), [0, 0])
+    entry[0] += jobs
+    entry[1] += failed
+
+
+def _count_cell(totals: dict, cell: Cell) -> None:
+    _count(
+        totals,
+        cell.provider,
+        cell.model,
+        cell.jobs,
+        cell.jobs if cell.status == FAILED_STATUS else 0,
+    )
 
 
 def provider_totals(plan: Plan, provider: str = "", model: str = "") -> dict[tuple[str, str], list]:
@@ -657,10 +666,7 @@ def provider_totals(plan: Plan, provider: str = "", model: str = "") -> dict[tup
     prefetched = plan.fetched.get((Kind.PROVIDERS, provider, model))
     if prefetched is not None:  # the panels' prefetch read them all, stored and raw
         for cell in prefetched:
-            entry = totals.setdefault((cell.provider, cell.model), [0, 0])
-            entry[0] += cell.jobs
-            if cell.status == FAILED_STATUS:
-                entry[1] += cell.jobs
+            _count_cell(totals, cell)
         return totals
     if plan.rollup:
         rows = (
@@ -670,17 +676,11 @@ def provider_totals(plan: Plan, provider: str = "", model: str = "") -> dict[tup
             .order_by()
         )
         for row_provider, row_model, status, jobs in rows:
-            entry = totals.setdefault((row_provider, row_model), [0, 0])
-            entry[0] += jobs
-            if status == FAILED_STATUS:
-                entry[1] += jobs
+            _count(totals, row_provider, row_model, jobs, jobs if status == FAILED_STATUS else 0)
     if plan.raw:
         raw = Plan((), plan.raw)
         for cell in cells(raw, [Kind.PROVIDERS], provider, model):
-            entry = totals.setdefault((cell.provider, cell.model), [0, 0])
-            entry[0] += cell.jobs
-            if cell.status == FAILED_STATUS:
-                entry[1] += cell.jobs
+            _count_cell(totals, cell)
     return totals
 
 

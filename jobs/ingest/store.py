@@ -72,9 +72,9 @@ class IngestResult:
 def collector_paused():
     """Python's cyclic garbage collector off for the block (back on after, if it was on).
 
-    A live batch makes some 40,000 objects that live until it ends (folds, steps, rows): about
-    50 collections ran during each, and each full one walked all of them, 10 to 15 ms of a live
-    batch (bench/README.md, "Live producers"); parsing a request's 400 events took 5 ms more.
+    A live batch makes tens of thousands of objects that live until it ends (folds, steps,
+    rows): dozens of collections ran during each, and each full one walked all of them
+    (bench/README.md, "Live producers"); parsing a request's events paid the same.
     So ``store_batch`` and the ingest views run under it. Reference counting still frees what
     they drop; the cycles they leave are collected after, and they hold at most a request's
     events. The switch is the process's: under threads, whichever block began with it on turns

@@ -5,6 +5,7 @@ from django.db import models
 from django.db.models import Q
 from django.utils import timezone
 
+from jobs.models.audit import AuditEntry
 from jobs.models.runs import Job
 from jobs.models.values import JSONField
 
@@ -87,25 +88,10 @@ class Escalation(models.Model):
         return f"{self.kind} {self.job_id or ''} {self.node_id}".strip()
 
 
-class EscalationEntry(models.Model):
+class EscalationEntry(AuditEntry):
     """The audit trail of an escalation: who did what, when, from which status to which."""
 
     escalation = models.ForeignKey(Escalation, on_delete=models.CASCADE, related_name="entries")
-    at = models.DateTimeField(default=timezone.now)
-    actor = models.ForeignKey(
-        settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL
-    )
-    actor_name = models.CharField(max_length=200)
-    action = models.CharField(max_length=32)
-    from_status = models.CharField(max_length=16, blank=True)
-    to_status = models.CharField(max_length=16, blank=True)
-    note = models.TextField(blank=True)
-
-    class Meta:
-        ordering = ["at", "id"]
-
-    def __str__(self):
-        return f"{self.action} by {self.actor_name}"
 
 
 class Notification(models.Model):

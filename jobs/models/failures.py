@@ -4,12 +4,13 @@ import re
 from datetime import datetime, timedelta
 from typing import Any
 
-from django.conf import settings
 from django.db import models
 from django.db.models import F, Q
 from django.db.models.functions import Upper
 from django.utils import timezone
 
+from jobs.models.audit import AuditEntry
+from jobs.models.events import DEGRADED
 from jobs.models.values import JSONField
 from jobs.replay.failures import FAILED_FAMILY
 
@@ -164,6 +165,14 @@ class FailureGroup(models.Model):
         return self.fingerprint
 
     @property
+    def subject(self) -> str:
+        """What failed: the node, or for a group of failures that belong to no node, whether
+        the planner degraded or the job ended failed."""
+        if self.node_id:
+            return self.node_id
+        return "planner degraded" if self.error_type == DEGRADED else "job ended failed"
+
+    @property
     def is_regressed(self) -> bool:
         return self.status == self.Status.UNRESOLVED and self.regressed_at is not None
 
@@ -195,26 +204,11 @@ class FailureFingerprint(models.Model):
         return f"v{self.version} {self.fingerprint}"
 
 
-class FailureGroupEntry(models.Model):
+class FailureGroupEntry(AuditEntry):
     """The audit trail of a group's lifecycle: who did what, when, from which status to which
     (``traceviz`` for what ingest decided: a regression, an ignore that lapsed)."""
 
     group = models.ForeignKey(FailureGroup, on_delete=models.CASCADE, related_name="entries")
-    at = models.DateTimeField(default=timezone.now)
-    actor = models.ForeignKey(
-        settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL
-    )
-    actor_name = models.CharField(max_length=200)
-    action = models.CharField(max_length=32)
-    from_status = models.CharField(max_length=16, blank=True)
-    to_status = models.CharField(max_length=16, blank=True)
-    note = models.TextField(blank=True)
-
-    class Meta:
-        ordering = ["at", "id"]
-
-    def __str__(self):
-        return f"{self.action} by {self.actor_name}"
 
 
 class FailureGroupJob(models.Model):

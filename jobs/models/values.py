@@ -93,9 +93,8 @@ class JSONField(models.JSONField):
 class JSONTextField(models.TextField):
     """JSON kept as text on every database, for a value always read whole and never queried
     into. PostgreSQL parses each jsonb value it is given and prints it back out on each read:
-    that was most of the time to read a week's 1,300 duration histograms, and of a live batch's
-    200 Job rows it took the upsert from 51 to about 35 ms and the read from 9 to 3 ms
-    (bench/README.md, "Live producers")."""
+    that was most of the time to read a week's duration histograms, and a large part of a live
+    batch's Job upsert and read (bench/README.md, "Live producers")."""
 
     def from_db_value(self, value, expression, connection):
         return value if value is None else json_value(value)

@@ -19,7 +19,7 @@ STATUS_CHOICES = [
     ("all", "All"),
 ]
 SORT_CHOICES = [
-    ("steps", "Most failed steps"),
+    ("steps", "Most failures"),
     ("jobs", "Most jobs"),
     ("newest", "Newest"),
     ("last_seen", "Last seen"),

@@ -84,7 +84,7 @@ def _list_item(
         "href": reverse("jobs:failure-group", args=[group.fingerprint]) + f"?range={range_key}",
         "jobs_url": group_jobs_url(group),
         "sparkline": row.sparkline,
-        "spark_label": f"{row.steps_in_window} failed steps over the range, per {row.per}",
+        "spark_label": f"{row.steps_in_window} failures over the range, per {row.per}",
         "detail": " · ".join(
             [group.workflow or "(no workflow)"]
             + [part for part in (group.failure_code, group.error_type) if part]
@@ -108,7 +108,7 @@ def _status_label(group: FailureGroup) -> str:
 @in_display_time_zone
 def failure_group_list(request):
     """GET /failures/: the groups seen in the window that match the filters, a page at a
-    time, most failed steps first unless sorted otherwise."""
+    time, most failures first unless sorted otherwise."""
     now = timezone.now()
     window, errors = parse_window(request.GET, now)
     form = GroupFilterForm(request.GET)

@@ -821,8 +821,8 @@ class Comparison(Body):
 def comparison_body(
     comparison: compare.Comparison, a: models.Job, b: models.Job, b_picked: str | None
 ) -> dict[str, Any]:
-    """The ``Comparison`` answer as plain JSON values, built without a model instance per node:
-    two runs of 10,000 nodes made 30,000 instances at ~25 µs each, most of the answer's time.
+    """The ``Comparison`` answer as plain JSON values, built without a model instance per node
+    (three instances per node were most of a big comparison's time: bench/README.md).
     The keys are the models' (``test_openapi_document`` validates answers against the document
     the models generate)."""
     first = comparison.first_divergence

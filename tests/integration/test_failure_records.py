@@ -75,6 +75,19 @@ def test_every_failure_is_one_record_with_its_group(operator):
         assert parity.differences(job_id) == []
 
 
+def test_the_failures_page_names_what_failed_when_no_node_did(operator, client):
+    """A job-level failure's group and a planner degradation's are named for what failed, and
+    their members counted as failures (not steps, which they are not)."""
+    store_examples()
+    page = client.get(
+        "/failures/?range=custom&since=2026-03-02T00:00&until=2026-03-03T00:00&status=all"
+    ).content.decode()
+    assert "job ended failed" in page
+    assert "planner degraded" in page
+    assert "(no node)" not in page
+    assert " step<" not in page and " steps<" not in page
+
+
 def test_failures_that_ended_their_job_leave_out_the_recovered(operator):
     store_examples()
     ended = {f.job.job_id for f in Failure.objects.ended_their_job().select_related("job")}

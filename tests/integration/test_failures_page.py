@@ -103,7 +103,7 @@ def test_seven_day_range_has_a_bar_per_day_from_utc_midnight_and_counts_each_day
     for minutes in in_range:
         expected[bar(minutes)] += 1
     assert expected[0] == 1 and row.trend == expected
-    assert "failed steps over the range, per day" in response.content.decode()
+    assert "failures over the range, per day" in response.content.decode()
 
 
 def test_custom_range_of_whole_days_reads_only_day_rows_and_counts_each_day(operator):
