@@ -12,6 +12,7 @@ from django.db.models.functions import Upper
 from django.db.models.lookups import Exact, In
 from django.utils import timezone
 
+from jobs.models.events import Event, EventQuerySet
 from jobs.models.failures import Failure, FailureGroupJob
 from jobs.models.values import JSONField, JSONKeyText, JSONTextField, UTCHour, hour_floor, today_utc
 from jobs.replay import backoff
@@ -289,12 +290,20 @@ class Job(models.Model):
     def __str__(self):
         return self.job_id
 
+    def own_steps(self) -> "StepQuerySet":
+        """The job's steps, with its partition day so PostgreSQL reads one partition."""
+        return Step.objects.filter(job=self, partition_day=self.partition_day)
+
+    def own_events(self) -> EventQuerySet:
+        """The job's events, with its partition day (as ``own_steps``)."""
+        return Event.objects.filter(job_id=self.job_id, partition_day=self.partition_day)
+
     @property
     def completed_node_ids(self) -> list[str]:
         """The nodes a success completed, in completion order, without repeats (one query).
         Each completing step holds its node's place: a live batch writes that step, not a
         list as long as the job."""
-        steps = self.steps.filter(partition_day=self.partition_day, completes__isnull=False)
+        steps = self.own_steps().filter(completes__isnull=False)
         return list(steps.order_by("completes").values_list("node_id", flat=True))
 
     def is_stalled_at(self, now: datetime) -> bool:

@@ -23,7 +23,7 @@ from django.urls import reverse
 from django.views.decorators.csrf import csrf_exempt
 from django.views.decorators.http import require_GET
 
-from jobs.models import Call, Job, JobAlias, Step
+from jobs.models import Call, Job, JobAlias
 from jobs.replay import compare
 from jobs.replay.failures import RunStatus
 from jobs.web import schemas, span_panel
@@ -85,7 +85,7 @@ def load_run(job: Job) -> compare.Run:
     the nodes a page shows)."""
     columns = [f"{name}_text" if name in TEXT_COLUMNS else name for name in STEP_COLUMNS]
     rows = (
-        Step.objects.filter(job=job, partition_day=job.partition_day)
+        job.own_steps()
         .annotate(**{f"{name}_text": Cast(name, TextField()) for name in TEXT_COLUMNS})
         .values_list(*columns)
     )

@@ -2,39 +2,44 @@
 step list, narrative and the step detail panel (docs/architecture.md).
 
 One view serves the whole page and, on an HTMX request that is not a history restore, the
-partial that request swaps (the step panel, or the next window of a long list). It reads rows
-and calls the taxonomy and layout helpers; it never replays or classifies by itself.
+partial that request swaps (the step panel, or the next window of a long list). The panel's
+context comes from ``step_panel``. It reads rows and calls the taxonomy and layout helpers; it
+never replays or classifies by itself.
 """
 
-import json
 from bisect import bisect_left
 from dataclasses import dataclass
 from datetime import UTC, datetime
 
 from django.contrib.auth.decorators import login_required
 from django.db.models import Q, TextField
-from django.db.models.functions import Cast, Length
+from django.db.models.functions import Cast
 from django.shortcuts import redirect, render
 from django.urls import reverse
 from django.utils import timezone
-from django.utils.dateparse import parse_datetime
 from django.utils.http import urlencode
 from django.views.decorators.http import require_GET
 from django.views.decorators.vary import vary_on_headers
 
 from jobs.contract.events import Event as ReplayEvent
 from jobs.contract.events import order_key
-from jobs.models import Event, Job, Step, next_attempts
+from jobs.models import Job, Step, next_attempts
 from jobs.replay import failures
 from jobs.replay.state import completed_node_ids, root_failure_of
-from jobs.web import access, job_header, narrative, overview, span_panel, step_list, timeline
+from jobs.web import (
+    access,
+    job_header,
+    narrative,
+    overview,
+    span_panel,
+    step_list,
+    step_panel,
+    timeline,
+)
 from jobs.web.access import get_job_for_user
 from jobs.web.rendering import (
-    MAX_CHARS_OF_A_LINKED_NODE,
     display_zone,
     in_display_time_zone,
-    is_short_node,
-    link_node,
     link_step_key,
     parse_step_key,
     step_query,
@@ -119,56 +124,6 @@ def _step_rows(steps) -> list[StepRow]:
     ]
 
 
-def job_steps(job: Job):
-    """The job's steps, with its partition day so PostgreSQL reads one partition."""
-    return Step.objects.filter(job=job, partition_day=job.partition_day)
-
-
-def job_events(job: Job):
-    """The job's events, with its partition day (as ``job_steps``)."""
-    return Event.objects.filter(job_id=job.job_id, partition_day=job.partition_day)
-
-
-@dataclass(slots=True)
-class StepEntry:
-    step: Step | StepRow
-    key: str
-    query: str
-    is_root: bool
-    label: str
-
-
-def resolve_step_key(job: Job, raw: str) -> str:
-    """A ``step`` parameter as a link carried it: a node's short form (``link_node``) becomes
-    that node's own ``node:attempt`` key; anything else, an old link's long key too, is
-    returned as it is. Only the job's node ids long enough for the short form are read."""
-    parsed = parse_step_key(raw)
-    if parsed is None or not is_short_node(parsed[0]):
-        return raw
-    long_ids = (
-        job_steps(job)
-        .annotate(chars=Length("node_id"))
-        .filter(chars__gt=MAX_CHARS_OF_A_LINKED_NODE)
-        .order_by()
-        .values_list("node_id", flat=True)
-        .distinct()
-    )
-    node_id = next((node for node in long_ids if link_node(node) == parsed[0]), None)
-    return f"{node_id}:{parsed[1]}" if node_id is not None else raw
-
-
-def _step_entry(step: Step | StepRow, root_key: str) -> StepEntry:
-    label = step.result_type or ("running" if not step.finished_at else "success")
-    key = step.step_key
-    return StepEntry(
-        step=step,
-        key=key,
-        query=step_query(step.node_id, step.attempt),
-        is_root=key == root_key,
-        label=label,
-    )
-
-
 # Rows of the long lists go to the template as dicts with their strings made here: Django
 # resolves ``row.x`` on a dict with one lookup, where an object costs a failed dict lookup first,
 # and a 5,000-step job renders hundreds of these rows.
@@ -198,7 +153,7 @@ def _root_failure(job: Job) -> Step | None:
     if not job.failing_node_id:
         return None
     attempts = (
-        job_steps(job)
+        job.own_steps()
         .filter(node_id=job.failing_node_id)
         .select_related("failure_group")
         .only(
@@ -220,122 +175,6 @@ def _root_key(job: Job, steps: list[StepRow]) -> str:
     return root.step_key if root else ""
 
 
-def _panel_context(
-    request, job: Job, raw_key: str | None, root_key: str, all_events: list | None = None
-) -> tuple[dict, int]:
-    """The detail panel's context and the HTTP status (404 for a step the job does not have).
-    ``all_events``: every event of the job when the caller has read them (the raw events
-    are picked from them instead of read again)."""
-    if not raw_key:
-        return {"step": None, "panel_message": ""}, 200
-    parsed = parse_step_key(resolve_step_key(job, raw_key))
-    attempts = (
-        list(
-            job_steps(job)
-            .filter(node_id=parsed[0])
-            .select_related("failure_group")
-            .order_by("attempt", "position")
-        )
-        if parsed
-        else []
-    )
-    step = next((s for s in attempts if s.attempt == parsed[1]), None) if parsed else None
-    if step is None:
-        return {
-            "step": None,
-            "panel_message": f"This job has no step {raw_key!r} (expected node_id:attempt).",
-        }, 404
-    context = step.context if isinstance(step.context, dict) else {}
-    show_raw = access.can_see_raw_events(request.user)
-    raw_events = []
-    if show_raw:
-        ids = [i for i in (step.started_event_id, step.finished_event_id) if i]
-        # A step replay made of an OpenTelemetry span: its stored event is the span's.
-        ids += [i.removesuffix(":started") for i in ids if i.startswith("otlp:")]
-        if all_events is not None:
-            # Already in event order, so in time order.
-            rows = [
-                Event(
-                    job_id=e.job_id,
-                    event_id=e.event_id,
-                    type=e.type,
-                    ts=e.ts,
-                    seq=e.seq,
-                    payload=e.payload,
-                )
-                for e in all_events
-                if e.event_id in ids
-            ]
-        else:
-            rows = job_events(job).filter(event_id__in=ids).order_by("ts")
-        raw_events = [
-            {
-                "type": row.type,
-                "event_id": row.event_id,
-                "json": json.dumps(
-                    row.as_contract_dict(), indent=2, ensure_ascii=False, default=str
-                ),
-            }
-            for row in rows
-        ]
-    findings = [f for f in job.findings if _involves(f, step)]
-    # Calls come from spans only: with every event in hand and none a span, there are none.
-    has_spans = all_events is None or any(event.type == "span" for event in all_events)
-    code, error_type = step.failure_code, step.error_type
-    return {
-        "step": step,
-        "step_group": step.failure_group,
-        "step_key": step.step_key,
-        "step_link_key": link_step_key(step.step_key),
-        "panel_message": "",
-        "attempts": [_step_entry(s, root_key) for s in attempts],
-        "attempt_count": len(attempts),
-        "is_root": step.step_key == root_key,
-        "retry_owner": failures.retry_owner(code) if code else "",
-        "retry_meaning": failures.retry_meaning(code) if code else "",
-        "canonical_code": failures.canonical_failure_code(code) if code else "",
-        "error_run_status": failures.run_status_for_error_type(error_type) if error_type else "",
-        "error_classified": failures.is_classified_error_type(error_type),
-        "duration": narrative.format_duration_ms(timeline.step_duration_ms(step)),
-        "payload_json": span_panel.pretty(step.payload_results),
-        "argument_rows": timeline.argument_diff(
-            context.get("expected_arguments"), context.get("actual_arguments")
-        ),
-        "step_definition_json": span_panel.pretty(context.get("step_definition")),
-        "audit_trail": [_audit_entry(entry) for entry in job_header.as_list(step.audit_trail)],
-        "history": [_earlier_result(record) for record in job_header.as_list(step.history)],
-        "otel": span_panel.span_context(job, step, read_calls=has_spans),
-        "extra_json": span_panel.pretty(step.extra),
-        "step_findings": findings,
-        "show_raw": show_raw,
-        "raw_events": raw_events,
-    }, 200
-
-
-def _involves(finding: dict, step: Step) -> bool:
-    """A finding involves a step when it names its node and (if it lists any) its attempt."""
-    attempts = finding.get("attempts") or []
-    return finding.get("node_id") == step.node_id and (not attempts or step.attempt in attempts)
-
-
-def _earlier_result(record: dict) -> dict:
-    """One of the attempt's earlier results (``Step.history``), as the panel lists it."""
-    result_type = record.get("result_type") or failures.ResultType.SUCCESS
-    return {
-        "result_type": result_type,
-        "segment": failures.segment_for(result_type).value,
-        "stale": record.get("why") == "stale",
-        "reason": record.get("reason", ""),
-        "finished_at": parse_datetime(record.get("finished_at") or ""),
-    }
-
-
-def _audit_entry(entry) -> str:
-    if isinstance(entry, str):
-        return entry
-    return json.dumps(entry, ensure_ascii=False, sort_keys=True, default=str)
-
-
 EVENT_COLUMNS = ("type", "job_id", "event_id", "ts", "seq", "payload", "attempt")
 
 
@@ -346,11 +185,11 @@ def _events_in_order(job: Job, start: int, stop: int) -> list[ReplayEvent]:
     the sort."""
     if start == 0 and job.event_count <= stop:
         rows = sorted(
-            job_events(job).values_list(*EVENT_COLUMNS),
+            job.own_events().values_list(*EVENT_COLUMNS),
             key=lambda row: order_key(row[3], row[4], row[0], row[6], row[2]),
         )[:stop]
     else:
-        rows = job_events(job).in_event_order()[start:stop].values_list(*EVENT_COLUMNS)
+        rows = job.own_events().in_event_order()[start:stop].values_list(*EVENT_COLUMNS)
     return [ReplayEvent(*row[:6]) for row in rows]
 
 
@@ -359,14 +198,14 @@ def _narrative(job: Job, root: Step | None, stale_steps, events: list, start: in
     after_root = False
     root_event_id = root.finished_event_id if root else ""
     if root_event_id and start and events:
-        root_event = job_events(job).filter(event_id=root_event_id).first()
+        root_event = job.own_events().filter(event_id=root_event_id).first()
         first = events[0]
         after_root = root_event is not None and order_key(
             root_event.ts, root_event.seq, root_event.type, root_event.attempt, root_event.event_id
         ) < order_key(first.ts, first.seq, first.type, first.attempt, first.event_id)
     span_ids = [e.payload.get("span_id") for e in events if e.type == "span"]
     log_span_ids = [e.payload.get("span_id") for e in events if e.type == "log"]
-    span_steps = span_panel.steps_of_spans(job, job_steps(job), span_ids, log_span_ids)
+    span_steps = span_panel.steps_of_spans(job, job.own_steps(), span_ids, log_span_ids)
     return narrative.lines_for(
         events,
         root_event_id=root_event_id,
@@ -425,11 +264,11 @@ def _listed_steps(request, job: Job, all_steps: list[StepRow] | None):
     (``all_steps`` when it keeps every row and the caller has them)."""
     step_filter, filter_form = step_list.parse_filter(request.GET)
     if step_filter.active:
-        listed = _step_rows(step_filter.apply(job_steps(job)).order_by("position"))
+        listed = _step_rows(step_filter.apply(job.own_steps()).order_by("position"))
     elif all_steps is not None:
         listed = all_steps
     else:
-        listed = _step_rows(job_steps(job).order_by("position"))
+        listed = _step_rows(job.own_steps().order_by("position"))
     return step_filter, filter_form, listed
 
 
@@ -636,7 +475,7 @@ def job_detail(request, job_id: str):
         return _fragment(request, job, raw_step)
     # The whole page reads every step's row for the waterfall: the root failure is read off
     # them, and its Step row comes with the panel when the panel shows it (the default).
-    steps = _step_rows(job_steps(job).order_by("position"))
+    steps = _step_rows(job.own_steps().order_by("position"))
     root_key = _root_key(job, steps)
     if moves:
         return _moved(request, job, steps, root_key, raw_step)
@@ -657,7 +496,7 @@ def job_live(request, job_id: str):
     job = get_job_for_user(request, job_id, jobs=JOB_PAGE_JOBS)  # 403/404 before a redirect
     if not wants_fragment(request):
         return redirect(_job_url(job_id, request.GET, drop=("from", "to")))
-    steps = _step_rows(job_steps(job).order_by("position"))
+    steps = _step_rows(job.own_steps().order_by("position"))
     root_key = _root_key(job, steps)
     context, _status = _page_context(request, job, steps, root_key, request.GET.get("step", ""))
     context["oob"] = True
@@ -726,7 +565,9 @@ def _page_context(
     events = _events_in_order(job, 0, lines_window)
     # The window holds every event of most jobs: the panel's raw events are among them.
     every_event = events if len(events) == job.event_count <= lines_window else None
-    panel, status = _panel_context(request, job, raw_step or root_key, root_key, every_event)
+    panel, status = step_panel.panel_context(
+        request, job, raw_step or root_key, root_key, every_event
+    )
     root = next((e.step for e in panel.get("attempts", []) if e.key == root_key), None)
     if root_key and root is None:
         root = _root_failure(job)
@@ -777,7 +618,7 @@ def _page_context(
         "resume": resume,
         "resume_skip": job_header.collapsible(resume.skip),
         "findings": [_finding_links(finding) for finding in job.findings],
-        "planner_attempts": job_header.planner_attempts(job_events(job))
+        "planner_attempts": job_header.planner_attempts(job.own_events())
         if job.last_validation_error
         else [],
         "step_count": len(steps),
@@ -806,7 +647,7 @@ def _moved(request, job: Job, steps: list[StepRow], root_key: str, raw_step: str
     """The parts a move changes, for an HTMX request that targets one of MOVED_PARTS."""
     target = request.htmx.target
     if target == "waterfall":
-        panel, status = _panel_context(request, job, raw_step or root_key, root_key)
+        panel, status = step_panel.panel_context(request, job, raw_step or root_key, root_key)
         panel["can_see_raw"] = access.can_see_raw_events(request.user)
         selected_key = panel.get("step_key", "")
     else:
@@ -835,7 +676,7 @@ def _fragment(request, job: Job, raw_step: str):
     is one query."""
     root = _root_failure(job)
     root_key = root.step_key if root else ""
-    panel, status = _panel_context(request, job, raw_step or root_key, root_key)
+    panel, status = step_panel.panel_context(request, job, raw_step or root_key, root_key)
     panel["job"] = job
     panel["can_see_raw"] = access.can_see_raw_events(request.user)
     return render(request, "jobs/detail.html#step-panel", panel, status=status)
@@ -862,11 +703,11 @@ def _more_rows(request, job: Job, part: str, raw_step: str):
     stop = start + ROWS_WINDOW
     root = _root_failure(job)
     root_key = root.step_key if root else ""
-    current_key = resolve_step_key(job, raw_step) if raw_step else root_key
+    current_key = step_panel.resolve_step_key(job, raw_step) if raw_step else root_key
     context: dict = {"job": job, "current_step_key": current_key, "root_key": root_key}
     if part == "steps":
         step_filter, _form = step_list.parse_filter(request.GET)
-        listed = step_filter.apply(job_steps(job)).order_by("position")
+        listed = step_filter.apply(job.own_steps()).order_by("position")
         total = listed.count()
         to = step_list.parse_offset(request.GET.get("to"))
         earlier = to is not None and start < to
@@ -880,7 +721,7 @@ def _more_rows(request, job: Job, part: str, raw_step: str):
         context["steps_before"] = links.before if earlier else {}
         context["steps_more"] = {} if earlier else links.after
     elif part == "waterfall":
-        steps = _step_rows(job_steps(job).order_by("position"))
+        steps = _step_rows(job.own_steps().order_by("position"))
         step_filter, _form, listed = _listed_steps(request, job, steps)
         tree = timeline.node_tree(steps)
         collapsed = _collapsed(request)
@@ -911,7 +752,7 @@ def _more_rows(request, job: Job, part: str, raw_step: str):
         context["waterfall_before"] = around["before"] if earlier else {}
         context["waterfall_more"] = {} if earlier else around["after"]
     else:
-        stale = set(job_steps(job).filter(ignored_stale=True).values_list("node_id", "attempt"))
+        stale = set(job.own_steps().filter(ignored_stale=True).values_list("node_id", "attempt"))
         lines = _narrative(job, root, stale, _events_in_order(job, start, stop), start)
         context["narrative_lines"] = [narrative.line_item(line) for line in lines]
         context["narrative_more"] = _more_links(job, part, stop, job.event_count, raw_step)

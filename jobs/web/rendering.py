@@ -44,7 +44,7 @@ MAX_CHARS_OF_A_LINKED_NODE = MAX_LINK_NODE_BYTES // 12
 
 def link_node(node_id: str) -> str:
     """How ``node_id`` travels in a step link: itself, or its short form when it is long
-    URL-encoded. ``job_page.resolve_step_key`` reads either."""
+    URL-encoded. ``step_panel.resolve_step_key`` reads either."""
     if len(node_id) <= MAX_CHARS_OF_A_LINKED_NODE or len(quote(node_id, safe="")) <= (
         MAX_LINK_NODE_BYTES
     ):

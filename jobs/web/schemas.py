@@ -636,7 +636,7 @@ class Job(JobSummary):
         Reads the job's steps (its completed nodes come off them), its calls, the jobs its
         spans link to (when they link), its escalations and, for a job waiting to retry, the
         attempt it waits on: five queries at most, whatever the number of steps and calls."""
-        steps = list(job.steps.filter(partition_day=job.partition_day).order_by("position"))
+        steps = list(job.own_steps().order_by("position"))
         stored_calls = list(job.calls.order_by("position"))
         jobs_by_trace = models.Job.objects.ids_by_trace(
             trace_id
