@@ -189,7 +189,7 @@ def _events_in_order(job: Job, start: int, stop: int) -> list[ReplayEvent]:
             key=lambda row: order_key(row[3], row[4], row[0], row[6], row[2]),
         )[:stop]
     else:
-        rows = job.own_events().in_event_order()[start:stop].values_list(*EVENT_COLUMNS)
+        rows = list(job.own_events().in_event_order()[start:stop].values_list(*EVENT_COLUMNS))
     return [ReplayEvent(*row[:6]) for row in rows]
 
 

@@ -112,7 +112,7 @@ def panel_context(
                 if e.event_id in ids
             ]
         else:
-            rows = job.own_events().filter(event_id__in=ids).order_by("ts")
+            rows = list(job.own_events().filter(event_id__in=ids).order_by("ts"))
         raw_events = [
             {
                 "type": row.type,
