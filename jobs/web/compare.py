@@ -26,7 +26,7 @@ from django.views.decorators.http import require_GET
 from jobs.models import Call, Job, JobAlias
 from jobs.replay import compare
 from jobs.replay.failures import RunStatus
-from jobs.web import schemas, span_panel
+from jobs.web import compare_schemas, span_panel
 from jobs.web.access import can_view
 from jobs.web.decorators import database_unavailable_is_503, json_error, token_or_login_required
 from jobs.web.narrative import format_duration_ms
@@ -209,7 +209,7 @@ def compare_api(request):
         return json_error(pair.status, pair.error)
     assert pair.a is not None and pair.b is not None  # resolve_pair: both, or an error
     comparison = compare.compare(load_run(pair.a), load_run(pair.b))
-    body = schemas.comparison_body(comparison, pair.a, pair.b, pair.b_picked)
+    body = compare_schemas.comparison_body(comparison, pair.a, pair.b, pair.b_picked)
     return HttpResponse(orjson.dumps(body), content_type="application/json")
 
 

@@ -17,7 +17,7 @@ from pydantic.json_schema import GenerateJsonSchema, models_json_schema
 
 from jobs.contract.schema import event_schema
 from jobs.replay.failures import RunStatus
-from jobs.web import filters, schemas
+from jobs.web import compare_schemas, filters, schemas
 
 OPENAPI_VERSION = "3.1.0"
 REF_TEMPLATE = "#/components/schemas/{model}"
@@ -50,10 +50,21 @@ def model_schemas() -> dict[str, Any]:
     return copy.deepcopy(_model_schemas())
 
 
+# The bodies the document describes, in the order its components list them.
+RESPONSE_BODIES: tuple[type[schemas.Body], ...] = (
+    schemas.JobPage,
+    schemas.Job,
+    compare_schemas.Comparison,
+    schemas.IngestResult,
+    schemas.Error,
+    schemas.Health,
+)
+
+
 @cache  # the models cannot change while the process runs, and generating is not free
 def _model_schemas() -> dict[str, Any]:
     _, top = models_json_schema(
-        [(body, "serialization") for body in schemas.RESPONSE_BODIES],
+        [(body, "serialization") for body in RESPONSE_BODIES],
         ref_template=REF_TEMPLATE,
         schema_generator=_ResponseSchemas,
     )

@@ -16,7 +16,7 @@ from jobs.management.demo import etl_run
 from jobs.models import Event, FailureGroup, IngestToken, Job, Step
 from jobs.replay import compare
 from jobs.web import compare as compare_view
-from jobs.web.schemas import comparison_body
+from jobs.web.compare_schemas import comparison_body
 from tests.factories import event, finished, started, store, user
 from tests.strategies import comparable_runs
 
