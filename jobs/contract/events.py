@@ -5,12 +5,10 @@ for a bad event; the same bad input always gets the same messages. Request bodie
 gzip, NDJSON, batch limits) are ``bodies``' concern.
 """
 
-import functools
 import hashlib
 import json
 import math
 import re
-import unicodedata
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -19,7 +17,7 @@ from typing import Annotated, Any, Literal, TypeGuard
 import msgspec
 import orjson
 
-from jobs.contract.secret_text import HEX_ID, contains_token
+from jobs.contract import ids
 
 MAX_ID_CHARS = 200
 MAX_REASON_BYTES = 64 * 1024
@@ -400,22 +398,6 @@ CONTEXT_FIELDS: dict[str, Check] = {
 # Free text that may be long: kept, but cut at MAX_REASON_BYTES with a visible marker once
 # redacted (``bounded_long_text``).
 LONG_TEXT_FIELDS = ("reason", "message", "stack")
-# Ids are stored and shown as sent, in URLs and filters: unlike text they are not masked.
-ID_PAYLOAD_FIELDS = (
-    "node_id",
-    "retry_of",
-    "correlation_id",
-    "session_id",
-    "trace_span_id",
-    "parent_span_id",
-)
-# A span's attributes that replay makes ids of (``traceviz.job_id`` is the event's job_id).
-SPAN_ID_ATTRIBUTES = tuple(
-    f"traceviz.{name}" for name in ("node_id", "retry_of", "correlation_id", "session_id")
-)
-ID_FIELD_NAMES = frozenset(ID_PAYLOAD_FIELDS)
-SPAN_ID_ATTRIBUTE_NAMES = frozenset(SPAN_ID_ATTRIBUTES)
-CONTROL_CATEGORIES = frozenset({"Cc", "Zl", "Zp"})
 # Span attributes replay reads as numbers (docs/otlp.md), with the bounds of the contract's
 # fields they become: a span holding one past its bound is refused with a field error, from
 # /v1/traces as from /api/v1/events, where it would overflow a column or a sum.
@@ -595,28 +577,6 @@ def default_event_id(item: dict[str, Any], canonical: bytes | None = None) -> st
     return "sha256:" + hashlib.sha256(canonical).hexdigest()[:48]
 
 
-def _text_problems(item: Any) -> list[FieldError]:
-    """NUL characters and lone surrogates anywhere in the item, by field path."""
-    problems = []
-    stack: list[tuple[str, Any]] = [("", item)]
-    while stack:
-        path, value = stack.pop()
-        if isinstance(value, str):
-            problem = _bad_text(value)
-            if problem:
-                problems.append(FieldError(path or "(item)", problem))
-        elif isinstance(value, dict):
-            for key, child in value.items():
-                child_path = f"{path}.{key}" if path else key
-                problem = _bad_text(key)
-                if problem:
-                    problems.append(FieldError(child_path, f"key {problem}"))
-                stack.append((child_path, child))
-        elif isinstance(value, list):
-            stack.extend((f"{path}[{i}]", child) for i, child in enumerate(value))
-    return sorted(problems, key=lambda error: error.field)
-
-
 def _encoded(item: Any) -> bytes | None:
     """``item`` as JSON with sorted keys (orjson, in C), or None where orjson refuses it: a lone
     surrogate, an integer past 64 bits... The default event id hashes it. Cheap upper bounds
@@ -630,96 +590,6 @@ def _encoded(item: Any) -> bytes | None:
 
 def _may_nest_deep(encoded: bytes | None) -> bool:
     return encoded is None or encoded.count(b"{") + encoded.count(b"[") > MAX_PAYLOAD_DEPTH
-
-
-def _bad_text(value: str) -> str | None:
-    if "\x00" in value:
-        return "must not contain NUL characters"
-    try:
-        value.encode("utf-8")
-    except UnicodeEncodeError:
-        return "must be valid Unicode text (lone surrogate)"
-    return None
-
-
-# Ids repeat across a batch (its types, a job's id on each of its events, a node's on its
-# start and finish): their answers are remembered.
-@functools.lru_cache(maxsize=8192)
-def id_problem(value: str) -> str | None:
-    """Why ``value`` cannot be an id (job, event, node, type...), or None. Only what breaks an
-    id is refused: control characters and '.' or '..' path segments break the URLs pages build
-    from ids, and a credential in a format nothing else has (``secret_text.contains_token``: a
-    ghp_ or sk- key, an AKIA key id, a JWT, a private key, a URL password) would be stored and
-    shown unmasked. An id that would look like another is refused too: one holding an invisible
-    format character (Unicode's Cf: a right-to-left override, a zero-width space, a BOM...), or
-    only spaces. Anything else an id may look like (digits that pass the Luhn check, a
-    base64 word, ``session:1234``) is an ordinary id."""
-    if HEX_ID.fullmatch(value):  # most OTLP ids, each new: skip every check below
-        return None
-    # Every character of CONTROL_CATEGORIES is unprintable: most ids skip the walk.
-    if not value.isprintable() and any(
-        unicodedata.category(char) in CONTROL_CATEGORIES for char in value
-    ):
-        return "must not contain control characters (newline, tab, ...)"
-    if not value.isprintable() and any(unicodedata.category(char) == "Cf" for char in value):
-        return (
-            "must not contain invisible format characters (a bidirectional override or "
-            "isolate, a zero-width character, a byte order mark): it would look like another id"
-        )
-    if value and value.isspace():
-        return "must not be only spaces"
-    if any(segment in (".", "..") for segment in value.split("/")):
-        return "must not be '.' or '..' (nor have them as a '/' segment)"
-    if contains_token(value):
-        return (
-            "carries a secret in a known credential format (an API key or token, a JWT, a "
-            "private key, a URL password): send an id without it"
-        )
-    return None
-
-
-def _id_errors(item: dict[str, Any], payload: Any) -> Iterable[FieldError]:
-    for name in ("type", "job_id", "event_id"):
-        value = item.get(name)
-        if isinstance(value, str) and (problem := id_problem(value)):
-            yield FieldError(name, problem)
-    if isinstance(payload, dict):
-        # Most payloads name one id or none: the set test (in C) skips the others.
-        if not ID_FIELD_NAMES.isdisjoint(payload):
-            for name in ID_PAYLOAD_FIELDS:
-                value = payload.get(name)
-                if isinstance(value, str) and value and (problem := id_problem(value)):
-                    yield FieldError(f"payload.{name}", problem)
-        attrs = payload.get("attributes")
-        if (
-            item.get("type") == "span"
-            and isinstance(attrs, dict)
-            and not SPAN_ID_ATTRIBUTE_NAMES.isdisjoint(attrs)
-        ):
-            for key in SPAN_ID_ATTRIBUTES:
-                value = attrs.get(key)
-                if isinstance(value, str) and value and (problem := id_problem(value)):
-                    yield FieldError(f"payload.attributes.{key}", problem)
-
-
-def _ids_valid(item: dict[str, Any], payload: dict[str, Any]) -> bool:
-    """Whether ``_id_errors`` finds nothing, for an item the compiled envelope accepted (its
-    ids are strings): the same checks without building errors."""
-    for name in ("type", "job_id", "event_id"):
-        value = item.get(name)
-        if value is not None and id_problem(value):
-            return False
-    for name in ID_FIELD_NAMES.intersection(payload):
-        value = payload[name]
-        if isinstance(value, str) and value and id_problem(value):
-            return False
-    attrs = payload.get("attributes")
-    if item["type"] == "span" and isinstance(attrs, dict):
-        for key in SPAN_ID_ATTRIBUTE_NAMES.intersection(attrs):
-            value = attrs[key]
-            if isinstance(value, str) and value and id_problem(value):
-                return False
-    return True
 
 
 def nesting_depth(value: Any, limit: int = MAX_PAYLOAD_DEPTH) -> int:
@@ -793,7 +663,7 @@ def _accepted(item: dict[str, Any], check_text: bool) -> Event | None:
     ):
         return None
     encoded = _encoded(item)
-    if check_text and (encoded is None or b"\\u0000" in encoded) and _text_problems(item):
+    if check_text and (encoded is None or b"\\u0000" in encoded) and ids.text_problems(item):
         return None
     ts = None
     if "ts" in item:
@@ -809,7 +679,7 @@ def _accepted(item: dict[str, Any], check_text: bool) -> Event | None:
         and any(True for _error in _span_attribute_errors(attrs))
     ):
         return None
-    if not _ids_valid(item, payload):
+    if not ids.ids_valid(item, payload):
         return None
     return Event(
         type=event_type,
@@ -829,7 +699,11 @@ def _field_errors(item: Any, check_text: bool) -> tuple[Event | None, list[Field
         return None, [FieldError("(item)", "must be a JSON object")]
     encoded = _encoded(item)
     suspect_text = encoded is None or b"\\u0000" in encoded
-    errors = _text_problems(item) if check_text and suspect_text else []
+    errors = (
+        [FieldError(*problem) for problem in ids.text_problems(item)]
+        if check_text and suspect_text
+        else []
+    )
     if errors:
         return None, errors
     event_type = item.get("type")
@@ -866,7 +740,7 @@ def _field_errors(item: Any, check_text: bool) -> tuple[Event | None, list[Field
         )
     elif isinstance(event_type, str):
         errors.extend(_payload_errors(event_type, payload))
-    errors.extend(_id_errors(item, payload))
+    errors.extend(FieldError(*problem) for problem in ids.id_errors(item, payload))
     if errors:
         return None, errors
     event = Event(

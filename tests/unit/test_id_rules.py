@@ -8,7 +8,7 @@ import pytest
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
 from opentelemetry.proto.trace.v1.trace_pb2 import Span
 
-from jobs.contract import events, otlp
+from jobs.contract import events, ids, otlp
 from jobs.contract.secret_text import luhn_valid
 from tests.otlp_spans import START
 from tests.secret_corpus import JWT, PEM_PKCS8
@@ -119,6 +119,6 @@ def test_a_large_sample_of_random_otlp_ids_is_accepted_as_ids():
     for _ in range(200_000):
         trace_id, span_id = rng.randbytes(16).hex(), rng.randbytes(8).hex()
         for value in (f"otlp:{trace_id}:{span_id}", span_id):
-            if events.id_problem(value):
+            if ids.id_problem(value):
                 refused.append(value)
     assert refused == []
