@@ -135,3 +135,16 @@ def test_failures_page_groups_every_kind_of_failure(page, live_server, failures)
     for reason in ("quota exceeded", "next_step_parse_failed", "Bucket not found"):
         assert reason in text
     screenshot(page, "failure-words-failures-page")
+
+
+def test_failures_page_names_the_provider_that_failed(page, live_server, failures):
+    # plan-1 started on openai and its planner degraded on anthropic.
+    log_in(page, live_server, "olga", "/failures/?provider=anthropic")
+    text = page.locator("main").inner_text()
+    assert "next_step_parse_failed" in text and "Timeout" not in text
+    page.click("a:has-text('planner degraded')")
+    page.wait_for_load_state("networkidle")
+    assert page.locator('[data-label="Failed on"]').all_inner_texts() == ["anthropic / claude-x"]
+    assert "anthropic/claude-x" in page.locator("main").inner_text()
+    assert axe_violations(page, "main") == []
+    screenshot(page, "failure-words-group-failed-on")
