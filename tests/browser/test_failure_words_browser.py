@@ -108,6 +108,10 @@ def test_reason_search_finds_words_by_their_start(page, live_server, failures):
     # "time" finds the Timeouts, the recovered attempt's job among them; not the bucket.
     assert sorted(rows(page)) == ["retry-1", "sync-0", "sync-1", "sync-2"]
     assert "a word starting with each word you type" in page.locator("#reason-how").inner_text()
+    # The completed job says which failure found it: its recovered attempt.
+    matched = page.locator('tr[data-job-id="retry-1"] [data-matched-failure="recovered"]')
+    assert matched.inner_text() == "recovered: fetch:1 · upstream Timeout after 10s"
+    assert page.locator('tr[data-job-id="sync-0"] [data-matched-failure]').count() == 0
     page.goto(f"{live_server.url}/?show=all&reason=bucket+not+found")
     assert rows(page) == ["upload-1"]
     page.goto(f"{live_server.url}/?show=all&reason=quota")
