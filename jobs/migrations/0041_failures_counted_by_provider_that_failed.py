@@ -96,7 +96,6 @@ class Migration(migrations.Migration):
             model_name='failuregroupjob',
             name='failure_group_job',
         ),
-        migrations.RunPython(recount_by_provider_that_failed, migrations.RunPython.noop),
         migrations.AddIndex(
             model_name='failuregroupjob',
             index=models.Index(django.db.models.functions.text.Upper('provider'), models.F('group'), name='failure_group_job_provider_up'),
@@ -109,4 +108,8 @@ class Migration(migrations.Migration):
             model_name='failuregroupjob',
             constraint=models.UniqueConstraint(fields=('group', 'job', 'provider', 'model'), name='failure_group_job_provider'),
         ),
+        # Last: on PostgreSQL an index cannot be made on a table with rows written in the same
+        # transaction (their foreign keys' checks are still pending). The stored rows are
+        # unique by (group, job), so by (group, job, provider, model) too.
+        migrations.RunPython(recount_by_provider_that_failed, migrations.RunPython.noop),
     ]
