@@ -109,7 +109,6 @@ def create_data(job_count: int, rng: random.Random) -> None:
     # Popular signatures fail often, the tail rarely (as real failures do).
     weights = [1 / (rank + 1) for rank in range(len(groups))]
     contributions = failure_groups.Contributions()
-    attributes = {}
     batch = 5000
     for start in range(0, job_count, batch):
         jobs, steps, failing, failures = [], [], {}, []
@@ -153,7 +152,9 @@ def create_data(job_count: int, rng: random.Random) -> None:
                             _step(job, job_pk, node_id, attempt, position, at, signature, group_id)
                         )
                         # Seen at its finish, as ingest counts it.
-                        contributions.add(group_id, job_pk, at + timedelta(seconds=4), +1)
+                        contributions.add(
+                            group_id, job_pk, at + timedelta(seconds=4), +1, (provider, model)
+                        )
                         # Its failure record, as projection writes it (the list's search,
                         # provider filter and recovered counts read these).
                         failures.append(
@@ -172,7 +173,6 @@ def create_data(job_count: int, rng: random.Random) -> None:
                                 at=at + timedelta(seconds=4),
                             )
                         )
-                        attributes[job_pk] = (provider, model)
                         position += 1
                     if not tries:
                         at = begun + timedelta(seconds=position * 5)
@@ -181,7 +181,7 @@ def create_data(job_count: int, rng: random.Random) -> None:
             database.insert_rows(Step, steps)
             Failure.objects.bulk_create(failures, batch_size=2000)
     with transaction.atomic():
-        failure_groups.apply(contributions, attributes)
+        failure_groups.apply(contributions)
     print(
         f"data: {Job.objects.filter(job_id__startswith=PREFIX).count()} jobs, "
         f"{Step.objects.count()} steps, {FailureGroupJob.objects.count()} group jobs "

@@ -329,21 +329,22 @@ def _rows(window: Window, groups: list[FailureGroup], group_ids) -> list[GroupRo
 
 
 def recent_jobs(group: FailureGroup, limit: int = 50):
-    """The group's most recently stored jobs (newest first) with their step counts: served by
-    the (group, job) unique index."""
+    """The group's most recently stored jobs (newest first), a row per provider/model they
+    failed on, with its failure count: served by the (group, job, provider, model) unique
+    index."""
     return (
         FailureGroupJob.objects.filter(group=group)
         .select_related("job")
         .only(
             "step_count",
+            "provider",
+            "model",
             "job__job_id",
             "job__status",
             "job__workflow",
-            "job__provider",
-            "job__model",
             "job__started_at",
         )
-        .order_by("-job_id")[:limit]
+        .order_by("-job_id", "provider", "model")[:limit]
     )
 
 

@@ -1,13 +1,16 @@
 """Failure groups kept up to date by projection (docs/architecture.md), inside the batch's
 transaction: never computed per page view.
 
-Every grouped failure (``signatures.is_grouped``) is a *contribution* of one step to its group:
-to the (group, job) row's step count, to the (group, hour of the failure) row's count, to the
-(group, day) row's (the hour rows summed per day, for long windows) and to the group's
-first/last seen. Projection subtracts the contributions of the Step rows it is about to
-replace (all of a fully replayed job's, the changed ones of an incremental fold) and adds those
-of the rows it writes; retention subtracts those of the jobs it deletes. So the counts are the
-same as counting the Step rows afresh (``differences`` checks it), whichever path wrote them.
+Every grouped failure record (``Failure``: a failed step, a job-level failure, a planner
+degradation) is a *contribution* to its group, counted against the provider/model that failed
+(``failed_on``: the record's own, else its job's): to the (group, job, provider, model) row's
+count, to the (group, hour of the failure, provider, model) row's, to the (group, day, ...)
+row's (the hour rows summed per day, for long windows) and to the group's first/last seen.
+Projection (``failure_records.write``) subtracts the contributions of the records it replaces
+(all of a fully replayed job's, and of a job whose own provider/model changed; the changed
+ones of an incremental fold) and adds those of the records it writes; retention subtracts
+those of the jobs it deletes. So the counts are the same as counting the records afresh
+(``differences`` checks it), whichever path wrote them.
 
 Shared rows (a group's totals, its hours) are updated in group order, so two batches touching
 the same groups wait for each other instead of deadlocking.
@@ -64,11 +67,19 @@ def hour_of_key(key: str) -> datetime:
     return datetime.fromisoformat(key).replace(tzinfo=UTC)
 
 
+def failed_on(provider: str, model: str, job: tuple[str, str]) -> tuple[str, str]:
+    """The provider/model a failure counts against: its own (the failed call's, the degraded
+    planner's), else ``job``'s when it names neither (the dashboard's failure rate by provider
+    reads failures the same way)."""
+    return (provider, model) if provider or model else job
+
+
 @dataclass(slots=True)
 class Contributions:
-    """Signed step counts by (group, job, hour key), the seen times of the added steps by
-    group, and the jobs whose stored contributions are all taken out (a full replay, a
-    deletion)."""
+    """Signed failure counts by (group, job, hour key, provider, model) (the provider/model
+    that failed, ``failed_on``), the seen times of the added failures by group, and the jobs
+    whose stored contributions are all taken out (a full replay, a change of the job's own
+    provider/model, a deletion)."""
 
     cells: Counter = field(default_factory=Counter)
     seen: dict[int, list[datetime]] = field(default_factory=dict)
@@ -76,13 +87,23 @@ class Contributions:
     # The latest seen time of the added failures by (group, job).
     latest: dict[tuple[int, int], datetime] = field(default_factory=dict)
 
-    def add(self, group_id: int, job_pk: int, at: datetime | None, sign: int) -> None:
-        self.cells[(group_id, job_pk, hour_key(at))] += sign
+    def add(
+        self,
+        group_id: int,
+        job_pk: int,
+        at: datetime | None,
+        sign: int,
+        provider: tuple[str, str],
+    ) -> None:
+        self.cells[(group_id, job_pk, hour_key(at), *provider)] += sign
         if at is not None and sign > 0:
             self.seen.setdefault(group_id, []).append(at)
             pair = (group_id, job_pk)
             if pair not in self.latest or at > self.latest[pair]:
                 self.latest[pair] = at
+
+    def __bool__(self) -> bool:
+        return bool(self.cells or self.replaced)
 
 
 @dataclass(frozen=True, slots=True)
@@ -211,81 +232,71 @@ def _group(
     )
 
 
-def subtract_stored(
-    steps: Iterable[tuple[int, int, datetime | None, datetime | None]], into: Contributions
-) -> None:
-    """Subtract stored grouped steps' contributions: rows of (job pk, group id, started_at,
-    finished_at)."""
-    for job_pk, group_id, started_at, finished_at in steps:
-        into.add(group_id, job_pk, seen_at(started_at, finished_at), -1)
-
-
-def apply(
-    contributions: Contributions,
-    attributes: dict[int, tuple[str, str]],
-    relabeled: Iterable[int] = (),
-) -> dict[tuple[int, int], Seen]:
-    """Write the contributions: (group, job) rows, hour rows and group totals; returns, by
-    (group, job), the failures the contributions added to it net of those they took out, where
-    that is more than none. ``attributes``
-    are the touched jobs' (provider, model) (every job of a cell, of ``replaced`` and of
-    ``relabeled``); their (group, job) rows follow them. A replaced job's stored rows are
-    subtracted whole first. ``relabeled`` jobs changed provider or model: all their rows are
-    read. Of the other jobs only the rows of the changed cells are: a long job has a row per
-    group it failed in, and a batch must not read them all (docs/architecture.md)."""
+def apply(contributions: Contributions) -> dict[tuple[int, int], Seen]:
+    """Write the contributions: (group, job, provider, model) rows, hour and day rows and group
+    totals; returns, by (group, job), the failures the contributions added to it net of those
+    they took out, where that is more than none. A replaced job's stored rows are subtracted
+    whole first. Of the other jobs only the rows of the (group, job) pairs the cells change
+    are read: a long job has rows for every group it failed in, and a batch must not read them
+    all (docs/architecture.md)."""
     cells = Counter(contributions.cells)
-    whole = contributions.replaced.union(relabeled)
-    current = _stored(FailureGroupJob.objects.filter(job_id__in=sorted(whole))) if whole else {}
-    for (group_id, job_pk), previous in current.items():
-        if job_pk in contributions.replaced:
-            for key, count in previous.hours.items():
-                cells[(group_id, job_pk, key)] -= count
-    by_pair: dict[tuple[int, int], Counter] = {}
-    for (group_id, job_pk, key), delta in cells.items():
+    replaced = contributions.replaced
+    current = _stored(FailureGroupJob.objects.filter(job_id__in=sorted(replaced)))
+    for (group_id, job_pk, provider, model), previous in current.items():
+        for key, count in previous.hours.items():
+            cells[(group_id, job_pk, key, provider, model)] -= count
+    by_row: dict[tuple[int, int, str, str], Counter] = {}
+    for (group_id, job_pk, key, provider, model), delta in cells.items():
         if delta:
-            by_pair.setdefault((group_id, job_pk), Counter())[key] += delta
-    pairs = sorted(pair for pair in by_pair if pair[1] not in whole)
+            by_row.setdefault((group_id, job_pk, provider, model), Counter())[key] += delta
+    pairs = sorted({(row[0], row[1]) for row in by_row if row[1] not in replaced})
     if pairs:
         in_pairs = database.pairs_in(FailureGroupJob, ("group", "job"), pairs)
         current.update(_stored(FailureGroupJob.objects.filter(in_pairs)))
-    job_deltas: Counter = Counter()
     step_deltas: Counter = Counter()
     hour_deltas: Counter = Counter()
+    # Of each (group, job) pair: whether it had failures before, and has after.
+    had: dict[tuple[int, int], bool] = {}
+    has: dict[tuple[int, int], bool] = {}
     created: list[FailureGroupJob] = []
     gone, changed = [], []
-    for pair in sorted(by_pair.keys() | current.keys()):
-        group_id, job_pk = pair
-        deltas = by_pair.get(pair, Counter())
-        row = current.get(pair)
+    for key in sorted(by_row.keys() | current.keys()):
+        group_id, job_pk, provider, model = key
+        deltas = by_row.get(key, Counter())
+        row = current.get(key)
         counted = Counter(row.hours if row else {})
         counted.update(deltas)
-        hours = {key: count for key, count in sorted(counted.items()) if count > 0}
+        hours = {hour: count for hour, count in sorted(counted.items()) if count > 0}
         step_deltas[group_id] += sum(deltas.values())
-        provider, model = attributes.get(job_pk, ("", ""))
-        # The hour rows lose what the pair held under its old provider/model and gain what it
-        # holds now (the same keys cancel out).
-        if row is not None:
-            for key, count in row.hours.items():
-                if key:
-                    hour_deltas[(group_id, hour_of_key(key), row.provider, row.model)] -= count
-        for key, count in hours.items():
-            if key:
-                hour_deltas[(group_id, hour_of_key(key), provider, model)] += count
-        values = dict(step_count=sum(hours.values()), hours=hours, provider=provider, model=model)
+        for hour, delta in deltas.items():
+            if hour and delta:
+                hour_deltas[(group_id, hour_of_key(hour), provider, model)] += delta
+        pair = (group_id, job_pk)
+        had[pair] = had.get(pair, False) or row is not None
+        has[pair] = has.get(pair, False) or bool(hours)
         if row is None:
             if hours:
-                created.append(FailureGroupJob(group_id=group_id, job_id=job_pk, **values))
-                job_deltas[group_id] += 1
+                created.append(
+                    FailureGroupJob(
+                        group_id=group_id,
+                        job_id=job_pk,
+                        provider=provider,
+                        model=model,
+                        step_count=sum(hours.values()),
+                        hours=hours,
+                    )
+                )
         elif not hours:
             gone.append(row.pk)
-            job_deltas[group_id] -= 1
-        elif any(getattr(row, name) != value for name, value in values.items()):
-            for name, value in values.items():
-                setattr(row, name, value)
+        elif row.hours != hours:
+            row.hours, row.step_count = hours, sum(hours.values())
             changed.append(row)
     FailureGroupJob.objects.bulk_create(created)
     FailureGroupJob.objects.filter(pk__in=gone).delete()
-    FailureGroupJob.objects.bulk_update(changed, ["step_count", "hours", "provider", "model"])
+    FailureGroupJob.objects.bulk_update(changed, ["step_count", "hours"])
+    job_deltas: Counter = Counter()
+    for pair, present in has.items():
+        job_deltas[pair[0]] += int(present) - int(had[pair])
     totals = []
     for group_id in sorted(job_deltas.keys() | step_deltas.keys() | contributions.seen.keys()):
         times = contributions.seen.get(group_id)
@@ -300,10 +311,13 @@ def apply(
     database.add_to_counts(
         FailureGroupDay, ("group_id", "day", "provider", "model"), "step_count", by_day(hours)
     )
+    net: Counter = Counter()
+    for (group_id, job_pk, _, _), deltas in by_row.items():
+        net[(group_id, job_pk)] += sum(deltas.values())
     return {
-        pair: Seen(sum(deltas.values()), contributions.latest.get(pair))
-        for pair, deltas in sorted(by_pair.items())
-        if sum(deltas.values()) > 0
+        pair: Seen(count, contributions.latest.get(pair))
+        for pair, count in sorted(net.items())
+        if count > 0
     }
 
 
@@ -325,24 +339,22 @@ def merge(source: FailureGroup, target: FailureGroup, actor=None) -> None:
         source, target = locked[source.pk], locked[target.pk]
         group_lifecycle.check_merge(source, target)
         contributions = Contributions()
-        attributes: dict[int, tuple[str, str]] = {}
         for row in FailureGroupJob.objects.filter(group=source).order_by("job_id"):
-            attributes[row.job_id] = (row.provider, row.model)
             for key, count in row.hours.items():
-                contributions.cells[(source.pk, row.job_id, key)] -= count
-                contributions.cells[(target.pk, row.job_id, key)] += count
+                contributions.cells[(source.pk, row.job_id, key, row.provider, row.model)] -= count
+                contributions.cells[(target.pk, row.job_id, key, row.provider, row.model)] += count
         seen = [moment for moment in (source.first_seen, source.last_seen) if moment]
         if seen:
             contributions.seen[target.pk] = seen
-        apply(contributions, attributes)
+        apply(contributions)
         Step.objects.filter(failure_group=source).update(failure_group=target)
         Failure.objects.filter(group=source).update(group=target)
         FailureFingerprint.objects.filter(group=source).update(group=target)
         group_lifecycle.mark_merged(source, target, actor=actor)
 
 
-def _stored(rows) -> dict[tuple[int, int], FailureGroupJob]:
-    return {(row.group_id, row.job_id): row for row in rows}
+def _stored(rows) -> dict[tuple[int, int, str, str], FailureGroupJob]:
+    return {(row.group_id, row.job_id, row.provider, row.model): row for row in rows}
 
 
 def by_day(hours: dict[tuple, int]) -> dict[tuple, int]:
@@ -358,30 +370,30 @@ def forget_jobs(job_pks: list[int]) -> None:
     """Take these jobs' failures out of their groups (retention, before deleting them)."""
     if not job_pks:
         return
-    contributions = Contributions(replaced=set(job_pks))
-    apply(contributions, {pk: ("", "") for pk in job_pks})
+    apply(Contributions(replaced=set(job_pks)))
 
 
 def recount() -> None:
-    """Recompute every group's totals and hour rows from the (group, job) rows, which a full
-    replay of each job rewrites exactly (``rebuild_projections`` calls this last, so a rebuild
-    also repairs tampered totals). Locks every group first: concurrent batches wait."""
+    """Recompute every group's totals and hour rows from the (group, job, provider, model)
+    rows, which a full replay of each job rewrites exactly (``rebuild_projections`` calls this
+    last, so a rebuild also repairs tampered totals). Locks every group first: concurrent
+    batches wait."""
     with transaction.atomic():
         list(FailureGroup.objects.select_for_update().order_by("pk").values_list("pk"))
-        totals: dict[int, list[int]] = {}
+        jobs: dict[int, set[int]] = {}
+        steps: Counter = Counter()
         by_hour: Counter = Counter()
-        for group_id, hours, provider, model in FailureGroupJob.objects.values_list(
-            "group_id", "hours", "provider", "model"
+        for group_id, job_pk, hours, provider, model in FailureGroupJob.objects.values_list(
+            "group_id", "job_id", "hours", "provider", "model"
         ):
-            total = totals.setdefault(group_id, [0, 0])
-            total[0] += 1
-            total[1] += sum(hours.values())
+            jobs.setdefault(group_id, set()).add(job_pk)
+            steps[group_id] += sum(hours.values())
             for key, count in hours.items():
                 if key:
                     by_hour[(group_id, hour_of_key(key), provider, model)] += count
         groups = list(FailureGroup.objects.only("pk", "job_count", "step_count"))
         for group in groups:
-            group.job_count, group.step_count = totals.get(group.pk, (0, 0))
+            group.job_count, group.step_count = len(jobs.get(group.pk, ())), steps[group.pk]
         FailureGroup.objects.bulk_update(groups, ["job_count", "step_count"], batch_size=500)
         FailureGroupHour.objects.all().delete()
         FailureGroupHour.objects.bulk_create(
@@ -409,39 +421,48 @@ def recount() -> None:
 
 
 def differences() -> list[str]:
-    """Every stored count that differs from counting the Step rows afresh: (group, job) rows
-    with their hours and their job's provider/model, hour rows, day rows, group totals. Empty
-    when they agree."""
-    cells: Counter = Counter()
-    rows = Step.objects.filter(failure_group__isnull=False).values_list(
-        "job_id", "failure_group_id", "started_at", "finished_at"
-    )
-    for job_pk, group_id, started_at, finished_at in rows:
-        cells[(group_id, job_pk, hour_key(seen_at(started_at, finished_at)))] += 1
-    # Job and planner failures have no Step row: their Failure row is what they count by.
-    others = Failure.objects.exclude(kind=Failure.Kind.STEP).filter(group__isnull=False)
-    for job_pk, group_id, at in others.values_list("job_id", "group_id", "at"):
-        cells[(group_id, job_pk, hour_key(at))] += 1
+    """Every stored count that differs from counting the failure records afresh, each against
+    the provider/model that failed (``failed_on``): (group, job, provider, model) rows with
+    their hours, hour rows, day rows, group totals; and the grouped Step rows that differ from
+    the step failure records (each grouped step is one). Empty when they agree."""
     jobs = {
         pk: (provider, model)
         for pk, provider, model in Job.objects.values_list("pk", "provider", "model")
     }
-    expected: dict[tuple[int, int], dict] = {}
-    by_hour: Counter = Counter()
-    for (group_id, job_pk, key), count in sorted(cells.items()):
-        expected.setdefault((group_id, job_pk), {})[key] = count
-        if key:
-            by_hour[(group_id, hour_of_key(key), *jobs[job_pk])] += count
-    stored = {
-        (row.group_id, row.job_id): (row.step_count, row.hours, (row.provider, row.model))
-        for row in FailureGroupJob.objects.all()
-    }
+    cells: Counter = Counter()
+    step_cells: Counter = Counter()
+    rows = Failure.objects.filter(group__isnull=False).values_list(
+        "job_id", "group_id", "at", "provider", "model", "kind"
+    )
+    for job_pk, group_id, at, provider, model, kind in rows:
+        cells[(group_id, job_pk, *failed_on(provider, model, jobs[job_pk]), hour_key(at))] += 1
+        if kind == Failure.Kind.STEP:
+            step_cells[(group_id, job_pk, hour_key(at))] += 1
     found = []
-    for pair in sorted(stored.keys() | expected.keys()):
-        hours = expected.get(pair)
-        want = (sum(hours.values()), hours, jobs[pair[1]]) if hours else None
-        if stored.get(pair) != want:
-            found.append(f"group job {pair}: {stored.get(pair)} != {want}")
+    grouped_steps = Counter(
+        (group_id, job_pk, hour_key(seen_at(started_at, finished_at)))
+        for job_pk, group_id, started_at, finished_at in Step.objects.filter(
+            failure_group__isnull=False
+        ).values_list("job_id", "failure_group_id", "started_at", "finished_at")
+    )
+    for key in sorted(grouped_steps.keys() | step_cells.keys()):
+        if grouped_steps.get(key) != step_cells.get(key):
+            found.append(f"grouped steps {key}: {grouped_steps.get(key)} != {step_cells.get(key)}")
+    expected: dict[tuple[int, int, str, str], dict] = {}
+    by_hour: Counter = Counter()
+    for (group_id, job_pk, provider, model, key), count in sorted(cells.items()):
+        expected.setdefault((group_id, job_pk, provider, model), {})[key] = count
+        if key:
+            by_hour[(group_id, hour_of_key(key), provider, model)] += count
+    stored = {
+        key: (row.step_count, row.hours)
+        for key, row in _stored(FailureGroupJob.objects.all()).items()
+    }
+    for key in sorted(stored.keys() | expected.keys()):
+        hours = expected.get(key)
+        want = (sum(hours.values()), hours) if hours else None
+        if stored.get(key) != want:
+            found.append(f"group job {key}: {stored.get(key)} != {want}")
     stored_hours = {
         (group_id, hour.astimezone(UTC), provider, model): count
         for group_id, hour, provider, model, count in FailureGroupHour.objects.values_list(
@@ -463,14 +484,15 @@ def differences() -> list[str]:
     for key in sorted(stored_days.keys() | expected_days.keys()):
         if stored_days.get(key) != expected_days.get(key):
             found.append(f"group day {key}: {stored_days.get(key)} != {expected_days.get(key)}")
-    totals: dict[int, list[int]] = {}
-    for (group_id, _), hours in expected.items():
-        total = totals.setdefault(group_id, [0, 0])
-        total[0] += 1
-        total[1] += sum(hours.values())
+    job_sets: dict[int, set[int]] = {}
+    steps: Counter = Counter()
+    for (group_id, job_pk, _provider, _model), hours in expected.items():
+        job_sets.setdefault(group_id, set()).add(job_pk)
+        steps[group_id] += sum(hours.values())
     for group_id, job_count, step_count in FailureGroup.objects.values_list(
         "id", "job_count", "step_count"
     ):
-        if [job_count, step_count] != totals.get(group_id, [0, 0]):
-            found.append(f"group {group_id}: {[job_count, step_count]} != {totals.get(group_id)}")
+        want_totals = [len(job_sets.get(group_id, ())), steps[group_id]]
+        if [job_count, step_count] != want_totals:
+            found.append(f"group {group_id}: {[job_count, step_count]} != {want_totals}")
     return found

@@ -10,9 +10,9 @@ gives) and the planner's degradation (``graph.next_step.degraded``). A step fail
 
 A full replay rewrites a job's records whole. An incremental fold rewrites the step failures
 of the nodes its changed steps belong to (the fold read every step of those nodes), and the job
-and planner failures only when they changed; so its cost grows with the batch. The step failures
-count in their groups through their Step rows (``failure_groups``); the job and planner failures
-add their own contributions here.
+and planner failures only when they changed; so its cost grows with the batch. Every record
+counts in its group against the provider/model that failed (``failure_groups``): ``write``
+returns what the records it replaced and wrote change there.
 """
 
 from collections.abc import Iterable
@@ -195,9 +195,15 @@ def _step_reasons(job_pk: int, state: JobState) -> set[str]:
     return {step.reason or "" for step in state.steps if is_grouped(step)} | set(stored)
 
 
-def _name_providers(job_pk: int, nodes: set[str], new_calls: list[FailedCall]) -> None:
+def _name_providers(
+    job_pk: int,
+    nodes: set[str],
+    new_calls: list[FailedCall],
+    changes: "Changes | None",
+) -> None:
     """The step failures of nodes whose steps this fold left alone, given the provider of a
-    failed call that came after them."""
+    failed call that came after them (a failure counts in its group against that provider:
+    ``changes`` gets the move, unless the job's contributions are recounted whole)."""
     nodes.discard("")
     if not nodes:
         return
@@ -206,7 +212,59 @@ def _name_providers(job_pk: int, nodes: set[str], new_calls: list[FailedCall]) -
     for row in Failure.objects.filter(job_id=job_pk, kind=Failure.Kind.STEP, node_id__in=nodes):
         provider, model = _failed_call(row.node_id, row.attempt, calls.values()) or ("", "")
         if (row.provider, row.model) != (provider, model):
+            if changes is not None:
+                changes.take_out(row)
             Failure.objects.filter(pk=row.pk).update(provider=provider, model=model)
+            row.provider, row.model = provider, model
+            if changes is not None:
+                changes.put_in(row)
+
+
+@dataclass(slots=True)
+class Changes:
+    """One job's failure records as its groups count them, taken out and put in (each against
+    the provider/model that failed, its own else ``job``'s)."""
+
+    contributions: failure_groups.Contributions
+    job_pk: int
+    job: tuple[str, str]
+
+    def take_out(self, row: Failure) -> None:
+        self._add(row, -1)
+
+    def put_in(self, row: Failure) -> None:
+        self._add(row, +1)
+
+    def _add(self, row: Failure, sign: int) -> None:
+        if row.group_id is not None:
+            provider = failure_groups.failed_on(row.provider, row.model, self.job)
+            self.contributions.add(row.group_id, self.job_pk, row.at, sign, provider)
+
+
+# The columns of a step failure its group counts it by.
+COUNTED = ("group_id", "at", "provider", "model")
+
+
+def _replace_steps(old: list[Failure], new: list[Failure], changes: Changes | None) -> None:
+    """Count the rewritten step failures of a fold's nodes: those whose group, time or provider
+    changed (or that came or went) move in their groups; the others are neither taken out nor
+    put back, so they are not "seen again"."""
+    if changes is None:
+        return
+    before = {(row.node_id, row.attempt): row for row in old}
+    after = {(row.node_id, row.attempt): row for row in new}
+    for key in sorted(before.keys() | after.keys()):
+        was, now = before.get(key), after.get(key)
+        if was is not None and now is not None and _counted(was) == _counted(now):
+            continue
+        if was is not None:
+            changes.take_out(was)
+        if now is not None:
+            changes.put_in(now)
+
+
+def _counted(row: Failure) -> tuple:
+    return tuple(getattr(row, name) for name in COUNTED)
 
 
 def _job_row(job_pk: int, failure: JobFailure, group_id: int) -> Failure:
@@ -229,13 +287,29 @@ def write(
     existing: dict[str, dict],
     ids: dict[tuple, int],
     step_groups: dict[tuple, int],
-    contributions: failure_groups.Contributions,
-) -> set[int]:
-    """Write the failure records of these projected jobs (``projection.Projected`` by job id)
-    and add their job and planner failures' group contributions; returns the pks of the jobs
-    whose contributions changed here."""
+) -> failure_groups.Contributions:
+    """Write the failure records of these projected jobs (``projection.Projected`` by job id);
+    returns what they change in their failure groups (``failure_groups.apply``). A fully
+    replayed job's, and a job whose own provider/model changed (its failures that name none
+    count against it), are counted whole: their stored contributions are taken out and every
+    record put in; a fold's only as its records change."""
+    contributions = failure_groups.Contributions()
     full = {ids[(job_id,)]: p for job_id, p in projected.items() if p.path == "full"}
     folded = {ids[(job_id,)]: p for job_id, p in projected.items() if p.path != "full"}
+    own = {ids[(job_id,)]: _own(p.state) for job_id, p in projected.items()}
+    relabeled = {
+        pk
+        for pk, job_id in ((ids[(job_id,)], job_id) for job_id, p in projected.items())
+        if pk in folded and (existing[job_id]["provider"], existing[job_id]["model"]) != own[pk]
+    }
+    contributions.replaced.update(
+        ids[(job_id,)] for job_id, p in projected.items() if p.path == "full" and job_id in existing
+    )
+    contributions.replaced.update(relabeled)
+    changes = {
+        pk: None if pk in relabeled else Changes(contributions, pk, own[pk])
+        for pk in full.keys() | folded.keys()
+    }
     wanted = {pk: job_failures(p.state) for pk, p in full.items()}
     wanted.update(
         (pk, job_failures(p.state, _step_reasons(pk, p.state))) for pk, p in folded.items()
@@ -251,13 +325,13 @@ def write(
     if folded:
         for row in Failure.objects.filter(job_id__in=sorted(folded), kind__in=NON_STEP):
             stored.setdefault(row.job_id, []).append(row)
-    touched: set[int] = set()
     rows: list[Failure] = []
     if full:
         Failure.objects.filter(job_id__in=sorted(full)).delete()
         for pk, p in full.items():
             rows.extend(step_rows(pk, p.state, None, step_groups))
     pairs: list[tuple[int, str]] = []
+    new_steps: dict[int, list[Failure]] = {}
     for pk, p in folded.items():
         nodes = {step.node_id for step in p.state.changed_steps}
         pairs.extend((pk, node) for node in sorted(nodes))
@@ -270,30 +344,48 @@ def write(
         new_calls = failed_calls(p.state.calls)
         calls = {c.span_id: c for c in _stored_failed_calls(pk, nodes)}
         calls.update((c.span_id, c) for c in new_calls)
-        rows.extend(step_rows(pk, p.state, nodes, {**groups, **step_groups}, list(calls.values())))
-        _name_providers(pk, {c.node_id for c in new_calls} - nodes, new_calls)
+        new_steps[pk] = step_rows(
+            pk, p.state, nodes, {**groups, **step_groups}, list(calls.values())
+        )
+        rows.extend(new_steps[pk])
+        _name_providers(pk, {c.node_id for c in new_calls} - nodes, new_calls, changes[pk])
     if pairs:
         in_pairs = database.pairs_in(Failure, ("job", "node_id"), pairs)
-        Failure.objects.filter(in_pairs, kind=Failure.Kind.STEP).delete()
+        old_steps: dict[int, list[Failure]] = {}
+        for row in Failure.objects.filter(in_pairs, kind=Failure.Kind.STEP).only(
+            "job_id", "node_id", "attempt", *COUNTED
+        ):
+            old_steps.setdefault(row.job_id, []).append(row)
+        Failure.objects.filter(pk__in=[r.pk for old in old_steps.values() for r in old]).delete()
+        for pk in folded:
+            _replace_steps(old_steps.get(pk, []), new_steps.get(pk, []), changes[pk])
     stale = []
     for pk, failures in wanted.items():
         new = [_job_row(pk, f, group_ids[f.signature.fingerprint]) for f in failures]
         old = stored.get(pk, [])
         if pk in folded and _values(old) == _values(new):
             continue
+        change = changes[pk]
         for row in old:
-            if row.group_id is not None:
-                failure_groups.subtract_stored([(pk, row.group_id, None, row.at)], contributions)
+            if change is not None:
+                change.take_out(row)
             stale.append(row.pk)
-        for row in new:
-            if row.group_id is not None:
-                contributions.add(row.group_id, pk, row.at, +1)
-        if old or new:
-            touched.add(pk)
         rows.extend(new)
     Failure.objects.filter(pk__in=stale).delete()
     Failure.objects.bulk_create(rows)
-    return touched
+    for row in rows:
+        change = changes[row.job_id]
+        if change is not None and (row.job_id in full or row.kind != Failure.Kind.STEP):
+            change.put_in(row)
+    if relabeled:
+        recounted = Failure.objects.filter(job_id__in=sorted(relabeled), group__isnull=False)
+        for row in recounted.only("job_id", *COUNTED):
+            Changes(contributions, row.job_id, own[row.job_id]).put_in(row)
+    return contributions
+
+
+def _own(state: JobState) -> tuple[str, str]:
+    return state.attributes.get("provider", ""), state.attributes.get("model", "")
 
 
 def _values(rows: list[Failure]) -> list[tuple]:

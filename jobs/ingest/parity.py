@@ -8,6 +8,7 @@ between batches), not that two copies of the column mapping drifted apart.
 """
 
 import json
+from collections import Counter
 from collections.abc import Iterable
 from dataclasses import dataclass
 
@@ -187,25 +188,38 @@ def _group_difference(job: Job, where: str, row, step, state: JobState) -> list[
 
 
 def _group_job_differences(job: Job, rows) -> list[Difference]:
-    """The job's (group, job) rows count its grouped steps and carry its provider/model."""
-    expected: dict[int, tuple] = {}
+    """The job's (group, job, provider, model) rows count its failure records, each against
+    the provider/model that failed (its own, else the job's); its grouped steps are its step
+    failure records."""
+    steps: Counter = Counter()
     for row in rows:
         if row.failure_group_id is not None:
-            count = expected.get(row.failure_group_id, (0,))[0]
-            expected[row.failure_group_id] = (count + 1, job.provider, job.model)
-    # Job and planner failures count in their groups through their Failure rows.
-    for group_id in job.failures.exclude(kind=Failure.Kind.STEP).values_list("group_id", flat=True):
-        count = expected.get(group_id, (0,))[0]
-        expected[group_id] = (count + 1, job.provider, job.model)
-    stored = {
-        group_id: (count, provider, model)
-        for group_id, count, provider, model in FailureGroupJob.objects.filter(job=job).values_list(
-            "group_id", "step_count", "provider", "model"
+            steps[row.failure_group_id] += 1
+    expected: Counter = Counter()
+    recorded: Counter = Counter()
+    own = (job.provider, job.model)
+    for group_id, kind, provider, model in job.failures.exclude(group=None).values_list(
+        "group_id", "kind", "provider", "model"
+    ):
+        expected[(group_id, *failure_groups.failed_on(provider, model, own))] += 1
+        if kind == Failure.Kind.STEP:
+            recorded[group_id] += 1
+    stored = Counter(
+        {
+            (group_id, provider, model): count
+            for group_id, provider, model, count in FailureGroupJob.objects.filter(
+                job=job
+            ).values_list("group_id", "provider", "model", "step_count")
+        }
+    )
+    found = []
+    if steps != recorded:
+        found.append(Difference(job.job_id, "failure groups", "grouped steps", steps, recorded))
+    if stored != expected:
+        found.append(
+            Difference(job.job_id, "failure groups", "(group, job, provider)", stored, expected)
         )
-    }
-    if stored == expected:
-        return []
-    return [Difference(job.job_id, "failure groups", "(group, job)", stored, expected)]
+    return found
 
 
 def _escalation_differences(job: Job, state: JobState) -> list[Difference]:

@@ -81,7 +81,8 @@ class Projected:
     path: str
     fold: walk.Fold
     # An incremental fold's stored grouped steps as they were read, by (node, attempt): (group
-    # id, started_at, finished_at), what rewriting them takes out of their failure group.
+    # id, started_at, finished_at); the failure records of the steps it did not change keep
+    # that group.
     stored_groups: dict[tuple[str, int], tuple] = field(default_factory=dict)
 
 
@@ -194,12 +195,8 @@ def project_jobs(
     # One upsert writes new and known jobs alike; a known job keeps its id (escalations
     # point at it).
     ids = database.upsert_rows(Job, rows, unique=("job_id",))
-    contributions, attributes, relabeled, earlier, step_groups = _write_steps(
-        projected, existing, ids, days
-    )
-    job_of = {ids[(job_id,)]: job_id for job_id in projected}
-    for job_pk in failure_records.write(projected, existing, ids, step_groups, contributions):
-        attributes[job_pk] = _provider_model_of(projected[job_of[job_pk]])
+    earlier, step_groups = _write_steps(projected, existing, ids, days)
+    contributions = failure_records.write(projected, existing, ids, step_groups)
     failure_records.write_providers(
         projected,
         ids,
@@ -211,10 +208,10 @@ def project_jobs(
     counters.record_span_steps(_new_span_steps(projected, earlier, new_events))
     _write_calls(projected, existing, ids)
     _apply_escalations(projected, rows, ids)
-    if attributes:
+    if contributions:
         # Last: the failure groups' totals are rows every batch may update, and their row locks
         # last until commit, so concurrent batches wait on each other only from here on.
-        seen = failure_groups.apply(contributions, attributes, relabeled)
+        seen = failure_groups.apply(contributions)
         if seen:
             # A group's lifecycle reads what was new to it (a rebuild brings nothing new).
             versions = {
@@ -441,19 +438,11 @@ def _write_steps(
     existing: dict[str, dict],
     ids: dict[tuple, int],
     days: dict[str, date],
-) -> tuple[
-    failure_groups.Contributions,
-    dict[int, tuple[str, str]],
-    set[int],
-    dict[str, set[str]],
-    dict[tuple[int, str, int], int],
-]:
+) -> tuple[dict[str, set[str]], dict[tuple[int, str, int], int]]:
     """A full replay's steps replace the job's whole; an incremental fold's changed steps are
-    upserted by (job, node, attempt). Either way the failure groups lose the replaced rows'
-    failures and gain the written ones': returns those contributions, the (provider, model) of
-    the jobs they concern and the jobs whose provider or model changed, for
-    ``failure_groups.apply``; by fully replayed job, the span ids of its replaced steps; and
-    each grouped step's group id by (job pk, node, attempt)."""
+    upserted by (job, node, attempt). Returns, by fully replayed job, the span ids of its
+    replaced steps; and each grouped step's group id by (job pk, node, attempt) (the failure
+    records, which the groups count, are written from them: ``failure_records``)."""
     written = {
         ids[(job_id,)]: (p.state.steps if p.path == FULL else p.state.changed_steps)
         for job_id, p in projected.items()
@@ -464,12 +453,10 @@ def _write_steps(
             for job_id, p in projected.items()
         }
     )
-    contributions = failure_groups.Contributions()
     replaced = [j for j, p in projected.items() if p.path == FULL and j in existing]
     earlier: dict[str, set[str]] = {}
     if replaced:
         replaced_pks = [existing[j]["id"] for j in replaced]
-        contributions.replaced.update(replaced_pks)
         rows = Step.objects.filter(
             job_id__in=replaced_pks, partition_day__in=sorted({days[j] for j in replaced})
         )
@@ -479,33 +466,17 @@ def _write_steps(
         ):
             earlier.setdefault(job_ids[job_pk], set()).add(span_id)
         rows.delete()
-    _subtract_changed(projected, ids, contributions)
     inserted: list[dict] = []
     upserted: list[dict] = []
     for job_id, p in projected.items():
         job_pk, day = ids[(job_id,)], days[job_id]
         step_rows = [step_row(step, job_pk, day) for step in written[job_pk]]
         for row, step in zip(step_rows, written[job_pk], strict=True):
-            group_id = group_ids.get((job_pk, step.node_id, step.attempt))
-            row["failure_group_id"] = group_id
-            if group_id is not None:
-                at = failure_groups.seen_at(step.started_at, step.finished_at)
-                contributions.add(group_id, job_pk, at, +1)
+            row["failure_group_id"] = group_ids.get((job_pk, step.node_id, step.attempt))
         (inserted if p.path == FULL else upserted).extend(step_rows)
     database.insert_rows(Step, inserted)
     database.upsert_rows(Step, upserted, unique=STEP_KEY, returning=False)
-    relabeled = {
-        ids[(job_id,)]
-        for job_id, p in projected.items()
-        if job_id in existing and _provider_model(existing[job_id]) != _provider_model_of(p)
-    }
-    touched = {job_pk for _, job_pk, _ in contributions.cells} | contributions.replaced | relabeled
-    attributes = {
-        ids[(job_id,)]: _provider_model_of(p)
-        for job_id, p in projected.items()
-        if ids[(job_id,)] in touched
-    }
-    return contributions, attributes, relabeled, earlier, group_ids
+    return earlier, group_ids
 
 
 def _new_span_steps(
@@ -529,32 +500,6 @@ def _new_span_steps(
             steps = [s for s in p.state.changed_steps if s.trace_span_id in new_spans]
         found.update(s.result_type for s in steps if s.trace_span_id and s.result_type)
     return found
-
-
-def _provider_model(row: dict) -> tuple[str, str]:
-    return row["provider"], row["model"]
-
-
-def _provider_model_of(p: Projected) -> tuple[str, str]:
-    return p.state.attributes.get("provider", ""), p.state.attributes.get("model", "")
-
-
-def _subtract_changed(
-    projected: dict[str, Projected],
-    ids: dict[tuple, int],
-    contributions: "failure_groups.Contributions",
-) -> None:
-    """Subtract the failure-group contributions of the stored rows an incremental fold's
-    changed steps replace. Every stored step a fold can change was read before it folded (its
-    node's steps), with its group: no query."""
-    stored = (
-        (ids[(job_id,)], *p.stored_groups[(step.node_id, step.attempt)])
-        for job_id, p in projected.items()
-        if p.path == INCREMENTAL
-        for step in p.state.changed_steps
-        if (step.node_id, step.attempt) in p.stored_groups
-    )
-    failure_groups.subtract_stored(stored, contributions)
 
 
 def _write_calls(

@@ -34,8 +34,9 @@ class FailureGroupQuerySet(models.QuerySet):
         ignored or all; merged groups never), ``q`` (reason words, as the jobs list's reason
         search: the group has a failure whose reason has a word starting with each),
         ``node``/``workflow`` (exact), ``provider``/``model`` (any case: a failure of the group
-        names it, or a job of the group ran on it), ``ended`` (the group has a failure that
-        ended its job), ``since``/``until`` (last seen from / first seen before)."""
+        failed on it, the failure's own provider/model else its job's), ``ended`` (the group
+        has a failure that ended its job), ``since``/``until`` (last seen from / first seen
+        before)."""
         now = now or timezone.now()
         groups = self.exclude(status=FailureGroup.Status.MERGED)
         status = filters.get("status") or "unresolved"
@@ -58,11 +59,8 @@ class FailureGroupQuerySet(models.QuerySet):
             )
         for name in ("provider", "model"):
             if value := filters.get(name):
-                lookup = {f"{name}__iexact": value}
-                groups = groups.filter(
-                    Q(pk__in=Failure.objects.filter(**lookup).values("group_id"))
-                    | Q(pk__in=FailureGroupJob.objects.filter(**lookup).values("group_id"))
-                )
+                failed_on = FailureGroupJob.objects.filter(**{f"{name}__iexact": value})
+                groups = groups.filter(pk__in=failed_on.values("group_id"))
         if filters.get("ended"):
             groups = groups.filter(pk__in=Failure.objects.ended_their_job().values("group_id"))
         if filters.get("since"):
@@ -212,35 +210,45 @@ class FailureGroupEntry(AuditEntry):
 
 
 class FailureGroupJob(models.Model):
-    """A job's failed steps in one group: how many, and the job's provider/model (the page's
-    "providers involved" and the jobs list's ``group`` filter)."""
+    """A job's failures in one group that failed on one provider/model (the failure record's
+    own, else the job's when it names none): how many, and by hour. The failures list's
+    provider filter, the group page's latest jobs and the jobs list's ``group`` filter read
+    them; a group's ``job_count`` counts its distinct jobs."""
 
     group = models.ForeignKey(FailureGroup, on_delete=models.CASCADE, related_name="group_jobs")
     job = models.ForeignKey("jobs.Job", on_delete=models.CASCADE, related_name="failure_groups")
     step_count = models.IntegerField(default=0)
-    # The same steps by UTC hour of their failure ({"2026-11-20T10": 3}; "" for no time), so a
-    # full replay or retention takes out exactly what the job put into the hour rows.
+    # The same failures by UTC hour ({"2026-11-20T10": 3}; "" for no time), so a full replay
+    # or retention takes out exactly what the job put into the hour rows.
     hours = JSONField(default=dict, blank=True)
     provider = models.CharField(max_length=200, blank=True)
     model = models.CharField(max_length=200, blank=True)
 
     class Meta:
         constraints = [
-            # Its index serves the group page's providers and the jobs list's group filter.
-            models.UniqueConstraint(fields=["group", "job"], name="failure_group_job"),
+            # Its index serves the group page's latest jobs, the jobs list's group filter and
+            # projection's reads of the (group, job) pairs a batch changes.
+            models.UniqueConstraint(
+                fields=["group", "job", "provider", "model"], name="failure_group_job_provider"
+            ),
         ]
         indexes = [
             # Projection and the job page: a job's groups.
             models.Index(fields=["job"], name="failure_group_job_job"),
+            # The failures list's provider and model filters, ignoring case (iexact compares
+            # UPPER() of both sides on PostgreSQL).
+            models.Index(Upper("provider"), F("group"), name="failure_group_job_provider_up"),
+            models.Index(Upper("model"), F("group"), name="failure_group_job_model_up"),
         ]
 
     def __str__(self):
-        return f"{self.group_id} {self.job_id}"
+        return f"{self.group_id} {self.job_id} {self.provider}/{self.model}"
 
 
 class FailureGroupCount(models.Model):
-    """A count of a group's failed steps by the provider/model of their job, in one span of
-    their failure's time (event time): the failures page's trend and providers involved."""
+    """A count of a group's failures by the provider/model that failed (as ``FailureGroupJob``
+    counts them), in one span of their failure's time (event time): the failures page's trend
+    and providers involved."""
 
     provider = models.CharField(max_length=200, blank=True)
     model = models.CharField(max_length=200, blank=True)

@@ -7,7 +7,7 @@ from datetime import datetime, timedelta
 
 from django.conf import settings
 from django.db import models
-from django.db.models import Case, Exists, F, OuterRef, Q, Value, When
+from django.db.models import Case, Exists, F, OuterRef, Q, Subquery, Value, When
 from django.db.models.functions import Upper
 from django.db.models.lookups import Exact, In
 from django.utils import timezone
@@ -173,6 +173,16 @@ class JobQuerySet(models.QuerySet):
             in_group = FailureGroupJob.objects.filter(group__fingerprint=filters["group"])
             jobs = jobs.filter(id__in=in_group.values("job_id"))
         return jobs
+
+    def with_matched_failure(self, reason: str) -> "JobQuerySet":
+        """These jobs with ``matched_failure_id``: the earliest (event time) of each job's
+        failures whose reason matches ``reason`` (``FailureQuerySet.reason_matches``, as the
+        ``reason`` filter), so a list can say why a job was found; unchanged without one."""
+        if not reason:
+            return self
+        found = Failure.objects.reason_matches(reason).filter(job=OuterRef("pk"))
+        earliest = found.order_by(F("at").asc(nulls_last=True), "pk").values("pk")[:1]
+        return self.annotate(matched_failure_id=Subquery(earliest))
 
     def delete_with_steps(self) -> int:
         """Delete these jobs, their steps (which do not cascade, see ``Step.job``) and what
@@ -403,6 +413,18 @@ class NextAttempt:
     failed_at: datetime
     due_from: datetime
     due_by: datetime
+
+
+def matched_failures(jobs: Iterable[Job]) -> dict[int, Failure]:
+    """The failure each of ``jobs`` was found by (``JobQuerySet.with_matched_failure``), by
+    job pk, in one query (none when no job has one)."""
+    wanted = {
+        job.pk: pk for job in jobs if (pk := getattr(job, "matched_failure_id", None)) is not None
+    }
+    if not wanted:
+        return {}
+    found = Failure.objects.in_bulk(sorted(wanted.values()))
+    return {job_pk: found[pk] for job_pk, pk in wanted.items() if pk in found}
 
 
 def next_attempts(jobs: Iterable[Job]) -> dict[int, NextAttempt]:

@@ -11,7 +11,7 @@ from django.views.decorators.http import require_GET, require_POST
 
 from jobs.contract import bodies
 from jobs.ingest import projector, store
-from jobs.models import Job, JobAlias, next_attempts
+from jobs.models import Job, JobAlias, matched_failures, next_attempts
 from jobs.web import schemas
 from jobs.web.access import moved_url
 from jobs.web.decorators import (
@@ -145,7 +145,11 @@ def jobs_list(request):
             for error in map(str, errors)
         )
         return json_error(400, problems)
-    jobs = Job.objects.matching(form.cleaned_data).defer("fold", "metadata")
+    jobs = (
+        Job.objects.matching(form.cleaned_data)
+        .defer("fold", "metadata")
+        .with_matched_failure(form.cleaned_data.get("reason") or "")
+    )
     try:
         limit = int(request.GET.get("limit", schemas.DEFAULT_PAGE_SIZE))
     except ValueError:
@@ -157,10 +161,12 @@ def jobs_list(request):
     page = list(listed[: limit + 1])
     more = len(page) > limit
     page = page[:limit]
-    due = next_attempts(page)
+    due, matched = next_attempts(page), matched_failures(page)
     return json_response(
         schemas.JobPage(
-            jobs=[schemas.JobSummary.from_job(job, due.get(job.pk)) for job in page],
+            jobs=[
+                schemas.ListedJob.listed(job, due.get(job.pk), matched.get(job.pk)) for job in page
+            ],
             next_cursor=encode_cursor(page[-1]) if more else None,
         )
     )

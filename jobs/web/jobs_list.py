@@ -17,7 +17,15 @@ from django.views.decorators.http import require_GET
 from django.views.decorators.vary import vary_on_headers
 
 from jobs.ingest import database
-from jobs.models import Escalation, Job, NextAttempt, list_scope, next_attempts
+from jobs.models import (
+    Escalation,
+    Failure,
+    Job,
+    NextAttempt,
+    list_scope,
+    matched_failures,
+    next_attempts,
+)
 from jobs.replay import failures
 from jobs.replay import strip as strip_cells
 from jobs.templatetags.traceviz import stamp
@@ -86,6 +94,11 @@ class JobRow:
     # A job paused between attempts: "waiting to retry" and, when known, when the next is due.
     waiting_to_retry: bool
     next_attempt: dict[str, str]
+    # Under a reason search, the failure that found the job when the row does not show it
+    # already ("recovered: fetch:1 · Timeout"), and whether it was recovered, handled or
+    # neither ("matched"); both "" otherwise.
+    matched_failure: str = ""
+    matched_state: str = ""
 
 
 def mini_bar(segment_strip, step_count: int) -> tuple[list[tuple[str, int]], str]:
@@ -112,13 +125,22 @@ def mini_bar(segment_strip, step_count: int) -> tuple[list[tuple[str, int]], str
 
 
 def _job_row(
-    job: "WithAnnotations[Job, Listed]", next_attempt: NextAttempt | None, now: datetime
+    job: "WithAnnotations[Job, Listed]",
+    next_attempt: NextAttempt | None,
+    now: datetime,
+    matched: Failure | None = None,
 ) -> JobRow:
     end = job.finished_at or job.last_event_at
     duration_ms = (end - job.started_at).total_seconds() * 1000 if end and job.started_at else None
     reason = job.failing_reason
     cells, summary = mini_bar(job.segment_strip, job.step_count)
+    matched_failure = matched_state = ""
+    if matched is not None and not _already_shown(job, matched):
+        matched_failure = matched_words(matched)[:REASON_PREVIEW_CHARS]
+        matched_state = failure_state(matched)
     return JobRow(
+        matched_failure=matched_failure,
+        matched_state=matched_state,
         job_failure=_job_failure(job),
         job=job,
         strip=cells,
@@ -133,6 +155,31 @@ def _job_row(
         waiting_to_retry=job.status == failures.RunStatus.PAUSED_TRANSIENT,
         next_attempt=job_header.next_attempt_words(next_attempt, now),
     )
+
+
+def failure_state(failure: Failure) -> str:
+    """Whether a failure a search found was recovered by a later attempt, handled by its
+    caller, or neither ("matched")."""
+    return "recovered" if failure.recovered else "handled" if failure.handled else "matched"
+
+
+def matched_words(failure: Failure) -> str:
+    """A found failure in words: its state, where it failed and its reason ("recovered:
+    fetch:1 · upstream Timeout")."""
+    where = f"{failure.node_id}:{failure.attempt}" if failure.node_id else failure.kind
+    return f"{failure_state(failure)}: {where} · {failure.reason}"
+
+
+def _already_shown(job: Job, failure: Failure) -> bool:
+    """Whether the row's first failure is this failure (neither recovered nor handled)."""
+    if failure.recovered or failure.handled:
+        return False
+    if failure.kind == Failure.Kind.STEP:
+        return (failure.node_id, failure.reason) == (job.failing_node_id, job.failing_reason)
+    planner = isinstance(job.last_validation_error, dict) and bool(job.last_validation_error)
+    if failure.kind == Failure.Kind.PLANNER:
+        return not job.failing_node_id and planner
+    return not job.failing_node_id and not planner and job.finish_reason == failure.reason
 
 
 def _job_failure(job: Job) -> str:
@@ -205,12 +252,14 @@ def jobs_list(request):
     filters = form.cleaned_data
     page_size = settings.TRACEVIZ_JOBS_PAGE_SIZE
     matching = Job.objects.matching(filters)
+    # Each row found by reason search says which failure matched (counts leave it out).
+    shown = matching.with_matched_failure(filters.get("reason") or "")
     sort, sort_errors = _sort(request)
     anchor = filters.get("anchor") if sort.is_default else None
     if sort.is_default:
-        listed = after_cursor(matching, filters.get("cursor"))
+        listed = after_cursor(shown, filters.get("cursor"))
     else:
-        listed, after_error = _sorted_page(matching, sort, request.GET.get("after"))
+        listed, after_error = _sorted_page(shown, sort, request.GET.get("after"))
         sort_errors += after_error
     if anchor:
         # The live refresh keeps the rows where the reader left them: newer jobs are counted.
@@ -222,7 +271,7 @@ def jobs_list(request):
         last = page[page_size - 1]
         next_cursor = encode_cursor(last) if sort.is_default else sorting.encode_cursor(last, sort)
     page = page[:page_size]
-    due, now = next_attempts(page), timezone.now()
+    due, now, matched = next_attempts(page), timezone.now(), matched_failures(page)
     total = database.capped_count(matching, COUNT_CAP + 1)
     new_jobs = (
         database.capped_count(newer_than(matching, anchor), NEW_JOBS_CAP + 1) if anchor else 0
@@ -249,7 +298,7 @@ def jobs_list(request):
     context = {
         "nav": "jobs",
         "form": form,
-        "rows": [_job_row(job, due.get(job.pk), now) for job in page],
+        "rows": [_job_row(job, due.get(job.pk), now, matched.get(job.pk)) for job in page],
         "showing_all": filters.get("show") == "all",
         "scope": list_scope(filters),
         "is_default_view": is_default(filters),

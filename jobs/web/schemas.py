@@ -686,9 +686,55 @@ class Job(JobSummary):
         )
 
 
+class MatchedFailure(Body):
+    """The failure a ``reason`` search found a job by."""
+
+    kind: models.Failure.Kind
+    node_id: str | None
+    """Null for a job-level or planner failure."""
+    attempt: int | None
+    reason: str
+    recovered: bool
+    """A later attempt of its node succeeded: it did not end the job."""
+    handled: bool
+    """Its caller handled it (``continue_on_error``, a span whose parent ended well)."""
+
+    @classmethod
+    def from_failure(cls, failure: models.Failure) -> "MatchedFailure":
+        step = failure.kind == models.Failure.Kind.STEP
+        return cls(
+            kind=models.Failure.Kind(failure.kind),
+            node_id=failure.node_id if step else None,
+            attempt=failure.attempt if step else None,
+            reason=failure.reason,
+            recovered=failure.recovered,
+            handled=failure.handled,
+        )
+
+
+class ListedJob(JobSummary):
+    """A job of a page of the jobs list."""
+
+    matched_failure: MatchedFailure | None
+    """With a ``reason`` filter, the earliest of the job's failures it matched (a job may be
+    found by an attempt that was retried successfully: ``recovered``); null without one."""
+
+    @classmethod
+    def listed(
+        cls,
+        job: models.Job,
+        due: models.NextAttempt | None = None,
+        matched: models.Failure | None = None,
+    ) -> "ListedJob":
+        return cls(
+            **_summary_fields(job, due),
+            matched_failure=MatchedFailure.from_failure(matched) if matched else None,
+        )
+
+
 class JobPage(Body):
     """One page of jobs, newest first."""
 
-    jobs: list[JobSummary]
+    jobs: list[ListedJob]
     next_cursor: str | None
     """Pass as ``cursor`` for the next page; null on the last page."""

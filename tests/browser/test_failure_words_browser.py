@@ -108,6 +108,10 @@ def test_reason_search_finds_words_by_their_start(page, live_server, failures):
     # "time" finds the Timeouts, the recovered attempt's job among them; not the bucket.
     assert sorted(rows(page)) == ["retry-1", "sync-0", "sync-1", "sync-2"]
     assert "a word starting with each word you type" in page.locator("#reason-how").inner_text()
+    # The completed job says which failure found it: its recovered attempt.
+    matched = page.locator('tr[data-job-id="retry-1"] [data-matched-failure="recovered"]')
+    assert matched.inner_text() == "recovered: fetch:1 · upstream Timeout after 10s"
+    assert page.locator('tr[data-job-id="sync-0"] [data-matched-failure]').count() == 0
     page.goto(f"{live_server.url}/?show=all&reason=bucket+not+found")
     assert rows(page) == ["upload-1"]
     page.goto(f"{live_server.url}/?show=all&reason=quota")
@@ -135,3 +139,16 @@ def test_failures_page_groups_every_kind_of_failure(page, live_server, failures)
     for reason in ("quota exceeded", "next_step_parse_failed", "Bucket not found"):
         assert reason in text
     screenshot(page, "failure-words-failures-page")
+
+
+def test_failures_page_names_the_provider_that_failed(page, live_server, failures):
+    # plan-1 started on openai and its planner degraded on anthropic.
+    log_in(page, live_server, "olga", "/failures/?provider=anthropic")
+    listed = page.locator("#group-table").inner_text()
+    assert "next_step_parse_failed" in listed and "Timeout" not in listed
+    page.click("a:has-text('planner degraded')")
+    page.wait_for_load_state("networkidle")
+    assert page.locator('[data-label="Failed on"]').all_inner_texts() == ["anthropic / claude-x"]
+    assert "anthropic/claude-x" in page.locator("main").inner_text()
+    assert axe_violations(page, "main") == []
+    screenshot(page, "failure-words-group-failed-on")

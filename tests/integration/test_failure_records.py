@@ -167,3 +167,53 @@ def test_retrying_now_is_an_attempt_after_the_first_running(operator, client):
     assert Job.objects.get(job_id="w1").status == "paused:transient"
     assert listed(client, "retrying=on") == {"r1"}
     assert listed(client, "waiting=on") == {"w1"}
+
+
+def test_reason_search_shows_the_failure_it_matched_marked_recovered(operator, client):
+    """A completed job found by its recovered attempt's reason says why it is listed, on the
+    page and in the API; a job whose first failure is the match shows it once."""
+    store_examples()
+    html = client.get("/?show=all&reason=timeout").content.decode()
+    row = html.split('data-job-id="t1"', 1)[1].split("</tr>", 1)[0]
+    assert '<span class="muted">—</span>' not in row
+    assert 'data-matched-failure="recovered"' in row
+    assert "recovered: fetch:1 · upstream Timeout after 30s" in row
+    listed_jobs = api(client, "reason=timeout").json()["jobs"]
+    assert [job["matched_failure"] for job in listed_jobs] == [
+        {
+            "kind": "step",
+            "node_id": "fetch",
+            "attempt": 1,
+            "reason": "upstream Timeout after 30s",
+            "recovered": True,
+            "handled": False,
+        }
+    ]
+    bucket = client.get("/?show=all&reason=bucket").content.decode()
+    assert "data-matched-failure" not in bucket.split('data-job-id="b1"', 1)[1].split("</tr>")[0]
+    assert api(client, "reason=bucket").json()["jobs"][0]["matched_failure"]["recovered"] is False
+    planner = client.get("/?show=all&reason=next_step").content.decode()
+    assert "data-matched-failure" not in planner.split('data-job-id="p1"', 1)[1].split("</tr>")[0]
+    assert api(client, "").json()["jobs"][0]["matched_failure"] is None
+
+
+def test_reason_search_reads_a_bounded_number_of_queries(
+    operator, client, django_assert_num_queries
+):
+    from django.db import connection
+    from django.test.utils import CaptureQueriesContext
+
+    store_examples()
+    with CaptureQueriesContext(connection) as one:
+        client.get("/?show=all&reason=timeout")
+    for index in range(5):
+        factories.store(
+            [
+                started("fetch", f"x{index}", 1),
+                finished("fetch", "retryable_failure", f"x{index}", 2, reason="Timeout"),
+                finished("fetch", "success", f"x{index}", 3, attempt=2),
+            ]
+        )
+    with django_assert_num_queries(len(one.captured_queries)):
+        response = client.get("/?show=all&reason=timeout")
+    assert len(response.context["rows"]) == 6
