@@ -1,5 +1,7 @@
-"""Bytes stored per byte received: OTLP traces (a small resource and a 12 KB one) and the event
-API, each on a fresh PostgreSQL database, through the ingest views in this process.
+"""Bytes stored per byte received: OTLP traces (a small resource and a 12 KB one), the event API,
+and the worst case per byte (OTLP spans of a one-letter name and nothing else, 30 a request or a
+lone root span a request), each on a fresh PostgreSQL database, through the ingest views in this
+process.
 
 For each shape: sends its requests, then prints the bytes received (request bodies as sent,
 protobuf for OTLP, JSON for the event API), the bytes the database grew by (every table of the
@@ -121,6 +123,39 @@ def otlp_bodies(jobs: int, steps: int, resource_bytes: int, rng: random.Random) 
         scope = resource_spans.scope_spans.add()
         scope.scope.name = "opentelemetry.instrumentation.requests"
         scope.spans.extend(trace(steps, START + timedelta(seconds=job), rng))
+        bodies.append(message.SerializeToString())
+    return bodies
+
+
+def tiny_otlp_bodies(jobs: int, spans: int, rng: random.Random) -> list[bytes]:
+    """The smallest spans a request can hold (the worst case per byte): one export a job, no
+    resource, no scope, ``spans`` spans of a one-letter name and no attributes, under a root."""
+    bodies = []
+    for job in range(jobs):
+        message = ExportTraceServiceRequest()
+        scope = message.resource_spans.add().scope_spans.add()
+        trace_id, root_id = rng.randbytes(16), rng.randbytes(8)
+        at = int((START + timedelta(seconds=job)).timestamp() * 1e9)
+        scope.spans.append(
+            Span(
+                trace_id=trace_id,
+                span_id=root_id,
+                name="r",
+                start_time_unix_nano=at,
+                end_time_unix_nano=at + spans + 1,
+            )
+        )
+        for index in range(spans):
+            scope.spans.append(
+                Span(
+                    trace_id=trace_id,
+                    span_id=rng.randbytes(8),
+                    parent_span_id=root_id,
+                    name=chr(ord("a") + index % 26),
+                    start_time_unix_nano=at + index,
+                    end_time_unix_nano=at + index + 1,
+                )
+            )
         bodies.append(message.SerializeToString())
     return bodies
 
@@ -285,6 +320,8 @@ def main() -> None:
         ("OTLP, small resource", "/v1/traces", "application/x-protobuf", 300),
         ("OTLP, 12 KB resource", "/v1/traces", "application/x-protobuf", 12 * 1024),
         ("event API", "/api/v1/events", "application/json", None),
+        ("OTLP, tiny spans", "/v1/traces", "application/x-protobuf", 0),
+        ("OTLP, one tiny span a request", "/v1/traces", "application/x-protobuf", -1),
     ]
     django_ready = False
     for label, path, content_type, resource in shapes:
@@ -305,6 +342,8 @@ def main() -> None:
         _token, raw = IngestToken.issue("storage-bench")
         if resource is None:
             bodies = event_bodies(args.jobs, args.steps, rng)
+        elif resource <= 0:
+            bodies = tiny_otlp_bodies(args.jobs, args.steps if resource == 0 else 0, rng)
         else:
             bodies = otlp_bodies(args.jobs, args.steps, resource, rng)
         measure(label, path, content_type, bodies, raw)
