@@ -10,15 +10,27 @@ from hypothesis import given
 from hypothesis import strategies as st
 from opentelemetry.proto.trace.v1.trace_pb2 import SpanFlags
 
-from jobs.ingest import failure_groups, parity
-from jobs.models import Call, Job
+from jobs.contract import otlp
+from jobs.ingest import failure_groups, parity, projector
+from jobs.ingest.store import store_batch
+from jobs.models import Call, Job, ProjectionMark
 from tests.integration.test_incremental_projection import (
     HYPOTHESIS,
     clear,
     projection_rows,
     projections,
 )
-from tests.otlp_spans import ERROR, ROOT_ID, attrs, llm_span, root, sid, span, store_spans
+from tests.otlp_spans import (
+    ERROR,
+    ROOT_ID,
+    attrs,
+    llm_span,
+    request,
+    root,
+    sid,
+    span,
+    store_spans,
+)
 
 pytestmark = pytest.mark.django_db
 
@@ -450,6 +462,30 @@ def test_a_run_streamed_as_it_runs_is_grown_after_its_first_step_and_replays_the
     clear()
     store_spans(*spans)
     assert rows() == grown
+
+
+@HYPOTHESIS
+@given(data=st.data(), spans=st.one_of(live_runs(), traces()))
+def test_spans_appended_and_folded_in_any_interleaving_have_the_rows_of_a_replay(db, data, spans):
+    """Requests answered at once or after their fold (``Prefer: respond-async``), with projector
+    runs in between: a fold takes whatever requests came since the last one, grown onto the
+    stored trace or replayed, and the rows end as a replay of the whole trace gives them."""
+    clear()
+    ordered, start = end_order(spans), 0
+    while start < len(ordered):
+        size = data.draw(st.integers(1, 4))
+        batch = otlp.to_batch(request(*ordered[start : start + size]), max_events=10_000).batch
+        store_batch(batch, project=data.draw(st.booleans()))
+        start += size
+        if data.draw(st.booleans()):
+            projector.project_dirty()
+    projector.project_dirty()
+    assert not ProjectionMark.objects.dirty().exists()
+    assert parity.differences(Job.objects.get().job_id) == []
+    folded = rows()
+    clear()
+    store_spans(*spans)
+    assert rows() == folded
 
 
 @st.composite
