@@ -1,6 +1,8 @@
 """A live trace's spans, exported as they end, are expanded onto the stored trace (replay.growth)
 where that is exact, and the rows are the same as a replay of the whole trace whatever way the
-spans arrive."""
+spans arrive and however their folds are coalesced. Since a trace replayed whole gives those
+rows too, the tests also count how each request was folded (``deliver``'s paths, the
+projections counter): a run in the shapes growth takes must be grown."""
 
 import pytest
 from django.core.management import call_command
