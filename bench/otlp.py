@@ -22,21 +22,34 @@ trace's new spans are expanded onto the stored trace where that is exact (``repl
 else it is replayed whole, so what the end costs says how often that happened
 (bench/README.md says what bounds it).
 
+``--in-process`` streams only the long traces, in this process (no HTTP, no gunicorn: each
+request decoded, mapped and stored as ``POST /v1/traces`` does it), and prints what a span costs
+near the trace's start (a short trace) and at its end, by fold. ``--fold-every K`` appends K
+requests unprojected (``Prefer: respond-async``) and then folds them at once, as a projector
+that fell K requests behind does (one coalesced fold); ``--no-growth`` expands the whole trace
+on every fold instead of growing it (``trace_growth.grow`` finds nothing to grow): what removing
+the growth path would cost.
+
     DATABASE_URL=postgres://postgres@127.0.0.1:5432/traceviz_otlp .venv/bin/python bench/otlp.py
+    DATABASE_URL=... .venv/bin/python bench/otlp.py --in-process --long-steps 10000 --no-growth
 """
 
 import argparse
 import os
 import random
 import statistics
+import time
 import urllib.request
+from contextlib import nullcontext
 from datetime import UTC, datetime, timedelta
+from unittest import mock
 
 from live import Server, batches, deal, job_stream, send_all
-from load import recreate_database
+from load import postgres_url, recreate_database, setup_django
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
 from opentelemetry.proto.common.v1.common_pb2 import AnyValue, KeyValue
 from opentelemetry.proto.trace.v1.trace_pb2 import Span, SpanFlags, Status
+from pgstats import analyze_periodically
 
 
 def attribute(key: str, value) -> KeyValue:
@@ -166,6 +179,84 @@ def post_traces(url: str, token: str, body: bytes) -> None:
         response.read()
 
 
+def projections_by_path() -> dict[str, int]:
+    """The jobs projected so far by path (``traceviz_projections_total``)."""
+    from jobs.ingest import counters
+    from jobs.models import Counter
+
+    return {
+        path: int(value)
+        for path in ("full", "incremental")
+        for value in Counter.objects.filter(
+            name=counters.PROJECTIONS, labels=counters.labels_key(path=path)
+        ).values_list("value", flat=True)
+    }
+
+
+def stream_in_process(spans: list[Span], args: argparse.Namespace) -> list[tuple[int, float]]:
+    """Store ``spans`` in end order, ``args.long_export`` a request, each fold taking
+    ``args.fold_every`` requests; returns each fold's (spans, seconds: its appends and the fold).
+    The root's request is left out (it replays the trace whole, grown or not)."""
+    from jobs.contract import otlp
+    from jobs.ingest import projector, trace_growth
+    from jobs.ingest.store import store_batch
+
+    bodies = end_order_bodies(spans, args.long_export)[:-1]
+    folds = []
+    whole = mock.patch.object(trace_growth, "grow", return_value={})
+    with whole if args.no_growth else nullcontext():
+        for start in range(0, len(bodies), args.fold_every):
+            group, count = bodies[start : start + args.fold_every], 0
+            began = time.perf_counter()
+            for body in group:
+                request = otlp.decode_request(body, otlp.PROTOBUF)
+                count += sum(
+                    len(scope.spans)
+                    for resource in request.resource_spans
+                    for scope in resource.scope_spans
+                )
+                traces = otlp.to_batch(request, max_events=10_000)
+                store_batch(traces.batch, project=args.fold_every == 1)
+            if args.fold_every > 1:
+                projector.project_dirty()
+            folds.append((count, time.perf_counter() - began))
+    return folds
+
+
+def in_process(args: argparse.Namespace, base: str, database: str, start: datetime) -> None:
+    """``--in-process``: the long traces only, streamed in this process (module docstring)."""
+    recreate_database(base, database)
+    database_url = postgres_url(database, base)
+    setup_django(database_url)
+    analyzing = analyze_periodically(database_url)
+    rng = random.Random(7)
+    mode = "whole trace expanded on every fold" if args.no_growth else "grown"
+    try:
+        for n, langgraph in enumerate((False, True)):
+            long_trace = trace_spans(n, args.long_steps, start, rng, langgraph=langgraph)
+            before = projections_by_path()
+            folds = stream_in_process(long_trace, args)
+            paths = {p: c - before.get(p, 0) for p, c in projections_by_path().items()}
+            per_span = [seconds * 1000 / count for count, seconds in folds]
+            # Not the first fold (a new job, tables empty), as the HTTP figure leaves it out.
+            early, late = statistics.median(per_span[1:6]), statistics.median(per_span[-5:])
+            total = sum(seconds for _count, seconds in folds)
+            print(
+                f"in process, {mode}, {args.fold_every} request(s) of {args.long_export} spans a "
+                f"fold: one {'LangGraph agent loop' if langgraph else 'trace'} of "
+                f"{args.long_steps:,} steps ({len(long_trace):,} spans, {len(folds)} folds before "
+                f"the root's) in {total:.1f} s; folds by path: {paths}\n"
+                f"   ms a span, median of folds 2-6: {early:.3f}; of the last 5: {late:.3f}; "
+                f"last / start {late / early:.2f} (the rule: <= 2)"
+            )
+    finally:
+        analyzing.set()
+        from django.db import connection
+
+        connection.close()
+        recreate_database(base, database, drop_only=True)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--jobs", type=int, default=200)
@@ -183,10 +274,22 @@ def main() -> None:
     parser.add_argument(
         "--long-export", type=int, default=100, help="spans per request of the long trace"
     )
+    parser.add_argument(
+        "--in-process", action="store_true", help="only the long traces, without HTTP"
+    )
+    parser.add_argument(
+        "--fold-every", type=int, default=1, help="--in-process: requests appended a fold"
+    )
+    parser.add_argument(
+        "--no-growth", action="store_true", help="--in-process: expand the whole trace a fold"
+    )
     args = parser.parse_args()
     base = os.environ.get("DATABASE_URL", "postgres://postgres@127.0.0.1:5432/traceviz_otlp")
     base, _, database = base.rpartition("/")
     start = datetime.now(UTC) - timedelta(days=1)
+    if args.in_process:
+        in_process(args, base, database, start)
+        return
     rng = random.Random(7)
 
     server = Server(base, database, args.workers)

@@ -15,7 +15,10 @@ snapshot grows with the batch, not with the job. Both paths run the same code, s
 gives what a full replay of all the events gives (the parity tests check it).
 """
 
+import hashlib
+import inspect
 from collections.abc import Iterable
+from dataclasses import fields
 from datetime import datetime
 from typing import Any
 
@@ -36,9 +39,11 @@ from jobs.replay.state import (
     StepState,
 )
 
-# Bump when the fold's meaning or the snapshot's shape changes: every job then gets a full
-# replay on its next batch (and rebuild_projections refreshes them all).
-FOLD_VERSION = 12
+# Bump when the fold's meaning changes (the same events would fold into other rows or another
+# snapshot): every job then gets a full replay on its next batch (and rebuild_projections
+# refreshes them all). A change of the snapshot's shape needs no bump: the fold version
+# (``FOLD_VERSION``, at the end of this module) carries a digest of it.
+FOLD_MEANING = 12
 SPAN = "span"
 # An OpenTelemetry log record: read with its trace's spans (``spans.expand``), and folded as
 # an event of the job like any other type.
@@ -519,10 +524,12 @@ class Fold:
         return state
 
     def snapshot(self) -> dict[str, Any]:
-        """The job-level state as JSON-ready data (see ``resume``)."""
+        """The job-level state as JSON-ready data, with the fold version (see ``resume``)."""
+        return {"version": FOLD_VERSION, **self._snapshot_state()}
+
+    def _snapshot_state(self) -> dict[str, Any]:
         state = self.state
         return {
-            "version": FOLD_VERSION,
             "last_key": _key_json(self.last_key),
             "job": {
                 "status": state.status.value,
@@ -619,3 +626,36 @@ def _iso(value: datetime | None) -> str | None:
 
 def _datetime(value: str | None) -> datetime | None:
     return datetime.fromisoformat(value) if value is not None else None
+
+
+def snapshot_shape() -> str:
+    """The shape of a snapshot, as text: its keys (an empty fold's snapshot, nested dicts
+    included), the JobState fields it keeps with their types, and the fields and types of the
+    records it holds (the trace summary, lint's findings, the cancel fence). The layout of a
+    list inside it (``holding``, ``reopenable``) is code, not a declared shape: change it with
+    a bump of FOLD_MEANING."""
+
+    def keys(value: Any) -> Any:
+        if not isinstance(value, dict):
+            return None
+        return {key: keys(inner) for key, inner in value.items()}
+
+    kept = {*SNAPSHOT_TIMES, *SNAPSHOT_FIELDS}
+    records = (growth.TraceSummary, lint.Finding)
+    shape = (
+        keys(Fold("shape")._snapshot_state()),
+        [(f.name, str(f.type)) for f in fields(JobState) if f.name in kept],
+        [[(f.name, str(f.type)) for f in fields(cls)] for cls in records],
+        list(inspect.signature(rules.CancelFence).parameters),
+    )
+    return repr(shape)
+
+
+def fold_version() -> str:
+    """FOLD_MEANING and a digest of ``snapshot_shape``: a snapshot stored before either changed
+    is of another version, and its job is replayed whole rather than resumed from it."""
+    digest = hashlib.sha256(snapshot_shape().encode()).hexdigest()[:12]
+    return f"{FOLD_MEANING}.{digest}"
+
+
+FOLD_VERSION = fold_version()

@@ -75,7 +75,7 @@ def test_event_sorting_before_the_snapshot_replays_the_whole_job():
 
 def test_snapshot_of_another_fold_version_replays_the_whole_job():
     store([finished("n1", at=1)])
-    Job.objects.update(fold={**Job.objects.get().fold, "version": walk.FOLD_VERSION - 1})
+    Job.objects.update(fold={**Job.objects.get().fold, "version": f"{walk.FOLD_MEANING - 1}.0"})
     store([finished("n2", at=2)])
     assert (projections("full"), projections("incremental")) == (2, 0)
     assert Job.objects.get().fold["version"] == walk.FOLD_VERSION

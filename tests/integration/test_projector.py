@@ -21,7 +21,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from jobs.contract import bodies
-from jobs.ingest import locks, parity, projector
+from jobs.ingest import locks, parity, projection, projector
 from jobs.ingest.store import store_batch
 from jobs.models import Event, Job, ProjectionMark, Step
 from tests.factories import event, finished, started, store
@@ -161,6 +161,30 @@ def test_a_fold_that_fails_loses_nothing_and_the_next_finishes_it():
     assert (dirty(), Job.objects.filter(job_id="kj").exists()) == (["kj"], False)
     assert projector.project_dirty() == 1
     assert dirty() == [] and parity.differences("kj") == []
+
+
+def test_a_projector_killed_mid_fold_loses_nothing_and_the_next_run_finishes_it():
+    """Killed after the fold wrote the job's Job and Step rows but before it finished (here:
+    an error where its calls are written), the whole transaction goes: the rows are those of
+    before, the mark still dirty, and the next run folds every event."""
+    store([event("job_started", "mj", at=0), started("n1", "mj", at=1)])
+    before = projection_rows()
+    store_async([finished("n1", "retryable_failure", "mj", at=2), started("n2", "mj", at=3)])
+    wrote: list[int] = []
+
+    def killed(*args, **kwargs):
+        wrote.append(Step.objects.filter(job__job_id="mj").count())
+        raise RuntimeError("killed")
+
+    kill = mock.patch.object(projection, "_write_calls", side_effect=killed)
+    with kill, pytest.raises(RuntimeError):
+        projector.project_dirty()
+    assert wrote == [2]  # the fold had written its steps when it was killed
+    assert (projection_rows(), dirty()) == (before, ["mj"])
+    assert projector.project_dirty() == 1
+    job = Job.objects.get(job_id="mj")
+    assert (job.event_count, job.step_count, dirty()) == (4, 2, [])
+    assert parity.differences("mj") == []
 
 
 def test_a_mark_newer_than_the_fold_stays_dirty():
@@ -323,6 +347,18 @@ def stop(process: subprocess.Popen) -> str:
     output, _ = process.communicate(timeout=30)
     assert process.returncode == 0, output
     return output
+
+
+def test_make_run_starts_the_projector_beside_the_server():
+    """What ``make run`` would run (``make -n``): the projector starts in the same command as the
+    server, so nobody starts it by hand (the test below shows it folds on the embedded
+    default)."""
+    recipe = subprocess.run(
+        ["make", "-n", "run"], cwd=ROOT, capture_output=True, text=True, check=True
+    ).stdout
+    command = recipe[recipe.index("run_scheduler &") :]
+    assert "manage.py run_projector &" in command
+    assert command.index("run_projector &") < command.index("manage.py runserver")
 
 
 def test_the_embedded_default_projects_what_was_appended_with_no_hand_started_process(tmp_path):

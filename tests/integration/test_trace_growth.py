@@ -1,6 +1,8 @@
 """A live trace's spans, exported as they end, are expanded onto the stored trace (replay.growth)
 where that is exact, and the rows are the same as a replay of the whole trace whatever way the
-spans arrive."""
+spans arrive and however their folds are coalesced. Since a trace replayed whole gives those
+rows too, the tests also count how each request was folded (``deliver``'s paths, the
+projections counter): a run in the shapes growth takes must be grown."""
 
 import pytest
 from django.core.management import call_command
@@ -10,15 +12,27 @@ from hypothesis import given
 from hypothesis import strategies as st
 from opentelemetry.proto.trace.v1.trace_pb2 import SpanFlags
 
-from jobs.ingest import failure_groups, parity
-from jobs.models import Call, Job
+from jobs.contract import otlp
+from jobs.ingest import failure_groups, parity, projector
+from jobs.ingest.store import store_batch
+from jobs.models import Call, Job, ProjectionMark
 from tests.integration.test_incremental_projection import (
     HYPOTHESIS,
     clear,
     projection_rows,
     projections,
 )
-from tests.otlp_spans import ERROR, ROOT_ID, attrs, llm_span, root, sid, span, store_spans
+from tests.otlp_spans import (
+    ERROR,
+    ROOT_ID,
+    attrs,
+    llm_span,
+    request,
+    root,
+    sid,
+    span,
+    store_spans,
+)
 
 pytestmark = pytest.mark.django_db
 
@@ -28,17 +42,34 @@ def end_order(spans: list) -> list:
     return sorted(spans, key=lambda s: (s.end_time_unix_nano, not s.parent_span_id))
 
 
-def deliver(spans: list, sizes: list[int], *, checked: bool = False) -> None:
+def deliver(spans: list, sizes: list[int], *, checked: bool = False) -> list[str]:
     """Store ``spans`` in requests of ``sizes`` (in turn); ``checked``: after each request, the
-    rows are what a replay of every span stored so far gives."""
-    start, index = 0, 0
+    rows are what a replay of every span stored so far gives. Returns each request's path: how
+    its fold went ("full": the trace replayed whole; "grown": its new spans expanded onto the
+    stored trace, then folded onto the snapshot; the job's spans are never folded any other
+    way) or "none" (nothing to fold)."""
+    start, index, paths = 0, 0, []
     while start < len(spans):
         size = sizes[index % len(sizes)]
+        before = (projections("full"), projections("incremental"))
         result = store_spans(*spans[start : start + size])
+        full, incremental = projections("full") - before[0], projections("incremental") - before[1]
+        # A request that re-homes a trace folds two jobs: "full" when either was replayed.
+        paths.append("full" if full else "grown" if incremental else "none")
         start, index = start + size, index + 1
         if checked:
             for job_id in result.job_ids:
                 assert parity.differences(job_id) == []
+    return paths
+
+
+def request_ends(spans: list, sizes: list[int]) -> list[int]:
+    """Where each request of ``deliver(spans, sizes)`` ends in ``spans``."""
+    ends, index = [], 0
+    while not ends or ends[-1] < len(spans):
+        ends.append(min((ends[-1] if ends else 0) + sizes[index % len(sizes)], len(spans)))
+        index += 1
+    return ends
 
 
 def call_rows() -> list[tuple]:
@@ -374,6 +405,95 @@ def test_grown_shuffled_and_rebuilt_traces_give_identical_rows(db, data, spans):
 
     call_command("rebuild_projections", stdout=None, stderr=None)
     assert rows() == grown
+
+
+@st.composite
+def live_runs(draw) -> list:
+    """A run in the shapes ``replay.growth`` takes without replaying it, as an SDK that flags
+    its spans exports it while it runs: steps one after another under the root (names repeat:
+    a loop's iterations, and a failed step retried by the next one), an LLM call of one model
+    inside the first step and some later ones. (A step inside another ends before it, so the
+    outer one in a later request is a parent stored spans wait for: a replay. Steps that touch
+    put the next one's start before the last one's finish in event order: a replay too.)"""
+    spans, at, ids = [], 0, iter(range(1, 10_000))
+    local = SpanFlags.SPAN_FLAGS_CONTEXT_HAS_IS_REMOTE_MASK
+    count = draw(st.integers(2, 10))
+    for index in range(count):
+        step_id, length = sid(next(ids)), draw(st.integers(20, 60))
+        name = draw(st.sampled_from(["agent", "tools", "fetch"]))
+        retried = index > 0 and index < count - 1 and draw(st.integers(0, 4)) == 0
+        fields = {"status": ERROR} if retried else {}
+        spans.append(
+            span(name=name, span_id=step_id, start_ms=at, end_ms=at + length, flags=local, **fields)
+        )
+        if index == 0 or (not retried and draw(st.booleans())):
+            call = llm_span(sid(next(ids)), step_id, "gpt-4o-mini", at + 2)
+            call.flags = local
+            spans.append(call)
+        at += length + draw(st.integers(1, 10))
+        if retried:  # the next step is its retry
+            spans.append(
+                span(name=name, span_id=sid(next(ids)), start_ms=at, end_ms=at + 30, flags=local)
+            )
+            at += 40
+    return [*spans, root(end_ms=at + 5)]
+
+
+@HYPOTHESIS
+@given(data=st.data(), spans=live_runs())
+def test_a_run_streamed_as_it_runs_is_grown_after_its_first_step_and_replays_the_same(
+    db, data, spans
+):
+    """Growth is taken, not only exact: every request after the one that stores the run's
+    first step is grown onto the stored trace (a trace replayed whole on each request would
+    give the same rows, so parity alone cannot tell), until the root comes."""
+    sizes = data.draw(st.lists(st.integers(1, 4), min_size=1, max_size=4))
+    clear()
+    ordered = end_order(spans)
+    paths = deliver(ordered[:-1], sizes, checked=True)
+    # The request that stores the first step (its LLM call, which ends first, may come before).
+    first = next(
+        i for i, end in enumerate(request_ends(ordered, sizes)) if ordered.index(spans[0]) < end
+    )
+    assert paths[first + 1 :] == ["grown"] * (len(paths) - first - 1)
+    deliver(ordered[-1:], [1], checked=True)
+    grown = rows()
+    clear()
+    store_spans(*spans)
+    assert rows() == grown
+
+
+@HYPOTHESIS
+@given(data=st.data(), live=st.booleans())
+def test_spans_appended_and_folded_in_any_interleaving_have_the_rows_of_a_replay(db, data, live):
+    """Requests answered at once or after their fold (``Prefer: respond-async``), with projector
+    runs in between: a fold takes whatever requests came since the last one, grown onto the
+    stored trace or replayed, and the rows end as a replay of the whole trace gives them. A
+    run in the shapes growth takes is replayed by two folds at most before its root comes (one
+    of its first LLM call alone, one of its first step), however its requests were folded."""
+    spans = data.draw(live_runs() if live else traces())
+    clear()
+    ordered, start = end_order(spans), 0
+    before = projections("full")
+    while start < len(ordered) - 1:
+        size = data.draw(st.integers(1, 4))
+        sent = ordered[start : min(start + size, len(ordered) - 1)]
+        batch = otlp.to_batch(request(*sent), max_events=10_000).batch
+        store_batch(batch, project=data.draw(st.booleans()))
+        start += len(sent)
+        if data.draw(st.booleans()):
+            projector.project_dirty()
+    projector.project_dirty()
+    if live:
+        assert projections("full") - before <= 2
+    store_batch(otlp.to_batch(request(ordered[-1]), max_events=10).batch, project=False)
+    projector.project_dirty()
+    assert not ProjectionMark.objects.dirty().exists()
+    assert parity.differences(Job.objects.get().job_id) == []
+    folded = rows()
+    clear()
+    store_spans(*spans)
+    assert rows() == folded
 
 
 @st.composite

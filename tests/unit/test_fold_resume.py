@@ -3,13 +3,15 @@ steps of the nodes the remaining events need) ends exactly where a full replay e
 
 import copy
 import json
-from dataclasses import replace
+from dataclasses import dataclass, replace
+from unittest import mock
 
 import pytest
 from hypothesis import event as hypothesis_event
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from jobs.replay import growth, lint, walk
 from jobs.replay.state import completed_node_ids
 from jobs.replay.walk import Fold, NeedsFullReplay, build, sort_events
 from tests.factories import event, finished, parsed, started
@@ -161,3 +163,50 @@ def test_the_rules_holding_are_stored_the_same_whichever_order_they_were_found_i
     snapshot = through_json(fold.snapshot())
     fold.holding = dict(reversed(fold.holding.items()))
     assert through_json(fold.snapshot()) == snapshot
+
+
+# --- the fold version -----------------------------------------------------------------------
+
+
+@dataclass(slots=True)
+class WiderSummary(growth.TraceSummary):
+    """A trace summary with one field more, as a later version of the code might have it."""
+
+    adopted_calls: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class RetypedFinding(lint.Finding):
+    """A finding whose position became a text."""
+
+    position: str  # type: ignore[assignment]
+
+
+SNAPSHOT_STATE = Fold._snapshot_state
+
+
+def with_a_key_more(fold: Fold) -> dict:
+    return {**SNAPSHOT_STATE(fold), "paused_since": None}
+
+
+@pytest.mark.parametrize(
+    "change",
+    [
+        mock.patch.object(growth, "TraceSummary", WiderSummary),
+        mock.patch.object(lint, "Finding", RetypedFinding),
+        mock.patch.object(walk, "SNAPSHOT_FIELDS", (*walk.SNAPSHOT_FIELDS, "failed_at")),
+        mock.patch.object(Fold, "_snapshot_state", with_a_key_more),
+    ],
+    ids=["a field more in the trace summary", "a field's type", "a job field more", "a key more"],
+)
+def test_a_snapshot_of_another_shape_is_of_another_fold_version(change):
+    """A shape change that nobody bumped FOLD_MEANING for still changes the version, so a
+    snapshot stored before it is replayed whole rather than resumed into the wrong shape."""
+    with change:
+        assert walk.fold_version() != walk.FOLD_VERSION
+
+
+def test_the_fold_version_is_the_same_computed_again():
+    assert walk.fold_version() == walk.FOLD_VERSION
+    assert walk.FOLD_VERSION.startswith(f"{walk.FOLD_MEANING}.")
+    assert Fold.of(parsed([event("job_started", at=0)])).snapshot()["version"] == walk.FOLD_VERSION
