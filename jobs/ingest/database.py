@@ -528,6 +528,38 @@ def mark_dirty(
     return found
 
 
+def set_projected(generations: Mapping[str, int]) -> None:
+    """Set these jobs' marks projected up to the generation given (by job id); a mark whose
+    generation is that one stops asking for a whole replay (``whole``), a newer one keeps it.
+    One statement per SQLITE_ROWS_PER_STATEMENT jobs, written by hand: the ORM's Case/When of
+    a projector batch cost more to build than the fold it closes."""
+    quote = connection.ops.quote_name
+    table = quote(ProjectionMark._meta.db_table)
+    job_ids = sorted(generations)
+    with connection.cursor() as cursor:
+        for start in range(0, len(job_ids), SQLITE_ROWS_PER_STATEMENT):
+            chunk = job_ids[start : start + SQLITE_ROWS_PER_STATEMENT]
+            through = "CASE job_id " + "WHEN %s THEN %s " * len(chunk) + "END"
+            pairs = [value for job_id in chunk for value in (job_id, generations[job_id])]
+            cursor.execute(
+                f"UPDATE {table} SET projected = {through}, "
+                f"whole = (whole AND generation <> {through}) "
+                f"WHERE job_id IN ({', '.join(['%s'] * len(chunk))})",
+                [*pairs, *pairs, *chunk],
+            )
+
+
+def after_marks(marks: Mapping[str, tuple[int, int]]) -> RawSQL:
+    """A filter of the event table: the row's job is one of ``marks`` (job id -> (projected,
+    generation)) and its generation is after the first and at most the second. Written by
+    hand: the ORM's OR of one Q per job cost more to build than the rows it reads."""
+    terms = "(job_id = %s AND generation > %s AND generation <= %s)"
+    params = [
+        value for job_id, (after, through) in marks.items() for value in (job_id, after, through)
+    ]
+    return RawSQL(" OR ".join([terms] * len(marks)), params, output_field=models.BooleanField())
+
+
 def notify_dirty() -> None:
     """Wake the projectors waiting on PostgreSQL's LISTEN (sent when the caller's transaction
     commits); on SQLite they poll."""

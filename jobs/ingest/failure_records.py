@@ -73,8 +73,7 @@ def job_failures(state: JobState, step_reasons: set[str] | None = None) -> list[
         )
     if step_reasons is None:
         step_reasons = {step.reason or "" for step in state.steps if is_grouped(step)}
-    said = state.finish_code or state.finish_reason
-    if state.status in FAILED_FAMILY and said and state.finish_reason not in step_reasons:
+    if says_job_failure(state) and state.finish_reason not in step_reasons:
         found.append(
             JobFailure(
                 kind=Failure.Kind.JOB,
@@ -88,6 +87,12 @@ def job_failures(state: JobState, step_reasons: set[str] | None = None) -> list[
             )
         )
     return found
+
+
+def says_job_failure(state: JobState) -> bool:
+    """Whether the job ended failed saying why (a reason or code): a job-level failure, unless
+    one of its step failures gives that reason."""
+    return state.status in FAILED_FAMILY and bool(state.finish_code or state.finish_reason)
 
 
 def _recovered(step: StepState, node_steps: list[StepState]) -> bool:
@@ -119,16 +124,23 @@ def failed_calls(calls: Iterable[CallRecord]) -> list[FailedCall]:
     ]
 
 
-def _stored_failed_calls(job_pk: int, nodes: set[str]) -> list[FailedCall]:
-    """The failed calls stored for these nodes of the job that name a provider or model."""
-    if not nodes:
-        return []
+def _stored_failed_calls(nodes: dict[int, set[str]]) -> dict[int, list[FailedCall]]:
+    """The failed calls stored for these nodes (by job pk) that name a provider or model, by
+    job pk: one query, by the calls' (job, node) index."""
+    pairs = [(pk, node) for pk, job_nodes in nodes.items() for node in sorted(job_nodes)]
+    found: dict[int, list[FailedCall]] = {}
+    if not pairs:
+        return found
     rows = (
-        Call.objects.filter(job_id=job_pk, node_id__in=sorted(nodes), status="error")
+        Call.objects.filter(database.pairs_in(Call, ("job", "node_id"), pairs), status="error")
         .exclude(provider="", model="")
-        .values_list("span_id", "node_id", "attempt", "position", "provider", "model")
+        .values_list("job_id", "span_id", "node_id", "attempt", "position", "provider", "model")
     )
-    return [FailedCall(*row) for row in rows]
+    for pk, span_id, node_id, attempt, position, provider, model in rows:
+        found.setdefault(pk, []).append(
+            FailedCall(span_id, node_id, attempt, position, provider, model)
+        )
+    return found
 
 
 def _failed_call(node_id: str, attempt: int, calls: Iterable[FailedCall]) -> tuple[str, str] | None:
@@ -183,41 +195,58 @@ def step_rows(
     return rows
 
 
-def _step_reasons(job_pk: int, state: JobState) -> set[str]:
-    """The reasons of a folded job's step failures: those of the steps the fold loaded (their
-    rows are rewritten), and the stored ones of its other nodes."""
-    loaded = {step.node_id for step in state.steps}
-    stored = (
-        Failure.objects.filter(job_id=job_pk, kind=Failure.Kind.STEP)
-        .exclude(node_id__in=sorted(loaded))
-        .values_list("reason", flat=True)
-    )
-    return {step.reason or "" for step in state.steps if is_grouped(step)} | set(stored)
+def _step_reasons(folded: dict[int, JobState]) -> dict[int, set[str]]:
+    """By job pk, the reasons of a folded job's step failures: those of the steps the fold
+    loaded (their rows are rewritten), and the stored ones of its other nodes. Read (in one
+    query) only for the jobs that ended failed saying why, the only ones that ask; the others
+    get their loaded steps' reasons."""
+    reasons = {
+        pk: {step.reason or "" for step in state.steps if is_grouped(step)}
+        for pk, state in folded.items()
+    }
+    asking = {pk: state for pk, state in folded.items() if says_job_failure(state)}
+    if asking:
+        loaded = {pk: {step.node_id for step in state.steps} for pk, state in asking.items()}
+        stored = Failure.objects.filter(job_id__in=sorted(asking), kind=Failure.Kind.STEP)
+        for pk, node_id, reason in stored.values_list("job_id", "node_id", "reason"):
+            if node_id not in loaded[pk]:
+                reasons[pk].add(reason)
+    return reasons
 
 
 def _name_providers(
-    job_pk: int,
-    nodes: set[str],
-    new_calls: list[FailedCall],
-    changes: "Changes | None",
+    nodes: dict[int, set[str]],
+    new_calls: dict[int, list[FailedCall]],
+    changes: dict[int, "Changes | None"],
 ) -> None:
-    """The step failures of nodes whose steps this fold left alone, given the provider of a
-    failed call that came after them (a failure counts in its group against that provider:
-    ``changes`` gets the move, unless the job's contributions are recounted whole)."""
-    nodes.discard("")
+    """The step failures of nodes (by job pk) whose steps this fold left alone, given the
+    provider of a failed call that came after them (a failure counts in its group against that
+    provider: the job's ``changes`` get the move, unless its contributions are recounted
+    whole)."""
+    nodes = {pk: job_nodes - {""} for pk, job_nodes in nodes.items()}
+    nodes = {pk: job_nodes for pk, job_nodes in nodes.items() if job_nodes}
     if not nodes:
         return
-    calls = {c.span_id: c for c in _stored_failed_calls(job_pk, nodes)}
-    calls.update((c.span_id, c) for c in new_calls if c.node_id in nodes)
-    for row in Failure.objects.filter(job_id=job_pk, kind=Failure.Kind.STEP, node_id__in=nodes):
-        provider, model = _failed_call(row.node_id, row.attempt, calls.values()) or ("", "")
+    stored = _stored_failed_calls(nodes)
+    pairs = [(pk, node) for pk, job_nodes in nodes.items() for node in sorted(job_nodes)]
+    rows = Failure.objects.filter(
+        database.pairs_in(Failure, ("job", "node_id"), pairs), kind=Failure.Kind.STEP
+    )
+    calls: dict[int, dict[str, FailedCall]] = {}
+    for pk, job_nodes in nodes.items():
+        calls[pk] = {c.span_id: c for c in stored.get(pk, [])}
+        calls[pk].update((c.span_id, c) for c in new_calls[pk] if c.node_id in job_nodes)
+    for row in rows:
+        found = _failed_call(row.node_id, row.attempt, calls[row.job_id].values())
+        provider, model = found or ("", "")
         if (row.provider, row.model) != (provider, model):
-            if changes is not None:
-                changes.take_out(row)
+            change = changes[row.job_id]
+            if change is not None:
+                change.take_out(row)
             Failure.objects.filter(pk=row.pk).update(provider=provider, model=model)
             row.provider, row.model = provider, model
-            if changes is not None:
-                changes.put_in(row)
+            if change is not None:
+                change.put_in(row)
 
 
 @dataclass(slots=True)
@@ -311,9 +340,8 @@ def write(
         for pk in full.keys() | folded.keys()
     }
     wanted = {pk: job_failures(p.state) for pk, p in full.items()}
-    wanted.update(
-        (pk, job_failures(p.state, _step_reasons(pk, p.state))) for pk, p in folded.items()
-    )
+    reasons = _step_reasons({pk: p.state for pk, p in folded.items()})
+    wanted.update((pk, job_failures(p.state, reasons[pk])) for pk, p in folded.items())
     group_ids = failure_groups.ensure_groups(
         {
             failure.signature.fingerprint: (failure.signature, pk, failure.kind, failure.at)
@@ -330,25 +358,31 @@ def write(
         Failure.objects.filter(job_id__in=sorted(full)).delete()
         for pk, p in full.items():
             rows.extend(step_rows(pk, p.state, None, step_groups))
+    changed = {pk: {step.node_id for step in p.state.changed_steps} for pk, p in folded.items()}
+    # The provider of a failure is its last failed call's, which may have been stored by an
+    # earlier batch, or come in this one after its step (a trace in any order).
+    stored_calls = _stored_failed_calls(changed)
+    new_calls = {pk: failed_calls(p.state.calls) for pk, p in folded.items()}
     pairs: list[tuple[int, str]] = []
     new_steps: dict[int, list[Failure]] = {}
     for pk, p in folded.items():
-        nodes = {step.node_id for step in p.state.changed_steps}
+        nodes = changed[pk]
         pairs.extend((pk, node) for node in sorted(nodes))
         # The node's steps the fold read but did not change keep the group their row has.
         groups = {
             (pk, node, attempt): found[0] for (node, attempt), found in p.stored_groups.items()
         }
-        # The provider of a failure is its last failed call's, which may have been stored by
-        # an earlier batch, or come in this one after its step (a trace in any order).
-        new_calls = failed_calls(p.state.calls)
-        calls = {c.span_id: c for c in _stored_failed_calls(pk, nodes)}
-        calls.update((c.span_id, c) for c in new_calls)
+        calls = {c.span_id: c for c in stored_calls.get(pk, [])}
+        calls.update((c.span_id, c) for c in new_calls[pk])
         new_steps[pk] = step_rows(
             pk, p.state, nodes, {**groups, **step_groups}, list(calls.values())
         )
         rows.extend(new_steps[pk])
-        _name_providers(pk, {c.node_id for c in new_calls} - nodes, new_calls, changes[pk])
+    _name_providers(
+        {pk: {c.node_id for c in calls} - changed[pk] for pk, calls in new_calls.items()},
+        new_calls,
+        changes,
+    )
     if pairs:
         in_pairs = database.pairs_in(Failure, ("job", "node_id"), pairs)
         old_steps: dict[int, list[Failure]] = {}

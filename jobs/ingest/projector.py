@@ -18,10 +18,9 @@ from dataclasses import dataclass
 from datetime import date, datetime
 
 from django.db import transaction
-from django.db.models import BigIntegerField, Case, F, Q, Value, When
 
 from jobs.contract.events import Event
-from jobs.ingest import counters, locks
+from jobs.ingest import counters, database, locks
 from jobs.ingest.projection import project_jobs, read_jobs
 from jobs.models import Event as EventRow
 from jobs.models import ProjectionMark
@@ -107,9 +106,9 @@ def unprojected_events(
     received: dict[str, datetime] = {}
     if not marks:
         return by_job, received
-    after = Q()
-    for job_id, mark in marks.items():
-        after |= Q(job_id=job_id, generation__gt=mark.projected, generation__lte=mark.generation)
+    after = database.after_marks(
+        {job_id: (mark.projected, mark.generation) for job_id, mark in marks.items()}
+    )
     rows = EventRow.objects.filter(
         after, partition_day__in=sorted({mark.partition_day for mark in marks.values()})
     )
@@ -132,23 +131,9 @@ def clear(through: Mapping[str, Mark | int]) -> None:
     }
     if not generations:
         return
-    job_ids = sorted(generations)
-    rows = ProjectionMark.objects.filter(job_id__in=job_ids)
+    rows = ProjectionMark.objects.filter(job_id__in=sorted(generations))
     list(rows.order_by("job_id").select_for_update().values_list("job_id", flat=True))
-    rows.update(
-        projected=Case(
-            *(When(job_id=job_id, then=Value(g)) for job_id, g in generations.items()),
-            default=F("projected"),
-            output_field=BigIntegerField(),
-        ),
-        whole=Case(
-            *(
-                When(job_id=job_id, generation=g, then=Value(False))
-                for job_id, g in generations.items()
-            ),
-            default=F("whole"),
-        ),
-    )
+    database.set_projected(generations)
 
 
 def dirty_summary(now: datetime) -> tuple[int, float]:

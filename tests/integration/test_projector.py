@@ -17,6 +17,7 @@ import pytest
 from django.core.management import call_command
 from django.db import connection, transaction
 from django.db.models import F
+from django.test.utils import CaptureQueriesContext
 from hypothesis import given
 from hypothesis import strategies as st
 
@@ -212,6 +213,43 @@ def test_a_rebuild_leaves_the_marks_clean():
     assert dirty() == [] and parity.differences("bj") == []
     projector.project_dirty()
     assert Job.objects.get(job_id="bj").event_count == 2  # not folded twice
+
+
+def fold_queries(count: int) -> int:
+    """Queries of one projector batch that resumes ``count`` jobs, each folding a failed node
+    and a failed finish onto a stored failed node (the failure records' every path), their
+    failure groups new (a workflow of their own)."""
+    job_ids = [f"q{count}-{n}" for n in range(count)]
+    for job_id in job_ids:
+        store_async(
+            [
+                event("job_started", job_id, at=0, workflow=f"wf{count}"),
+                started("n1", job_id, at=1),
+                finished("n1", "permanent_failure", job_id, at=2, reason="disk full"),
+            ]
+        )
+    projector.project_dirty()
+    for job_id in job_ids:
+        store_async(
+            [
+                started("n2", job_id, at=3),
+                finished("n2", "permanent_failure", job_id, at=4, reason="quota"),
+                event("job_finished", job_id, at=5, status="failed", reason="gave up"),
+            ]
+        )
+    with CaptureQueriesContext(connection) as queries:
+        assert projector.project_dirty() == count
+    assert set(Job.objects.filter(job_id__in=job_ids).values_list("status", flat=True)) == {
+        "failed"
+    }
+    for job_id in job_ids:
+        assert parity.differences(job_id) == []
+    return len(queries)
+
+
+def test_a_folds_queries_do_not_grow_with_its_jobs():
+    # Both above the rows that PostgreSQL upserts without a staging table.
+    assert fold_queries(10) == fold_queries(5)
 
 
 @HYPOTHESIS
