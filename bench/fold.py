@@ -83,22 +83,17 @@ def drain() -> None:
         pass
 
 
-def backlog(
-    items: list[dict], size: int, postgres: bool, profiler: cProfile.Profile | None
+def append_and_fold(
+    items: list[dict], size: int, postgres: bool, profiler: cProfile.Profile | None, way: str
 ) -> tuple[Clock, Clock]:
+    """Append ``items`` in batches of ``size``, folding after each batch (``interleaved``) or
+    once after the last (``backlog``); the time each took."""
     appending, folding = Clock(postgres), Clock(postgres)
     for start in range(0, len(items), size):
         appending.time(lambda start=start: append(items[start : start + size]))
-    folding.time(profiled(drain, profiler))
-    return appending, folding
-
-
-def interleaved(
-    items: list[dict], size: int, postgres: bool, profiler: cProfile.Profile | None
-) -> tuple[Clock, Clock]:
-    appending, folding = Clock(postgres), Clock(postgres)
-    for start in range(0, len(items), size):
-        appending.time(lambda start=start: append(items[start : start + size]))
+        if way == "interleaved":
+            folding.time(profiled(drain, profiler))
+    if way == "backlog":
         folding.time(profiled(drain, profiler))
     return appending, folding
 
@@ -146,8 +141,7 @@ def main() -> None:
                 profiler = cProfile.Profile() if profiling else None
                 gc.collect()
                 gc.freeze()
-                run = backlog if way == "backlog" else interleaved
-                appending, folding = run(items, args.batch, postgres, profiler)
+                appending, folding = append_and_fold(items, args.batch, postgres, profiler, way)
                 gc.unfreeze()
                 if profiler is not None:
                     pstats.Stats(profiler).sort_stats("tottime").print_stats(40)

@@ -27,6 +27,27 @@ def event(
     return item
 
 
+OPENAI = {"provider": "openai", "model": "gpt-4.1"}
+ANTHROPIC = {"provider": "anthropic", "model": "claude-x"}
+
+
+def degraded_planner(job_id: str, at: float, **job_started) -> list[dict]:
+    """A job started on openai whose planner degraded on anthropic (the job failed);
+    ``job_started``: more fields of its ``job_started``."""
+    return [
+        event("job_started", job_id, at, **OPENAI, **job_started),
+        event("graph.next_step.parse_invalid", job_id, at + 1, attempt=1, **ANTHROPIC),
+        event(
+            "graph.next_step.degraded",
+            job_id,
+            at + 2,
+            attempts=1,
+            reason="next_step_parse_failed",
+            **ANTHROPIC,
+        ),
+    ]
+
+
 def recent_event(type_: str, job_id: str, minutes_ago: float, **payload) -> dict:
     """An event ``minutes_ago`` before now (for pages whose default range is recent)."""
     moment = timezone.now() - timedelta(minutes=minutes_ago)

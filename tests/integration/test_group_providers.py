@@ -12,32 +12,22 @@ from jobs.dashboard.window import parse_window
 from jobs.ingest import failure_groups, parity
 from jobs.models import Failure, FailureGroup, FailureGroupDay, FailureGroupHour, FailureGroupJob
 from tests import factories
-from tests.factories import BASE_TS, event, finished, started, store
+from tests.factories import (
+    BASE_TS,
+    OPENAI,
+    degraded_planner,
+    event,
+    finished,
+    started,
+    store,
+)
 from tests.otlp_spans import ERROR, attrs, root, sid, span, store_spans
 
 pytestmark = pytest.mark.django_db
-OPENAI = {"provider": "openai", "model": "gpt-4.1"}
-ANTHROPIC = {"provider": "anthropic", "model": "claude-x"}
 
 
 def minutes_ago(minutes: float) -> float:
     return (timezone.now() - BASE_TS).total_seconds() - minutes * 60
-
-
-def degraded_planner(job_id: str, at: float) -> list[dict]:
-    """A job started on openai whose planner degraded on anthropic."""
-    return [
-        event("job_started", job_id, at, workflow="plan", **OPENAI),
-        event("graph.next_step.parse_invalid", job_id, at + 1, attempt=1, **ANTHROPIC),
-        event(
-            "graph.next_step.degraded",
-            job_id,
-            at + 2,
-            attempts=1,
-            reason="next_step_parse_failed",
-            **ANTHROPIC,
-        ),
-    ]
 
 
 def planner_group() -> FailureGroup:
@@ -55,7 +45,7 @@ def exact(*job_ids: str) -> None:
 
 
 def test_a_planner_degraded_on_another_provider_counts_under_the_one_that_failed():
-    store(degraded_planner("p1", 60))
+    store(degraded_planner("p1", 60, workflow="plan"))
     group = planner_group()
     assert counted(FailureGroupJob) == {(group.pk, "anthropic", "claude-x")}
     assert counted(FailureGroupHour) == {(group.pk, "anthropic", "claude-x")}
@@ -70,7 +60,7 @@ def operator(client):
 
 
 def test_the_failures_list_and_group_page_name_the_provider_that_failed(operator):
-    store(degraded_planner("p1", minutes_ago(30)))
+    store(degraded_planner("p1", minutes_ago(30), workflow="plan"))
     group = planner_group()
     listed = operator.get("/failures/?provider=anthropic").context["rows"]
     assert [item["row"].group.pk for item in listed] == [group.pk]
@@ -129,7 +119,7 @@ def test_a_job_named_a_provider_later_moves_only_the_failures_that_named_none():
             event("job_started", "j1", 0, workflow="plan"),
             started("fetch", "j1", at=1),
             finished("fetch", "permanent_failure", "j1", at=2, reason="disk full"),
-            *degraded_planner("j1", 10)[1:],
+            *degraded_planner("j1", 10, workflow="plan")[1:],
         ]
     )
     planner = planner_group()
@@ -148,7 +138,7 @@ def test_a_job_named_a_provider_later_moves_only_the_failures_that_named_none():
 
 
 def test_a_rebuild_a_merge_and_retention_keep_the_provider_that_failed():
-    store(degraded_planner("p1", 60))
+    store(degraded_planner("p1", 60, workflow="plan"))
     store(
         [
             event("job_started", "p2", 100, workflow="plan", **OPENAI),
@@ -184,7 +174,7 @@ def test_the_migration_recounts_stored_groups_by_the_provider_that_failed():
     from django.db import connection
     from django.db.migrations.executor import MigrationExecutor
 
-    store(degraded_planner("p1", 60))
+    store(degraded_planner("p1", 60, workflow="plan"))
     group = planner_group()
     before = [("jobs", "0040_projection_marks")]
     executor = MigrationExecutor(connection)

@@ -10,12 +10,19 @@ from jobs.dashboard import provider_health, rollup
 from jobs.dashboard.window import Window
 from jobs.models import Failure, Job, JobProvider
 from jobs.replay.failures import FAILED_FAMILY
-from tests.factories import BASE_TS, event, finished, started, store
+from tests.factories import (
+    ANTHROPIC,
+    BASE_TS,
+    OPENAI,
+    degraded_planner,
+    event,
+    finished,
+    started,
+    store,
+)
 from tests.integration.test_metrics import scrape
 
 pytestmark = pytest.mark.django_db
-OPENAI = {"provider": "openai", "model": "gpt-4.1"}
-ANTHROPIC = {"provider": "anthropic", "model": "claude-x"}
 
 
 def window(start_hours=0.0, end_hours=4.0, **filters) -> Window:
@@ -44,22 +51,6 @@ def every_way(w: Window) -> dict[tuple[str, str], tuple[int, int]]:
     rollup.prefetch(prefetched, [rollup.Kind.PROVIDERS], w.provider, w.model)
     assert rates(w, prefetched) == stored
     return stored
-
-
-def degraded_planner(job_id: str, at: int) -> list[dict]:
-    """A job started on openai whose planner degraded on anthropic (the job failed)."""
-    return [
-        event("job_started", job_id, at, **OPENAI),
-        event("graph.next_step.parse_invalid", job_id, at + 1, attempt=1, **ANTHROPIC),
-        event(
-            "graph.next_step.degraded",
-            job_id,
-            at + 2,
-            attempts=1,
-            reason="next_step_parse_failed",
-            **ANTHROPIC,
-        ),
-    ]
 
 
 def test_a_degraded_planner_is_a_failure_of_the_provider_it_degraded_on():
