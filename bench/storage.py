@@ -205,65 +205,46 @@ def event_bodies(jobs: int, steps: int, rng: random.Random) -> list[bytes]:
     return bodies
 
 
+def _sizes(relkind: str, *sizes: str) -> dict[str, tuple[int, ...]]:
+    """The ``sizes`` (SQL of a relation's oid ``c.oid``) of each app relation of ``relkind``
+    ('r' tables, 'i' indexes), partitions summed into their parent."""
+    from django.db import connection
+
+    columns = ", ".join(f"sum({size})" for size in sizes)
+    with connection.cursor() as cursor:
+        cursor.execute(
+            f"""
+            SELECT coalesce(parent.relname, c.relname), {columns}
+            FROM pg_class c
+            JOIN pg_namespace n ON n.oid = c.relnamespace
+            LEFT JOIN pg_inherits i ON i.inhrelid = c.oid
+            LEFT JOIN pg_class parent ON parent.oid = i.inhparent
+            WHERE n.nspname = 'public' AND c.relkind = %s
+            GROUP BY 1
+            """,
+            [relkind],
+        )
+        return {name: tuple(int(value) for value in values) for name, *values in cursor}
+
+
+def relation_bytes() -> dict[str, tuple[int, ...]]:
+    """Per app table: bytes of its heap, its TOAST and its indexes."""
+    return _sizes(
+        "r",
+        "pg_relation_size(c.oid)",
+        "pg_total_relation_size(c.oid) - pg_relation_size(c.oid) - pg_indexes_size(c.oid)",
+        "pg_indexes_size(c.oid)",
+    )
+
+
 def table_bytes() -> dict[str, int]:
-    """Bytes each app table takes (heap, indexes, TOAST), partitions summed into their table."""
-    from django.db import connection
-
-    with connection.cursor() as cursor:
-        cursor.execute(
-            """
-            SELECT coalesce(parent.relname, c.relname), sum(pg_total_relation_size(c.oid))
-            FROM pg_class c
-            JOIN pg_namespace n ON n.oid = c.relnamespace
-            LEFT JOIN pg_inherits i ON i.inhrelid = c.oid
-            LEFT JOIN pg_class parent ON parent.oid = i.inhparent
-            WHERE n.nspname = 'public' AND c.relkind = 'r'
-            GROUP BY 1
-            """
-        )
-        return {name: int(size) for name, size in cursor.fetchall()}
-
-
-def relation_bytes() -> dict[str, tuple[int, int, int]]:
-    """Per app table (partitions summed in): bytes of its heap, its TOAST and its indexes."""
-    from django.db import connection
-
-    with connection.cursor() as cursor:
-        cursor.execute(
-            """
-            SELECT coalesce(parent.relname, c.relname),
-                   sum(pg_relation_size(c.oid)),
-                   sum(pg_total_relation_size(c.oid) - pg_relation_size(c.oid)
-                       - pg_indexes_size(c.oid)),
-                   sum(pg_indexes_size(c.oid))
-            FROM pg_class c
-            JOIN pg_namespace n ON n.oid = c.relnamespace
-            LEFT JOIN pg_inherits i ON i.inhrelid = c.oid
-            LEFT JOIN pg_class parent ON parent.oid = i.inhparent
-            WHERE n.nspname = 'public' AND c.relkind = 'r'
-            GROUP BY 1
-            """
-        )
-        return {name: (int(heap), int(toast), int(index)) for name, heap, toast, index in cursor}
+    """Bytes each app table takes (heap, indexes, TOAST)."""
+    return {name: value for name, (value,) in _sizes("r", "pg_total_relation_size(c.oid)").items()}
 
 
 def index_bytes() -> dict[str, int]:
     """Bytes of each index of the app (a partitioned index summed over its partitions)."""
-    from django.db import connection
-
-    with connection.cursor() as cursor:
-        cursor.execute(
-            """
-            SELECT coalesce(parent.relname, c.relname), sum(pg_relation_size(c.oid))
-            FROM pg_class c
-            JOIN pg_namespace n ON n.oid = c.relnamespace
-            LEFT JOIN pg_inherits i ON i.inhrelid = c.oid
-            LEFT JOIN pg_class parent ON parent.oid = i.inhparent
-            WHERE n.nspname = 'public' AND c.relkind = 'i'
-            GROUP BY 1
-            """
-        )
-        return {name: int(size) for name, size in cursor}
+    return {name: value for name, (value,) in _sizes("i", "pg_relation_size(c.oid)").items()}
 
 
 def measure(label: str, path: str, content_type: str, bodies: list[bytes], token: str) -> float:

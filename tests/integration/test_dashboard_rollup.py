@@ -328,23 +328,33 @@ def test_headline_job_counts_follow_a_job_that_fails_later(jobs_over_hours):
 def test_the_migration_recomputes_the_hours_of_unsplit_job_rows():
     """Rollups made before JOBS rows were split by status family are recomputed: migration
     0019 marks their hours dirty, so they are read raw until the refresh rewrites them."""
+    assert_migration_marks_old_rollup_hours_dirty(
+        "0017_staff_group", "0019_rollup_jobs_by_status_and_provider_index"
+    )
+
+
+def assert_migration_marks_old_rollup_hours_dirty(before: str, after: str) -> None:
+    """Rollup rows written at migration ``before`` (JOBS rows at hours 0 and 1, SEGMENT rows at
+    0 and 2): migrating to ``after`` marks the hours of their JOBS rows dirty."""
     from django.db.migrations.executor import MigrationExecutor
 
-    before = [("jobs", "0017_staff_group")]
-    after = [("jobs", "0019_rollup_jobs_by_status_and_provider_index")]
+    from jobs.models import DashboardRollup
+
     executor = MigrationExecutor(connection)
     latest = executor.loader.graph.leaf_nodes("jobs")
-    executor.migrate(before)
-    old = executor.loader.project_state(before).apps
+    executor.migrate([("jobs", before)])
+    old = executor.loader.project_state([("jobs", before)]).apps
     for hour, kind in ((0, "jobs"), (0, "segment"), (1, "jobs"), (2, "segment")):
         old.get_model("jobs", "DashboardRollup").objects.create(
             hour=BASE_TS + timedelta(hours=hour), kind=kind, dimension=f"{kind}-{hour}", jobs=3
         )
     try:
-        MigrationExecutor(connection).migrate(after)
+        MigrationExecutor(connection).migrate([("jobs", after)])
         assert sorted(rollup.dirty_hours()) == [BASE_TS, BASE_TS + timedelta(hours=1)]
     finally:
         MigrationExecutor(connection).migrate(latest)
+        DashboardRollup.objects.all().delete()
+        rollup.DashboardDirtyHour.objects.all().delete()
 
 
 def test_provider_failure_rates_from_the_rollup_equal_job_rows(jobs_over_hours):

@@ -20,6 +20,7 @@ from tests.factories import (
     started,
     store,
 )
+from tests.integration.test_dashboard_rollup import assert_migration_marks_old_rollup_hours_dirty
 from tests.integration.test_metrics import scrape
 
 pytestmark = pytest.mark.django_db
@@ -191,25 +192,6 @@ def test_metrics_count_failures_against_the_provider_that_failed(client):
 def test_the_migration_recomputes_every_hour_the_rollup_holds():
     """Rollups made before the PROVIDERS rows are recomputed: migration 0037 marks the hours
     of their JOBS rows dirty, so the panel reads them raw until the refresh rewrites them."""
-    from django.db import connection
-    from django.db.migrations.executor import MigrationExecutor
-
-    from jobs.models import DashboardRollup
-
-    before = [("jobs", "0036_failure_group_lifecycle")]
-    after = [("jobs", "0037_rollup_rows_per_provider_used")]
-    executor = MigrationExecutor(connection)
-    latest = executor.loader.graph.leaf_nodes("jobs")
-    executor.migrate(before)
-    old = executor.loader.project_state(before).apps
-    for hour, kind in ((0, "jobs"), (0, "segment"), (1, "jobs"), (2, "segment")):
-        old.get_model("jobs", "DashboardRollup").objects.create(
-            hour=BASE_TS + timedelta(hours=hour), kind=kind, dimension=f"{kind}-{hour}", jobs=3
-        )
-    try:
-        MigrationExecutor(connection).migrate(after)
-        assert sorted(rollup.dirty_hours()) == [BASE_TS, BASE_TS + timedelta(hours=1)]
-    finally:
-        MigrationExecutor(connection).migrate(latest)
-        DashboardRollup.objects.all().delete()
-        rollup.DashboardDirtyHour.objects.all().delete()
+    assert_migration_marks_old_rollup_hours_dirty(
+        "0036_failure_group_lifecycle", "0037_rollup_rows_per_provider_used"
+    )
