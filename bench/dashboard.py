@@ -87,18 +87,19 @@ FROM jobs_job j CROSS JOIN generate_series(0, %(steps)s - 1) AS s
 WHERE j.job_id LIKE 'bench-%%';
 
 INSERT INTO jobs_event (job_id, event_id, type, ts, attempt, payload, received_at, partition_day,
-    masked)
+    masked, generation)
 SELECT j.job_id, 'start', 'job_started', j.started_at, 1,
-       jsonb_build_object('provider', j.provider, 'model', j.model), %(now)s, j.partition_day, '[]'
+       jsonb_build_object('provider', j.provider, 'model', j.model), %(now)s, j.partition_day, '[]',
+       0
 FROM jobs_job j WHERE j.job_id LIKE 'bench-%%';
 
 INSERT INTO jobs_event (job_id, event_id, type, ts, attempt, payload, received_at, partition_day,
-    masked)
+    masked, generation)
 SELECT j.job_id, 'planner-' || k,
        CASE WHEN k = 2 THEN 'graph.next_step.degraded' ELSE 'graph.next_step.parse_invalid' END,
        j.started_at + make_interval(secs => k), 1,
        jsonb_build_object('provider', j.provider, 'model', j.model), %(now)s, j.partition_day,
-       '[]'
+       '[]', 0
 FROM jobs_job j CROSS JOIN generate_series(0, 2) AS k
 WHERE j.job_id LIKE 'bench-%%' AND j.id %% 20 = 0;
 """

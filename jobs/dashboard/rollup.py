@@ -3,9 +3,17 @@
 The step panels (results over time, failure codes, error types, durations) count steps and
 distinct jobs by the hour of job start. Aggregated from Step rows on every request they read every
 step of the range (a week: a million rows). DashboardRollup keeps, per hour of job start (UTC),
-provider, model and the panel's dimension, the number of steps and of distinct jobs. A job lies
-in exactly one hour and has one provider and model, so job counts add up across rows, and every
-count read from the rollup equals the raw aggregate.
+scope, provider, model and the panel's dimension, the number of steps and of distinct jobs.
+
+Scopes: a provider or model filter means what the jobs list's means, the jobs that used it (a
+job that called openai and anthropic is under both). Each job lies once under its own
+provider/model (OWN rows: the unfiltered dashboard sums these over provider and model), and the
+job kinds (SCOPED_KINDS) keep guest rows for what else it used: PROVIDER, under each other
+provider; MODEL, each other model; PAIR, each other provider x model (both filters, AND-ed as
+the list does). A filter reads OWN rows that match it plus its shape's guest rows, two disjoint
+sets of jobs, so the job counts it reads add up (a job that used two of openai's models is
+under provider openai once), and every count read from the rollup equals the raw aggregate.
+Guest rows exist only for jobs that used more than one provider or model.
 
 Reading a range [start, end) (``plan`` then ``cells``): its whole hours come from the rollup; the
 partial hours at either end (one hour of jobs in all for a 24 h range) and whole hours still dirty
@@ -53,7 +61,7 @@ from functools import partial
 from typing import Any
 
 from django.db import connection, transaction
-from django.db.models import Count, Exists, Q, Sum
+from django.db.models import Exists, Q, Sum
 from django.db.models.functions import Trunc
 from django.utils import timezone
 
@@ -76,6 +84,7 @@ from jobs.replay.failures import FAILED_FAMILY
 
 logger = logging.getLogger(__name__)
 Kind = DashboardRollup.Kind
+Scope = DashboardRollup.Scope
 HOUR = timedelta(hours=1)
 DAY = timedelta(days=1)
 HOUR_KINDS = (
@@ -101,6 +110,9 @@ SUM_OF = dict.fromkeys(SUMMED, Sum) | {"input_tokens": BoundedSum, "output_token
 UNGROUPED_KINDS = frozenset({Kind.DURATION, Kind.LLM, Kind.PROVIDERS})
 # Kinds aggregated from the range's jobs' Step rows.
 STEP_KINDS = frozenset({Kind.SEGMENT, Kind.FAILURE_CODE, Kind.DURATION})
+# Kinds of the jobs themselves, kept in every scope (their day rows too); the others' rows (LLM:
+# the calls' provider/model; PROVIDERS: every one used) are OWN only.
+SCOPED_KINDS = (Kind.JOBS, Kind.SEGMENT, Kind.FAILURE_CODE, Kind.ERROR_TYPE, Kind.DURATION)
 COST_PLACES = Decimal("1e-8")
 TASK_MAX_DAYS = 7
 REQUEST_REFRESH_HOURS = 6
@@ -113,6 +125,7 @@ FAILED_STATUS = "failed"
 COLUMNS = (
     "hour",
     "kind",
+    "scope",
     "provider",
     "model",
     "dimension",
@@ -124,6 +137,15 @@ COLUMNS = (
     "output_tokens",
     "cost",
 )
+
+
+def scope_of(provider: str, model: str) -> Scope:
+    """The rows of the job kinds that a provider/model filter reads."""
+    if provider and model:
+        return Scope.PAIR
+    if provider:
+        return Scope.PROVIDER
+    return Scope.MODEL if model else Scope.OWN
 
 
 def hour_ceil(value: datetime) -> datetime:
@@ -218,26 +240,27 @@ def _compile_day(hours, day: datetime) -> int:
     rows = [DashboardRollup(hour=day, kind=Kind.DAY)]
     for row in (
         in_day.exclude(kind=Kind.DURATION)
-        .values("kind", "provider", "model", "dimension", "status")
+        .values("kind", "scope", "provider", "model", "dimension", "status")
         .annotate(**{f"sum_{name}": SUM_OF[name](name) for name in SUMMED})
         .order_by()
     ):
         kind = DAY_KIND[row.pop("kind")]
         sums = {name: row.pop(f"sum_{name}") for name in SUMMED}
         rows.append(DashboardRollup(hour=day, kind=kind, **row, **sums))
-    merged: dict[tuple[str, str, str], list] = {}
-    for provider, model, node, steps, histogram in in_day.filter(kind=Kind.DURATION).values_list(
-        "provider", "model", "dimension", "steps", "histogram"
+    merged: dict[tuple[str, str, str, str], list] = {}
+    for *key, steps, histogram in in_day.filter(kind=Kind.DURATION).values_list(
+        "scope", "provider", "model", "dimension", "steps", "histogram"
     ):
-        entry = merged.setdefault((provider, model, node), [0, []])
+        entry = merged.setdefault(tuple(key), [0, []])
         entry[0] += steps
         entry[1].append(histogram)
-    for (provider, model, node), (steps, hour_histograms) in merged.items():
+    for (scope, provider, model, node), (steps, hour_histograms) in merged.items():
         histogram = histograms.merge(hour_histograms)
         rows.append(
             DashboardRollup(
                 hour=day,
                 kind=Kind.DURATION_DAY,
+                scope=scope,
                 provider=provider,
                 model=model,
                 dimension=node,
@@ -294,7 +317,7 @@ def _insert(
 ) -> None:
     table = connection.ops.quote_name(DashboardRollup._meta.db_table)
     columns = ", ".join(connection.ops.quote_name(name) for name in COLUMNS)
-    select, params = _select(HOUR_KINDS, ranges)
+    select, params = _select(HOUR_KINDS, ranges, scopes=tuple(Scope))
     with connection.cursor() as cursor:
         cursor.execute(f"INSERT INTO {table} ({columns}) {select}", params)
     planner_rollup.insert(ranges, deleted_jobs)
@@ -319,12 +342,16 @@ def _select(
     ranges: list[tuple[datetime, datetime]] | None,
     provider: str = "",
     model: str = "",
+    scopes: Sequence[Scope] | None = None,
 ) -> tuple[str, list]:
     """One SELECT (UNION ALL over kinds) of rollup rows, COLUMNS in order, for the jobs started
-    in ``ranges`` (None: every job with a start). The range's jobs are read once (jr), the
-    step kinds' steps once (js), each job's by its own lookup."""
+    in ``ranges`` (None: every job with a start): the job kinds' in ``scopes`` (by default
+    those the provider/model filter reads: OWN and its shape's guests), the others' OWN. The
+    range's jobs are read once (jr), with their guest keys (jp), the step kinds' steps once
+    (js), each job's by its own lookup."""
     step, job, call = Step._meta.db_table, Job._meta.db_table, Call._meta.db_table
     failure, used = Failure._meta.db_table, JobProvider._meta.db_table
+    scopes = scopes or sorted({Scope.OWN, scope_of(provider, model)})
     no_histogram = database.sql_json_null()
     no_usage = "CAST(NULL AS BIGINT), CAST(NULL AS BIGINT), CAST(NULL AS NUMERIC)"
     histogram = database.sql_histogram("t.bucket", "t.n")
@@ -350,8 +377,8 @@ def _select(
     subject = [value for _name, value in chosen]
 
     def where(alias: str, *conditions: str) -> str:
-        """WHERE ``conditions`` and the provider/model filter, on the job's (alias j) or the
-        call's (c); the caller adds ``subject`` to its parameters."""
+        """WHERE ``conditions`` and the provider/model filter, on the job's scoped keys (alias
+        j), the call's (c) or those used (u); the caller adds ``subject`` to its parameters."""
         clauses = [*conditions, *(f"{alias}.{name} = %s" for name, _value in chosen)]
         return " WHERE " + " AND ".join(clauses) if clauses else ""
 
@@ -366,47 +393,92 @@ def _select(
     selects = {
         # Split by status family (FAILED_STATUS in status, "" for every other status): the
         # headlines and the provider failure rates count jobs and failed jobs from these rows.
-        Kind.JOBS: "SELECT j.hour, 'jobs', j.provider, j.model, '', j.family, "
+        Kind.JOBS: "SELECT j.hour, 'jobs', j.scope, j.provider, j.model, '', j.family, "
         f"CAST(sum(j.step_count) AS BIGINT), count(*), {no_histogram}, {no_usage} "
-        f"FROM jr j{where('j')} GROUP BY 1, 3, 4, 6",
-        Kind.SEGMENT: "SELECT js.hour, 'segment', js.provider, js.model, js.segment, '', "
-        f"{counted} FROM js GROUP BY 1, 3, 4, 5",
-        Kind.FAILURE_CODE: "SELECT js.hour, 'failure_code', js.provider, js.model, "
-        f"js.failure_code, '', {counted} FROM js WHERE js.failure_code <> '' GROUP BY 1, 3, 4, 5",
+        f"FROM jp j{where('j')} GROUP BY 1, 3, 4, 5, 7",
+        Kind.SEGMENT: "SELECT js.hour, 'segment', js.scope, js.provider, js.model, js.segment, "
+        f"'', {counted} FROM js GROUP BY 1, 3, 4, 5, 6",
+        Kind.FAILURE_CODE: "SELECT js.hour, 'failure_code', js.scope, js.provider, js.model, "
+        f"js.failure_code, '', {counted} FROM js WHERE js.failure_code <> '' "
+        "GROUP BY 1, 3, 4, 5, 6",
         # Each job once, by its final root failure's error type (not every type it hit).
-        Kind.ERROR_TYPE: "SELECT j.hour, 'error_type', j.provider, j.model, j.error_type, "
-        f"j.status, count(*), count(*), {no_histogram}, {no_usage} FROM jr j"
-        f"{typed} GROUP BY 1, 3, 4, 5, 6",
-        Kind.DURATION: "SELECT t.hour, 'duration', t.provider, t.model, t.node_id, '', "
+        Kind.ERROR_TYPE: "SELECT j.hour, 'error_type', j.scope, j.provider, j.model, "
+        f"j.error_type, j.status, count(*), count(*), {no_histogram}, {no_usage} FROM jp j"
+        f"{typed} GROUP BY 1, 3, 4, 5, 6, 7",
+        Kind.DURATION: "SELECT t.hour, 'duration', t.scope, t.provider, t.model, t.node_id, '', "
         f"CAST(sum(t.n) AS BIGINT), 0, {histogram}, {no_usage} FROM ("
-        f"SELECT js.hour, js.provider, js.model, js.node_id, {bucket} AS bucket, count(*) AS n "
-        "FROM js WHERE js.duration_ms IS NOT NULL GROUP BY 1, 2, 3, 4, 5) t "
-        "GROUP BY t.hour, t.provider, t.model, t.node_id",
+        "SELECT js.hour, js.scope, js.provider, js.model, js.node_id, "
+        f"{bucket} AS bucket, count(*) AS n "
+        "FROM js WHERE js.duration_ms IS NOT NULL GROUP BY 1, 2, 3, 4, 5, 6) t "
+        "GROUP BY t.hour, t.scope, t.provider, t.model, t.node_id",
         # The calls' own provider and model (a job may call several), as the LLM panels show.
-        Kind.LLM: "SELECT j.hour, 'llm', c.provider, c.model, '', '', count(*), "
+        Kind.LLM: "SELECT j.hour, 'llm', '', c.provider, c.model, '', '', count(*), "
         f"count(DISTINCT c.job_id), {no_histogram}, {database.sql_bounded_sum('c.input_tokens')}, "
         f"{database.sql_bounded_sum('c.output_tokens')}, sum(c.cost) "
         f"FROM jr j {database.sql_job_rows(call, 'c', 'j', partitioned=False)}"
-        f"{named_llm} GROUP BY 1, 3, 4",
+        f"{named_llm} GROUP BY 1, 4, 5",
         # Each job once per provider/model it used (ju), failed where it failed on it (jfa).
-        Kind.PROVIDERS: "SELECT u.hour, 'providers', u.provider, u.model, '', "
+        Kind.PROVIDERS: "SELECT u.hour, 'providers', '', u.provider, u.model, '', "
         "CASE WHEN EXISTS (SELECT 1 FROM jfa a WHERE a.id = u.id AND a.provider = u.provider "
         f"AND a.model = u.model) THEN '{FAILED_STATUS}' ELSE '' END, 0, count(*), "
-        f"{no_histogram}, {no_usage} FROM ju u{where('u')} GROUP BY 1, 3, 4, 6",
+        f"{no_histogram}, {no_usage} FROM ju u{where('u')} GROUP BY 1, 4, 5, 7",
     }
     ctes = [jobs_in_range]
-    if Kind.PROVIDERS in kinds:
+    by_scope = set(SCOPED_KINDS).intersection(kinds)
+    if Kind.PROVIDERS in kinds or (by_scope and set(scopes) - {Scope.OWN}):
         ctes += _provider_ctes(failure, used)
+    if by_scope:
+        ctes.append(_scoped_jobs(scopes))
     if STEP_KINDS.intersection(kinds):
         ctes.append(
-            "js AS (SELECT j.hour, j.provider, j.model, s.job_id, s.segment, s.failure_code, "
-            f"s.node_id, s.duration_ms FROM jr j {database.sql_job_rows(step, 's', 'j')}"
-            f"{where('j')})"
+            "js AS (SELECT j.hour, j.scope, j.provider, j.model, s.job_id, s.segment, "
+            f"s.failure_code, s.node_id, s.duration_ms FROM jp j "
+            f"{database.sql_job_rows(step, 's', 'j')}{where('j')})"
         )
         params += subject
     sql = " UNION ALL ".join(selects[Kind(kind)] for kind in kinds)
     params += [value for kind in kinds if kind not in STEP_KINDS for value in subject]
     return f"WITH {', '.join(ctes)} {sql}", params
+
+
+# A job's guest keys in each scope: what it used (ju) other than its own, only those a filter
+# can name: (key columns, the keys, the condition that a key is not the job's own).
+GUEST_KEYS = {
+    Scope.PROVIDER: (
+        "k.provider, '' AS model",
+        "SELECT DISTINCT id, provider FROM ju WHERE provider <> ''",
+        "k.provider <> j.provider",
+    ),
+    Scope.MODEL: (
+        "'' AS provider, k.model",
+        "SELECT DISTINCT id, model FROM ju WHERE model <> ''",
+        "k.model <> j.model",
+    ),
+    Scope.PAIR: (
+        "k.provider, k.model",
+        "SELECT DISTINCT a.id, a.provider, b.model FROM ju a JOIN ju b ON b.id = a.id "
+        "WHERE a.provider <> '' AND b.model <> ''",
+        "NOT (k.provider = j.provider AND k.model = j.model)",
+    ),
+}
+
+
+def _scoped_jobs(scopes: Sequence[Scope]) -> str:
+    """The CTE jp: the range's jobs (jr) under their own provider/model (OWN) and, in the
+    other ``scopes``, under each guest key (GUEST_KEYS): one row per job and key."""
+    columns = "partition_day, hour, error_type, step_count, family, status"
+    prefixed = ", ".join(f"j.{name}" for name in columns.split(", "))
+    parts = []
+    if Scope.OWN in scopes:
+        parts.append(f"SELECT id, '' AS scope, provider, model, {columns} FROM jr")
+    for scope in scopes:
+        if scope != Scope.OWN:
+            key, keys, guest = GUEST_KEYS[scope]
+            parts.append(
+                f"SELECT j.id, '{scope.value}' AS scope, {key}, {prefixed} FROM jr j "
+                f"JOIN ({keys}) k ON k.id = j.id WHERE {guest}"
+            )
+    return f"jp AS ({' UNION ALL '.join(parts)})"
 
 
 def _provider_ctes(failure: str, used: str) -> list[str]:
@@ -553,7 +625,7 @@ def cells(
         sql, params = _select(kinds, list(plan.raw), provider, model)
         with connection.cursor() as cursor:
             cursor.execute(sql, params)
-            for hour, kind, row_provider, row_model, dimension, status, *counts in cursor:
+            for hour, kind, _scope, row_provider, row_model, dimension, status, *counts in cursor:
                 steps, jobs, histogram, input_tokens, output_tokens, cost = counts
                 found.append(
                     Cell(
@@ -590,20 +662,21 @@ def _stored(plan: Plan, kinds: Sequence[str], provider: str, model: str):
         rows |= Q(compiled, hour=day, kind__in=day_kinds)
         rows |= Q(~compiled, hour__gte=day, hour__lt=day + DAY, kind__in=kinds)
     subject = {name: value for name, value in (("provider", provider), ("model", model)) if value}
-    return DashboardRollup.objects.filter(rows, **subject)
+    # Only the job kinds have guest rows: the OWN rows and the filter's guests, of every kind.
+    scopes = sorted({Scope.OWN, scope_of(provider, model)})
+    return DashboardRollup.objects.filter(rows, scope__in=scopes, **subject)
 
 
 def job_totals(plan: Plan, provider: str = "", model: str = "") -> dict[tuple[str, str], list]:
-    """Jobs started in the plan's range per (provider, model): [jobs, failed-family jobs].
-    Rollup ranges from the JOBS rows (one small aggregate), raw ranges from Job rows, or from
-    the raw JOBS cells when a ``prefetch`` read them; the same numbers as counting Job rows over
-    the whole range. Kept on the plan: the headlines and the provider panel read the same
-    totals."""
+    """Jobs started in the plan's range per (provider, model) of the filter's scope: [jobs,
+    failed-family jobs]. Rollup ranges from the JOBS rows (one small aggregate), raw ranges
+    aggregated by the same SQL, or taken from the raw JOBS cells when a ``prefetch`` read them;
+    the same numbers as counting the Job rows the jobs list's filter finds over the whole range.
+    Kept on the plan: the headlines and the provider panel read the same totals."""
     key = ("job_totals", provider, model)
     if key in plan.fetched:
         return plan.fetched[key]
     totals: dict[tuple[str, str], list] = plan.fetched.setdefault(key, {})
-    subject = {name: value for name, value in (("provider", provider), ("model", model)) if value}
     if plan.rollup:
         rows = (
             _stored(plan, [Kind.JOBS], provider, model)
@@ -613,26 +686,13 @@ def job_totals(plan: Plan, provider: str = "", model: str = "") -> dict[tuple[st
         )
         for row_provider, row_model, status, jobs in rows:
             _count(totals, row_provider, row_model, jobs, jobs if status == FAILED_STATUS else 0)
-    fetched = plan.fetched.get((Kind.JOBS, provider, model))
-    if plan.raw and fetched is not None:
+    if plan.raw:
+        fetched = plan.fetched.get((Kind.JOBS, provider, model))
+        if fetched is None:
+            fetched = cells(Plan((), plan.raw), [Kind.JOBS], provider, model)
         for cell in fetched:
             if cell.raw:
                 _count_cell(totals, cell)
-    elif plan.raw:
-        span = Q()
-        for since, until in plan.raw:
-            span |= Q(started_at__gte=since, started_at__lt=until)
-        rows = (
-            Job.objects.filter(span, **subject)
-            .values_list("provider", "model")
-            .annotate(
-                n_jobs=Count("id"),
-                n_failed=Count("id", filter=Q(status__in=[s.value for s in FAILED_FAMILY])),
-            )
-            .order_by()
-        )
-        for row_provider, row_model, jobs, failed in rows:
-            _count(totals, row_provider, row_model, jobs, failed)
     return totals
 
 

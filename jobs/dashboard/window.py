@@ -6,10 +6,11 @@ from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from urllib.parse import urlencode
 
+from django.db.models import Exists, OuterRef, Q
 from django.utils import timezone
 
 from jobs.dashboard import rollup, spans
-from jobs.models import Job, Step, hour_floor
+from jobs.models import Job, JobProvider, Step, hour_floor
 
 RANGES = {"1h": timedelta(hours=1), "24h": timedelta(hours=24), "7d": timedelta(days=7)}
 DEFAULT_RANGE = "24h"
@@ -46,9 +47,9 @@ class Window:
         return max(bucket_start, self.start), min(bucket_start + BUCKETS[self.bucket], self.end)
 
     def jobs(self):
-        """Jobs started in the window (and of the provider/model, when filtered)."""
+        """Jobs started in the window (and that used the provider/model, when filtered)."""
         jobs = Job.objects.filter(started_at__gte=self.start, started_at__lt=self.end)
-        return jobs.filter(**self._job_filter(""))
+        return jobs.filter(self._used("pk", ""))
 
     def steps(self):
         """Steps of those jobs."""
@@ -57,7 +58,7 @@ class Window:
         # started (less a day for a producer's clock running ahead): on PostgreSQL this
         # leaves the older day partitions unread.
         first_day = (self.start - PRODUCER_CLOCK_AHEAD).astimezone(UTC).date()
-        return steps.filter(partition_day__gte=first_day, **self._job_filter("job__"))
+        return steps.filter(self._used("job_id", "job__"), partition_day__gte=first_day)
 
     def plan(self, refresh_hours: int = rollup.REQUEST_REFRESH_HOURS) -> rollup.Plan:
         """Which hours of the window the rollup answers (refreshing at most ``refresh_hours``
@@ -71,12 +72,15 @@ class Window:
         """The bucket (hour or UTC day) of a rollup hour."""
         return hour.replace(hour=0) if self.bucket == "day" else hour
 
-    def _job_filter(self, prefix: str) -> dict:
-        return {
-            f"{prefix}{name}": value
-            for name, value in (("provider", self.provider), ("model", self.model))
-            if value
-        }
+    def _used(self, job: str, prefix: str) -> Q:
+        """The jobs that used the filter's provider and model: their own, or one of their
+        JobProvider rows (as the jobs list's filters and the rollup's scopes mean it)."""
+        found = Q()
+        for name, value in (("provider", self.provider), ("model", self.model)):
+            if value:
+                used = JobProvider.objects.filter(job=OuterRef(job), **{name: value})
+                found &= Q(**{f"{prefix}{name}": value}) | Exists(used)
+        return found
 
 
 def bucket_for(span: timedelta) -> str:

@@ -51,8 +51,20 @@ class RateCounter(models.Model):
 
 class DashboardRollup(models.Model):
     """The dashboard's step panels pre-aggregated (jobs.rollup): per hour of job start (UTC),
-    provider, model and the panel's own dimension, how many steps and how many distinct jobs.
-    A job lies in one hour and has one provider/model, so job counts add up across rows."""
+    scope, provider, model and the panel's own dimension, how many steps and how many distinct
+    jobs. A job lies in one hour, once under its own provider/model, so job counts add up
+    across the OWN rows; a provider or model filter adds its shape's guest rows."""
+
+    class Scope(models.TextChoices):
+        # The job kinds' rows (JOBS, the step kinds, ERROR_TYPE): OWN, each job under its own
+        # provider/model; the others hold each job again under every provider, model or
+        # provider x model it used that is not its own (guests), so that a filter reads OWN
+        # rows that match plus its shape's guests: the jobs that used it, each once, as the
+        # jobs list's filters mean. Other kinds are OWN only.
+        OWN = "", "own"
+        PROVIDER = "provider"  # model ""
+        MODEL = "model"  # provider ""
+        PAIR = "pair"  # every provider it used x every model it used
 
     class Kind(models.TextChoices):
         # Jobs started (dimension empty; steps = their step_count); status "failed" for the
@@ -85,6 +97,7 @@ class DashboardRollup(models.Model):
 
     hour = models.DateTimeField()
     kind = models.CharField(max_length=16, choices=Kind.choices)
+    scope = models.CharField(max_length=8, choices=Scope.choices, blank=True, default="")
     provider = models.CharField(max_length=200, blank=True)
     model = models.CharField(max_length=200, blank=True)
     dimension = models.CharField(max_length=200, blank=True)
@@ -104,7 +117,7 @@ class DashboardRollup(models.Model):
             # One row per cell. Its index serves the panels' reads (an hour range, then kind)
             # and the refresh's delete of recomputed hours.
             models.UniqueConstraint(
-                fields=["hour", "kind", "provider", "model", "dimension", "status"],
+                fields=["hour", "kind", "scope", "provider", "model", "dimension", "status"],
                 name="rollup_cell",
             ),
         ]

@@ -92,10 +92,12 @@ def test_hour_aligned_window_reads_only_the_rollup(jobs_over_hours):
     assert plan.raw == ()
     assert plan.rollup == ((w.start, w.end),)
     assert not DashboardDirtyHour.objects.exists()
-    job_rows = DashboardRollup.objects.filter(kind="jobs")
+    job_rows = DashboardRollup.objects.filter(kind="jobs", scope=rollup.Scope.OWN)
     # 4 hours x 2 providers, each split into failed-family jobs and the others
     assert len({(row.hour, row.provider) for row in job_rows}) == 8
     assert {row.status for row in job_rows} == {"", rollup.FAILED_STATUS}
+    # Each job used only its own provider and model: no guest rows.
+    assert not DashboardRollup.objects.exclude(scope=rollup.Scope.OWN).exists()
     assert_same_as_raw(w)
 
 
