@@ -79,7 +79,7 @@ class Window:
         for name, value in (("provider", self.provider), ("model", self.model)):
             if value:
                 used = JobProvider.objects.filter(job=OuterRef(job), **{name: value})
-                found &= Q(**{f"{prefix}{name}": value}) | Exists(used)
+                found &= Q(Q(**{f"{prefix}{name}": value}) | Q(Exists(used)))
         return found
 
 

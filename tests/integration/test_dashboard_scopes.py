@@ -11,7 +11,13 @@ from jobs.dashboard.window import Window, jobs_url
 from jobs.models import DashboardRollup
 from jobs.replay.failures import FAILED_FAMILY
 from tests.factories import ANTHROPIC, OPENAI, degraded_planner, event, finished, store
-from tests.integration.test_dashboard import assert_links_match_list, list_count
+from tests.integration.test_dashboard import (
+    CUSTOM,
+    assert_links_match_list,
+    chart_figure,
+    list_count,
+    operator_client,  # noqa: F401 (fixture)
+)
 from tests.integration.test_dashboard_rollup import (
     STEP_PANELS,
     assert_migration_marks_old_rollup_hours_dirty,
@@ -148,6 +154,15 @@ def test_compiled_days_keep_the_guests(mixed_jobs, monkeypatch):
         jobs = w.jobs()
         failed = jobs.filter(status__in=[status.value for status in FAILED_FAMILY]).count()
         assert headlines.job_counts(w, w.plan()) == (jobs.count(), failed)
+
+
+def test_the_page_says_whose_jobs_it_shows(operator_client, mixed_jobs):  # noqa: F811
+    html = operator_client.get(f"{CUSTOM}&provider=anthropic").content.decode()
+    assert "jobs that used anthropic / any model" in html
+    failed = next(
+        bar for bar in chart_figure(html, "step-results")["data"] if bar["name"] == "failed"
+    )
+    assert sum(failed["y"]) == 1  # m9's failed write, in a job started on openai
 
 
 @pytest.mark.django_db(transaction=True)
