@@ -105,15 +105,17 @@ test-client: $(STAMP)
 	$(CLIENT_PYTHON) -c 'import traceviz_client as c; print("make test-client: testing", c.__file__)'
 	$(CLIENT_PYTHON) -m unittest discover --start-directory client/tests
 
-# One pass each (CI=true make test runs both). The PostgreSQL pass runs the whole suite; CI's
-# SQLite pass leaves out what does not depend on the database and costs the most, the browser
-# tests and the real producers' subprocesses, so that CI keeps to its 20 minutes. `make test`
-# outside CI runs the whole suite on SQLite, the embedded default.
+# One pass each (CI=true make test runs both), so that CI keeps to its 20 minutes: a test runs
+# in one pass where the database does not matter to it. The SQLite pass leaves the browser tests
+# and the real producers' subprocesses to the PostgreSQL pass; the PostgreSQL pass leaves the
+# tests that ask for no database at all (marked dbless by tests/conftest.py: the contract,
+# redaction, replay, OTLP mapping...) to the SQLite pass. `make test` outside CI runs the whole
+# suite on SQLite, the embedded default.
 test-sqlite: $(STAMP) producers
 	$(call test_pass,sqlite,env -u DATABASE_URL TRACEVIZ_TEST_DATABASE=sqlite,-m "not postgres and not browser and not producers")
 
 test-postgresql: $(STAMP) producers
-	$(call test_pass,postgresql,env DATABASE_URL='$(TEST_DATABASE_URL)' TRACEVIZ_TEST_DATABASE=postgresql,)
+	$(call test_pass,postgresql,env DATABASE_URL='$(TEST_DATABASE_URL)' TRACEVIZ_TEST_DATABASE=postgresql,-m "not dbless or postgres or browser or producers")
 
 # test_pass NAME,ENVIRONMENT,PYTEST-OPTIONS: the output is kept in test-artifacts/pytest-NAME.log
 # and the pass's summary line (pytest's closing line, timed) in test-artifacts/pytest-NAME.summary.

@@ -106,6 +106,22 @@ def pytest_terminal_summary(terminalreporter):
         ]
 
 
+# Fixtures through which a test reaches the database (a Django test client may too).
+DATABASE_FIXTURES = frozenset(
+    {"db", "transactional_db", "django_db_reset_sequences", "live_server", "client"}
+)
+
+
+def pytest_collection_modifyitems(items):
+    """A test that asks for no database (none of DATABASE_FIXTURES, no django_db mark) is
+    marked dbless: CI's PostgreSQL pass leaves it to the SQLite pass, so it runs once."""
+    for item in items:
+        if not DATABASE_FIXTURES.intersection(getattr(item, "fixturenames", ())) and not (
+            item.get_closest_marker("django_db")
+        ):
+            item.add_marker(pytest.mark.dbless)
+
+
 def pytest_runtest_setup(item):
     """The markers do the work: a test marked postgres or redis needs that service, so the
     marker that deselects it in CI's SQLite pass is also the one that skips (or fails) it."""
