@@ -36,32 +36,39 @@ def jobs_over_hours(db):
     for i in range(24):
         job_id, at = f"r{i}", i * 600 + 7
         items.append(job_started(job_id, at, **(OPENAI if i % 2 else ANTHROPIC)))
-        items.append(finished("n1", job_id=job_id, at=at + 1, duration_ms=10 * i))
-        if i % 3 == 0:
-            items.append(
-                finished(
-                    "n2",
-                    "retryable_failure",
-                    job_id=job_id,
-                    at=at + 2,
-                    failure_code="adapter_timeout",
-                    error_type="network",
-                    duration_ms=700 + i,
-                )
-            )
-        if i % 4 == 1:
-            items.append(
-                finished(
-                    "n3",
-                    "permanent_failure",
-                    job_id=job_id,
-                    at=at + 3,
-                    failure_code="tool_not_found",
-                    error_type="logic",
-                    duration_ms=30,
-                )
-            )
+        items += steps_of(job_id, at, i)
     store(items)
+
+
+def steps_of(job_id: str, at: int, i: int) -> list[dict]:
+    """Job number ``i``'s steps: n1 ok, n2 retried (every third job), n3 failed (every fourth
+    from the second), with failure codes, error types and durations."""
+    items = [finished("n1", job_id=job_id, at=at + 1, duration_ms=10 * i)]
+    if i % 3 == 0:
+        items.append(
+            finished(
+                "n2",
+                "retryable_failure",
+                job_id=job_id,
+                at=at + 2,
+                failure_code="adapter_timeout",
+                error_type="network",
+                duration_ms=700 + i,
+            )
+        )
+    if i % 4 == 1:
+        items.append(
+            finished(
+                "n3",
+                "permanent_failure",
+                job_id=job_id,
+                at=at + 3,
+                failure_code="tool_not_found",
+                error_type="logic",
+                duration_ms=30,
+            )
+        )
+    return items
 
 
 def window(start_hours=0.0, end_hours=4.0, bucket="hour", **filters):

@@ -10,7 +10,7 @@ from jobs.dashboard import charts, headlines, rollup
 from jobs.dashboard.window import Window, jobs_url
 from jobs.models import DashboardRollup
 from jobs.replay.failures import FAILED_FAMILY
-from tests.factories import ANTHROPIC, OPENAI, degraded_planner, event, finished, store
+from tests.factories import ANTHROPIC, OPENAI, degraded_planner, event, store
 from tests.integration.test_dashboard import (
     CUSTOM,
     assert_links_match_list,
@@ -22,6 +22,7 @@ from tests.integration.test_dashboard_rollup import (
     STEP_PANELS,
     assert_migration_marks_old_rollup_hours_dirty,
     assert_same_as_raw,
+    steps_of,
     window,
 )
 
@@ -43,7 +44,7 @@ FILTERS = [
 def mixed_jobs(db):
     """Over three hours from 09:00: jobs on one provider, jobs whose planner degraded on
     another, jobs that called two models of one provider, each with ok, retried and failed
-    steps."""
+    steps (``steps_of``)."""
     items = []
     for i in range(18):
         job_id, at = f"m{i}", i * 600 + 11
@@ -53,31 +54,7 @@ def mixed_jobs(db):
             items.append(event("job_started", job_id, at, **(OPENAI if i % 2 else ANTHROPIC)))
         if i % 3 == 1:  # a second model of the job's provider, or of the other
             items.append(event("graph.next_step.parse_invalid", job_id, at + 1, **MINI))
-        items.append(finished("plan", job_id=job_id, at=at + 3, duration_ms=40 + i))
-        if i % 2 == 0:
-            items.append(
-                finished(
-                    "fetch",
-                    "retryable_failure",
-                    job_id=job_id,
-                    at=at + 4,
-                    failure_code="adapter_timeout",
-                    error_type="network",
-                    duration_ms=900,
-                )
-            )
-        if i % 4 == 1:
-            items.append(
-                finished(
-                    "write",
-                    "permanent_failure",
-                    job_id=job_id,
-                    at=at + 5,
-                    failure_code="tool_not_found",
-                    error_type="logic",
-                    duration_ms=30,
-                )
-            )
+        items += steps_of(job_id, at + 2, i)
     store(items)
 
 
@@ -127,7 +104,7 @@ def test_a_job_is_under_every_provider_and_model_it_used(mixed_jobs):
     assert {"m0", "m1", "m4"} <= ids(provider="openai")
     assert {"m1", "m4"} <= ids(model="gpt-4.1-mini") and "m0" not in ids(model="gpt-4.1-mini")
     assert ids(provider="anthropic", model="gpt-4.1-mini") == {"m4", "m10", "m16"}
-    # Anthropic's failed-step bar counts m9's failed write (a job started on openai): the
+    # Anthropic's failed-step bar counts m9's failed n3 (a job started on openai): the
     # dashboard filtered on the job's own provider showed none.
     figure = charts.step_results(window(0, 3, provider="anthropic"))
     assert sum(next(bar for bar in figure["data"] if bar["name"] == "failed")["y"]) == 1
@@ -162,7 +139,7 @@ def test_the_page_says_whose_jobs_it_shows(operator_client, mixed_jobs):  # noqa
     failed = next(
         bar for bar in chart_figure(html, "step-results")["data"] if bar["name"] == "failed"
     )
-    assert sum(failed["y"]) == 1  # m9's failed write, in a job started on openai
+    assert sum(failed["y"]) == 1  # m9's failed n3, in a job started on openai
 
 
 @pytest.mark.django_db(transaction=True)
