@@ -171,3 +171,42 @@ def test_changing_the_range_swaps_the_panels_and_redraws(page, live_server, dash
     page.wait_for_url(lambda current: "range=" not in current)
     page.wait_for_selector('[data-chart="step-results"][data-ready="true"] svg.main-svg')
     screenshot(page, "dashboard-after-back")
+
+
+def test_a_provider_filter_shows_the_jobs_that_used_it(page, live_server, dashboard_data):
+    """A job started on openai whose planner degraded on anthropic and whose step failed is
+    under both filters: the caption says whose jobs the page shows."""
+    openai = {"provider": "openai", "model": "gpt-4.1"}
+    factories.store(
+        [
+            item("job_started", "dash-openai", 300, workflow="pdca", **openai),
+            item("graph.next_step.parse_invalid", "dash-openai", 299, attempt=1, **ANTHROPIC),
+            item(
+                "node_finished",
+                "dash-openai",
+                298,
+                node_id="act",
+                attempt=1,
+                result_type="permanent_failure",
+                failure_code="tool_not_found",
+                error_type="logic",
+                duration_ms=500,
+            ),
+        ]
+    )
+    failed_steps = {}
+    log_in(page, live_server, "olga", "/dashboard/")
+    for provider in ("anthropic", "openai"):
+        page.goto(f"{live_server.url}/dashboard/?provider={provider}")
+        page.wait_for_function(
+            "() => [...document.querySelectorAll('[data-chart]')]"
+            ".every(e => e.dataset.ready === 'true')"
+        )
+        caption = page.locator(".range-caption").text_content()
+        assert f"jobs that used {provider} / any model" in caption
+        figure = json.loads(page.locator("#step-results").text_content())
+        failed = next(bar for bar in figure["data"] if bar["name"] == "failed")
+        failed_steps[provider] = sum(failed["y"])
+        screenshot(page, f"dashboard-provider-{provider}")
+    # dash-0, 3 and 6 (anthropic's own) and dash-openai; on openai, dash-openai alone.
+    assert failed_steps == {"anthropic": 4, "openai": 1}
