@@ -3,9 +3,10 @@ its empty state. ``static/js/charts.js`` draws them (and escapes the producer te
 
 
 def layout(**extra) -> dict:
-    """The shared layout (transparent, the page's font, legend above the plot), with ``extra``
-    keys replacing its own."""
+    """The shared layout (transparent, the page's font, legend above the plot, also for one
+    trace: a lone red bar is named "failed"), with ``extra`` keys replacing its own."""
     base = {
+        "showlegend": True,
         "margin": {"l": 56, "r": 16, "t": 36, "b": 72},
         "height": 340,
         "hovermode": "closest",

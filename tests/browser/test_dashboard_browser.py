@@ -207,6 +207,9 @@ def test_a_provider_filter_shows_the_jobs_that_used_it(page, live_server, dashbo
         figure = json.loads(page.locator("#step-results").text_content())
         failed = next(bar for bar in figure["data"] if bar["name"] == "failed")
         failed_steps[provider] = sum(failed["y"])
+        # Named in the legend even when it is the chart's only trace (openai's).
+        legend = page.locator('[data-chart="step-results"] .legend').text_content()
+        assert "failed" in legend
         screenshot(page, f"dashboard-provider-{provider}")
     # dash-0, 3 and 6 (anthropic's own) and dash-openai; on openai, dash-openai alone.
     assert failed_steps == {"anthropic": 4, "openai": 1}
