@@ -41,9 +41,9 @@ def _from_calls(window: Window) -> list[dict]:
         counted, job__started_at__gte=window.start, job__started_at__lt=window.end
     ).exclude(provider="", model="")
     if window.provider:
-        calls = calls.filter(provider=window.provider)
+        calls = calls.filter(provider__iexact=window.provider)
     if window.model:
-        calls = calls.filter(model=window.model)
+        calls = calls.filter(model__iexact=window.model)
     return list(
         calls.annotate(bucket=Trunc("job__started_at", window.bucket, tzinfo=UTC))
         .values("provider", "model", "bucket")

@@ -209,7 +209,7 @@ def activity(
     subject, subject_params = "", []
     for name, value in (("provider", provider), ("model", model)):
         if value:
-            subject += f" AND {name} = %s"
+            subject += f" AND UPPER({name}) = UPPER(%s)"
             subject_params.append(value)
     summaries: list[tuple[str, list]] = []  # (SQL, params): rows of b, p, m, jobs, pi, dg
     # Rows of b, p, m, j, pi, dg, d: a job once per row; d = 1 when a run counts it already.

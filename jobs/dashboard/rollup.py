@@ -377,9 +377,10 @@ def _select(
     subject = [value for _name, value in chosen]
 
     def where(alias: str, *conditions: str) -> str:
-        """WHERE ``conditions`` and the provider/model filter, on the job's scoped keys (alias
-        j), the call's (c) or those used (u); the caller adds ``subject`` to its parameters."""
-        clauses = [*conditions, *(f"{alias}.{name} = %s" for name, _value in chosen)]
+        """WHERE ``conditions`` and the provider/model filter, ignoring case as the jobs list
+        does, on the job's scoped keys (alias j), the call's (c) or those used (u); the caller
+        adds ``subject`` to its parameters."""
+        clauses = [*conditions, *(f"UPPER({alias}.{name}) = UPPER(%s)" for name, _ in chosen)]
         return " WHERE " + " AND ".join(clauses) if clauses else ""
 
     typed = where("j", "j.error_type <> ''")
@@ -441,24 +442,26 @@ def _select(
     return f"WITH {', '.join(ctes)} {sql}", params
 
 
-# A job's guest keys in each scope: what it used (ju) other than its own, only those a filter
-# can name: (key columns, the keys, the condition that a key is not the job's own).
+# A job's guest keys in each scope: what it used (ju) other than its own, in capitals (a filter
+# ignores case: a provider used under two spellings is one key, and one that is its own
+# spelled otherwise is none), only those a filter can name: (key columns, the keys, the
+# condition that a key is not the job's own).
 GUEST_KEYS = {
     Scope.PROVIDER: (
         "k.provider, '' AS model",
-        "SELECT DISTINCT id, provider FROM ju WHERE provider <> ''",
-        "k.provider <> j.provider",
+        "SELECT DISTINCT id, UPPER(provider) AS provider FROM ju WHERE provider <> ''",
+        "k.provider <> UPPER(j.provider)",
     ),
     Scope.MODEL: (
         "'' AS provider, k.model",
-        "SELECT DISTINCT id, model FROM ju WHERE model <> ''",
-        "k.model <> j.model",
+        "SELECT DISTINCT id, UPPER(model) AS model FROM ju WHERE model <> ''",
+        "k.model <> UPPER(j.model)",
     ),
     Scope.PAIR: (
         "k.provider, k.model",
-        "SELECT DISTINCT a.id, a.provider, b.model FROM ju a JOIN ju b ON b.id = a.id "
-        "WHERE a.provider <> '' AND b.model <> ''",
-        "NOT (k.provider = j.provider AND k.model = j.model)",
+        "SELECT DISTINCT a.id, UPPER(a.provider) AS provider, UPPER(b.model) AS model "
+        "FROM ju a JOIN ju b ON b.id = a.id WHERE a.provider <> '' AND b.model <> ''",
+        "NOT (k.provider = UPPER(j.provider) AND k.model = UPPER(j.model))",
     ),
 }
 
@@ -661,7 +664,11 @@ def _stored(plan: Plan, kinds: Sequence[str], provider: str, model: str):
         compiled = Exists(DashboardRollup.objects.filter(kind=Kind.DAY, hour=day))
         rows |= Q(compiled, hour=day, kind__in=day_kinds)
         rows |= Q(~compiled, hour__gte=day, hour__lt=day + DAY, kind__in=kinds)
-    subject = {name: value for name, value in (("provider", provider), ("model", model)) if value}
+    subject = {
+        f"{name}__iexact": value
+        for name, value in (("provider", provider), ("model", model))
+        if value
+    }
     # Only the job kinds have guest rows: the OWN rows and the filter's guests, of every kind.
     scopes = sorted({Scope.OWN, scope_of(provider, model)})
     return DashboardRollup.objects.filter(rows, scope__in=scopes, **subject)

@@ -73,13 +73,13 @@ class Window:
         return hour.replace(hour=0) if self.bucket == "day" else hour
 
     def _used(self, job: str, prefix: str) -> Q:
-        """The jobs that used the filter's provider and model: their own, or one of their
-        JobProvider rows (as the jobs list's filters and the rollup's scopes mean it)."""
+        """The jobs that used the filter's provider and model, in any case: their own, or one
+        of their JobProvider rows (as the jobs list's filters and the rollup's scopes mean it)."""
         found = Q()
         for name, value in (("provider", self.provider), ("model", self.model)):
             if value:
-                used = JobProvider.objects.filter(job=OuterRef(job), **{name: value})
-                found &= Q(Q(**{f"{prefix}{name}": value}) | Q(Exists(used)))
+                used = JobProvider.objects.filter(job=OuterRef(job), **{f"{name}__iexact": value})
+                found &= Q(Q(**{f"{prefix}{name}__iexact": value}) | Q(Exists(used)))
         return found
 
 

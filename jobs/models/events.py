@@ -136,8 +136,9 @@ class EventQuerySet(models.QuerySet):
 
     def planner(self, provider: str = "", model: str = "") -> "EventQuerySet":
         """These events' job_started and planner events that carry a provider and a model,
-        annotated with both (as text), of ``provider`` and ``model`` when given: what the
-        planner panels and alerts count. With a ts filter, served by the (type, ts) index."""
+        annotated with both (as text), of ``provider`` and ``model`` when given (in any case,
+        as the jobs list's filters): what the planner panels and alerts count. With a ts
+        filter, served by the (type, ts) index."""
         rows = self.filter(type__in=PLANNER_EVENT_TYPES).annotate(
             provider=KT("payload__provider"), model=KT("payload__model")
         )
@@ -147,9 +148,9 @@ class EventQuerySet(models.QuerySet):
         # not ("malformed JSON"). The contract makes provider and model strings, so both mean
         # the same.
         if provider:
-            rows = rows.filter(payload__provider=provider)
+            rows = rows.filter(payload__provider__iexact=provider)
         if model:
-            rows = rows.filter(payload__model=model)
+            rows = rows.filter(payload__model__iexact=model)
         return rows
 
     def resources_referenced(self, digests: list[str]) -> set[str]:

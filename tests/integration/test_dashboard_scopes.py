@@ -142,6 +142,34 @@ def test_the_page_says_whose_jobs_it_shows(operator_client, mixed_jobs):  # noqa
     assert sum(failed["y"]) == 1  # m9's failed n3, in a job started on openai
 
 
+def test_a_filter_ignores_case_as_the_list_does(mixed_jobs):
+    # At 10:01: c1's own provider is spelled OpenAI; c2 started on anthropic and called openai
+    # under two spellings (one guest, counted once).
+    store(
+        [
+            event("job_started", "c1", 3660, provider="OpenAI", model="GPT-4.1"),
+            *steps_of("c1", 3661, 1),
+            event("job_started", "c2", 3720, **ANTHROPIC),
+            event("graph.next_step.parse_invalid", "c2", 3721, provider="OPENAI", model="gpt-4.1"),
+            event("graph.next_step.parse_invalid", "c2", 3722, provider="openai", model="gpt-4.1"),
+            *steps_of("c2", 3723, 5),
+        ]
+    )
+    for start, end in ((0, 3), (0.25, 2.5)):
+        shown = []
+        for spelling in ("openai", "OpenAI", "OPENAI"):
+            w = window(start, end, provider=spelling, model="gpt-4.1")
+            assert_same_as_raw(w)
+            jobs = w.jobs()
+            assert {"c1", "c2"} <= set(jobs.values_list("job_id", flat=True))
+            assert headlines.job_counts(w)[0] == jobs.count() == list_count(jobs_url(w))
+            counts, _rate = charts.planner(w)
+            planner_events = sum(sum(trace["y"]) for trace in counts["data"])
+            shown.append((headlines.job_counts(w), code_counts(w), planner_events))
+        assert shown[0] == shown[1] == shown[2]
+        assert shown[0][2] >= 2  # c2's parse_invalid events, both spellings
+
+
 @pytest.mark.django_db(transaction=True)
 def test_the_migration_recomputes_every_hour_the_rollup_holds():
     """Rollups made before the scopes are recomputed: migration 0042 marks the hours of their
