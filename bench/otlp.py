@@ -179,20 +179,6 @@ def post_traces(url: str, token: str, body: bytes) -> None:
         response.read()
 
 
-def projections_by_path() -> dict[str, int]:
-    """The jobs projected so far by path (``traceviz_projections_total``)."""
-    from jobs.ingest import counters
-    from jobs.models import Counter
-
-    return {
-        path: int(value)
-        for path in ("full", "incremental")
-        for value in Counter.objects.filter(
-            name=counters.PROJECTIONS, labels=counters.labels_key(path=path)
-        ).values_list("value", flat=True)
-    }
-
-
 def stream_in_process(spans: list[Span], args: argparse.Namespace) -> list[tuple[int, float]]:
     """Store ``spans`` in end order, ``args.long_export`` a request, each fold taking
     ``args.fold_every`` requests; returns each fold's (spans, seconds: its appends and the fold).
@@ -228,15 +214,17 @@ def in_process(args: argparse.Namespace, base: str, database: str, start: dateti
     recreate_database(base, database)
     database_url = postgres_url(database, base)
     setup_django(database_url)
+    from jobs.ingest import counters
+
     analyzing = analyze_periodically(database_url)
     rng = random.Random(7)
     mode = "whole trace expanded on every fold" if args.no_growth else "grown"
     try:
         for n, langgraph in enumerate((False, True)):
             long_trace = trace_spans(n, args.long_steps, start, rng, langgraph=langgraph)
-            before = projections_by_path()
+            before = counters.projections_by_path()
             folds = stream_in_process(long_trace, args)
-            paths = {p: c - before.get(p, 0) for p, c in projections_by_path().items()}
+            paths = {p: c - before.get(p, 0) for p, c in counters.projections_by_path().items()}
             per_span = [seconds * 1000 / count for count, seconds in folds]
             # Not the first fold (a new job, tables empty), as the HTTP figure leaves it out.
             early, late = statistics.median(per_span[1:6]), statistics.median(per_span[-5:])

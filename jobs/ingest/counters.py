@@ -159,6 +159,18 @@ def record_projections(by_path: Mapping[str, int]) -> None:
     increment(_projection_deltas(by_path))
 
 
+def projections_by_path() -> dict[str, int]:
+    """The jobs projected so far by path ("full": replayed whole, "incremental": folded onto
+    their snapshot), as ``traceviz_projections_total`` counts them."""
+    return {
+        path: int(value)
+        for path in ("full", "incremental")
+        for value in Counter.objects.filter(
+            name=PROJECTIONS, labels=labels_key(path=path)
+        ).values_list("value", flat=True)
+    }
+
+
 def _projection_deltas(by_path: Mapping[str, int]) -> dict[tuple[str, str], int]:
     return {(PROJECTIONS, labels_key(path=path)): count for path, count in by_path.items()}
 

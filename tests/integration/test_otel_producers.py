@@ -47,17 +47,6 @@ def taking_turns(turns: int) -> list[str]:
     ]
 
 
-def projection_paths() -> dict[str, int]:
-    """How many jobs each batch replayed whole ("full") or folded onto ("incremental")."""
-    return {
-        path: int(value)
-        for path in ("full", "incremental")
-        for value in Counter.objects.filter(
-            name=counters.PROJECTIONS, labels=counters.labels_key(path=path)
-        ).values_list("value", flat=True)
-    }
-
-
 # --- LangGraph through OpenInference ---------------------------------------------------------
 
 
@@ -157,7 +146,7 @@ def test_langgraph_run_with_retries_and_a_handled_tool_error_is_told_truthfully(
     # attempts (each retry turns the stored failure before it retryable) and the tool's step.
     # Replayed whole: the LLM call and plan (nothing was folded yet), use_tool (the parent the
     # tool's step waited for) and the root.
-    assert projection_paths() == {"full": 4, "incremental": 4}
+    assert counters.projections_by_path() == {"full": 4, "incremental": 4}
 
     job = Job.objects.get()
     assert (job.status, job.name, job.workflow) == ("completed", "LangGraph", "support-agent")
@@ -253,7 +242,7 @@ def test_a_langgraph_agent_loop_streamed_span_by_span_grows_its_job(langchain_tr
     # waiting for the first node were folded (LangGraph's runnable inside it, then the node),
     # each tools node (the parent its tool's step waited for) and the root. Every other span,
     # node or call, grew the job.
-    assert projection_paths() == {"full": 8, "incremental": 16}
+    assert counters.projections_by_path() == {"full": 8, "incremental": 16}
     assert parity.differences(job.job_id) == []
 
 
@@ -468,7 +457,7 @@ def test_a_run_still_going_is_running_and_grows_span_by_span(exporting):
             with tracer.start_as_current_span("tools"):
                 pass
         job = Job.objects.get(job_id=trace_id)
-        projected.update(projection_paths())
+        projected.update(counters.projections_by_path())
         assert (job.status, job.name, job.findings) == ("running", "", [])
         assert [node for node, _attempt, _result in steps_of(job)] == taking_turns(4)
         assert job.input_tokens == 406
