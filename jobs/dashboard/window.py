@@ -6,11 +6,11 @@ from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from urllib.parse import urlencode
 
-from django.db.models import Exists, OuterRef, Q
+from django.db.models import Q
 from django.utils import timezone
 
 from jobs.dashboard import rollup, spans
-from jobs.models import Job, JobProvider, Step, hour_floor
+from jobs.models import Job, Step, hour_floor, that_used
 
 RANGES = {"1h": timedelta(hours=1), "24h": timedelta(hours=24), "7d": timedelta(days=7)}
 DEFAULT_RANGE = "24h"
@@ -73,13 +73,12 @@ class Window:
         return hour.replace(hour=0) if self.bucket == "day" else hour
 
     def _used(self, job: str, prefix: str) -> Q:
-        """The jobs that used the filter's provider and model, in any case: their own, or one
-        of their JobProvider rows (as the jobs list's filters and the rollup's scopes mean it)."""
+        """The jobs that used the filter's provider and model (``that_used``, as the jobs list
+        and the rollup's scopes mean it)."""
         found = Q()
         for name, value in (("provider", self.provider), ("model", self.model)):
             if value:
-                used = JobProvider.objects.filter(job=OuterRef(job), **{f"{name}__iexact": value})
-                found &= Q(Q(**{f"{prefix}{name}__iexact": value}) | Q(Exists(used)))
+                found &= that_used(name, value, job, prefix)
         return found
 
 

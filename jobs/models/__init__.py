@@ -73,6 +73,7 @@ from jobs.models.runs import (
     next_attempts,
     stalled_condition,
     statuses_of,
+    that_used,
 )
 from jobs.models.values import (
     DIGITS_AS_ZERO,
@@ -166,6 +167,7 @@ __all__ = [
     "stalled_condition",
     "statuses_of",
     "stored_payload",
+    "that_used",
     "today_utc",
     "with_resource",
 ]

@@ -42,6 +42,15 @@ def stalled_condition(now: datetime) -> Q:
 NO_VALUE = "(none)"
 
 
+def that_used(name: str, value: str, job: str = "pk", prefix: str = "") -> Q:
+    """Jobs whose own ``name`` ("provider" or "model") is ``value`` or that used it (a
+    JobProvider row: its planner events', its calls'), in any case: the jobs list's filter, and
+    the dashboard's. ``job``: the outer query's job pk;
+    ``prefix``: the path from its rows to the job's fields ("job__" from steps)."""
+    rows = JobProvider.objects.filter(job=OuterRef(job), **{f"{name}__iexact": value})
+    return Q(Q(**{f"{prefix}{name}__iexact": value}) | Q(Exists(rows)))
+
+
 # Started within the last ... (the dashboard's presets); combines with since/until.
 STARTED_WITHIN = {"1h": timedelta(hours=1), "24h": timedelta(hours=24), "7d": timedelta(days=7)}
 
@@ -138,11 +147,7 @@ class JobQuerySet(models.QuerySet):
             if filters.get(name) == NO_VALUE:
                 jobs = jobs.filter(**{name: ""})
             elif filters.get(name):
-                # Every provider/model the job used, and the one each failure failed on.
-                used = JobProvider.objects.filter(
-                    job=OuterRef("pk"), **{f"{name}__iexact": filters[name]}
-                )
-                jobs = jobs.filter(Q(**{f"{name}__iexact": filters[name]}) | Exists(used))
+                jobs = jobs.filter(that_used(name, filters[name]))
         if filters.get("workflow"):
             jobs = jobs.filter(workflow=filters["workflow"])
         if filters.get("range") in STARTED_WITHIN:
