@@ -8,7 +8,10 @@
 
 ``load`` sends jobs in chunks of ``--chunk-jobs`` from ``--workers`` processes, each calling
 ``store_batch`` (what the event API and /v1/traces call after parsing the body) on its own
-connection. The mix (seeded per chunk, so a resumed chunk sends the same events again and
+connection. With ``--respond-async`` the workers only append (what a request with
+``Prefer: respond-async`` does) and ``--projectors`` ``manage.py run_projector`` processes fold
+beside them; the load ends when nothing is left dirty, and prints how long that took.
+The mix (seeded per chunk, so a resumed chunk sends the same events again and
 idempotency drops what was stored): the load bench's jobs (2 to 5 nodes, retries, 30 % failed
 finishes, auth and internal errors that open escalations) with four providers and their models,
 one job in ten with planner parse failures and a degradation, one in twenty sent as an
@@ -36,7 +39,9 @@ import multiprocessing
 import os
 import queue as queue_module
 import random
+import signal
 import statistics
+import subprocess
 import sys
 import time
 from datetime import UTC, datetime, timedelta
@@ -56,7 +61,9 @@ PROVIDERS = {
 }
 EVENTS_PER_JOB = 10  # about: what the mix below averages, to size the chunk count
 BATCH_EVENTS = 500
-BIG_JOB, SMALL_JOB = "scale-steps-1000", "scale-steps-10"
+SMALL_JOB, BIG_JOB, HUGE_JOB = "scale-steps-10", "scale-steps-1000", "scale-steps-10000"
+# The big job's second run (failing at another step), for the compare page.
+BIG_JOB_AGAIN = "scale-steps-1000-again"
 # The load's support team answers every escalation within a day of its trigger (receive time),
 # so the queue holds about a day of them, not every escalation ever opened.
 SUPPORT_ANSWERS_WITHIN = timedelta(days=1)
@@ -153,9 +160,9 @@ def planner_events(job_id: str, first: dict, rng: random.Random) -> list[dict]:
 # --- load ---------------------------------------------------------------------------------------
 
 
-def send_chunk(chunk: int, jobs: int, received: datetime) -> int:
+def send_chunk(chunk: int, jobs: int, received: datetime, project: bool) -> int:
     """Store the chunk's events: first halves, then second halves, in batches; returns how
-    many events were stored."""
+    many events were stored. Without ``project`` they are only appended (``respond-async``)."""
     from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
 
     from jobs.contract import bodies, otlp
@@ -167,17 +174,20 @@ def send_chunk(chunk: int, jobs: int, received: datetime) -> int:
         items = [item for half in round_ for item in half]
         for start in range(0, len(items), BATCH_EVENTS):
             batch = bodies.parse_items(items[start : start + BATCH_EVENTS], max_events=10_000)
-            stored += store_batch(batch, received_at=received).stored
+            stored += store_batch(batch, received_at=received, project=project).stored
     if traces:
         request = ExportTraceServiceRequest()
         for spans in traces:
             scope = request.resource_spans.add().scope_spans.add()
             scope.spans.extend(spans)
-        stored += store_batch(otlp.to_batch(request, 10_000).batch, received_at=received).stored
+        batch = otlp.to_batch(request, 10_000).batch
+        stored += store_batch(batch, received_at=received, project=project).stored
     return stored
 
 
-def worker(queue, done, chunks: list[int], jobs: int, start: float, span: float, total: int):
+def worker(
+    queue, done, chunks: list[int], jobs: int, start: float, span: float, total: int, project: bool
+):
     setup()
     from django.db import connection
 
@@ -186,7 +196,7 @@ def worker(queue, done, chunks: list[int], jobs: int, start: float, span: float,
             continue
         received = datetime.fromtimestamp(start + span * chunk / total, UTC)
         began = time.perf_counter()
-        stored = send_chunk(chunk, jobs, received)
+        stored = send_chunk(chunk, jobs, received, project)
         queue.put((chunk, stored, time.perf_counter() - began, time.time()))
         support_resolves(received - SUPPORT_ANSWERS_WITHIN)  # not counted as ingest time
     connection.close()
@@ -225,12 +235,17 @@ def load(args) -> None:
     connections.close_all()  # the workers fork: each opens its own connection
     stop = analyze_periodically(os.environ["DATABASE_URL"], every=60.0)
     queue = multiprocessing.Queue()
+    project = not args.respond_async
     processes = [
         multiprocessing.Process(
             target=worker,
-            args=(queue, done, todo[w :: args.workers], jobs, state["start"], span, total),
+            args=(queue, done, todo[w :: args.workers], jobs, state["start"], span, total, project),
         )
         for w in range(args.workers)
+    ]
+    projectors = [
+        subprocess.Popen([sys.executable, "manage.py", "run_projector"], cwd=ROOT)
+        for _ in range(0 if project else args.projectors)
     ]
     for process in processes:
         process.start()
@@ -258,9 +273,28 @@ def load(args) -> None:
                 print(
                     f"  {stored:,} events, {len(state['chunks'])}/{total} chunks, "
                     f"{rate * args.workers:,.0f} events/s now, "
-                    f"{time.perf_counter() - began:,.0f} s",
+                    f"{time.perf_counter() - began:,.0f} s{lag(projectors)}",
                     flush=True,
                 )
+        appended = time.perf_counter() - began
+        while projectors and lag(projectors) != "; nothing dirty":
+            if dead := [p.returncode for p in projectors if p.poll() is not None]:
+                sys.exit(f"load: a projector died (exit code {dead[0]}); run load again")
+            time.sleep(2)
+        state.setdefault("runs", []).append(
+            {
+                "respond_async": not project,
+                "events": sum(c["events"] for c in state["chunks"].values() if c["end"] > began),
+                "appended_seconds": appended,
+                "projected_seconds": time.perf_counter() - began,
+            }
+        )
+        if projectors:
+            print(
+                f"load: appended in {appended:,.0f} s, projected (nothing dirty) after "
+                f"{time.perf_counter() - began:,.0f} s",
+                flush=True,
+            )
     finally:
         save_state(database, state)
         stop.set()
@@ -268,7 +302,21 @@ def load(args) -> None:
             process.join(timeout=5)
             if process.is_alive():
                 process.terminate()
+        for projector in projectors:
+            projector.send_signal(signal.SIGTERM)
+            projector.wait(timeout=60)
     print_rates(state, args.workers)
+
+
+def lag(projectors: list) -> str:
+    """With projectors running: how many jobs are dirty (not the oldest mark's age: the load's
+    receive times, which the marks take, are spread over past days)."""
+    if not projectors:
+        return ""
+    from jobs.models import ProjectionMark
+
+    count = ProjectionMark.objects.dirty().count()
+    return f"; {count:,} jobs dirty" if count else "; nothing dirty"
 
 
 def recent(state: dict, count: int) -> list[dict]:
@@ -297,19 +345,22 @@ def print_rates(state: dict, workers: int) -> None:
 
 
 def plant_jobs() -> None:
-    """A 10-step and a 1,000-step job, sent through ingest like any other."""
+    """A 10-step, a 1,000-step and a 10,000-step job, and the 1,000-step job's second run (it
+    fails one step earlier), sent through ingest like any other."""
     from jobs.contract import bodies
     from jobs.ingest.store import store_batch
     from jobs.models import Job
 
-    for job_id, steps in ((SMALL_JOB, 10), (BIG_JOB, 1000)):
+    planted = ((SMALL_JOB, 10, 10), (BIG_JOB, 1000, 1000), (BIG_JOB_AGAIN, 1000, 999))
+    for job_id, steps, failing in (*planted, (HUGE_JOB, 10_000, 10_000)):
         if Job.objects.filter(job_id=job_id).exists():
             continue
         start = datetime.now(UTC) - timedelta(hours=2)
-        items = [{"type": "job_started", "job_id": job_id, "ts": start.isoformat(), "payload": {}}]
+        job = {"workflow": "scale-planted"}
+        items = [{"type": "job_started", "job_id": job_id, "ts": start.isoformat(), "payload": job}]
         for n in range(steps):
-            at = (start + timedelta(seconds=n)).isoformat()
-            result = "permanent_failure" if n == steps - 1 else "success"
+            at = (start + timedelta(seconds=n * min(1.0, 7000 / steps))).isoformat()
+            result = "permanent_failure" if n == failing - 1 else "success"
             for kind, extra in (("node_started", {}), ("node_finished", {"result_type": result})):
                 payload = {"node_id": f"n{n}", "attempt": 1, **extra}
                 if result != "success" and kind == "node_finished":
@@ -411,7 +462,11 @@ def pages(runs: int, last: datetime | None) -> dict[str, list[float] | None]:
         "list: all, model=CLAUDE-SONNET-4 (case)": "/?show=all&model=CLAUDE-SONNET-4",
         "job page, 10 steps": f"/jobs/{SMALL_JOB}/",
         "job page, 1,000 steps": f"/jobs/{BIG_JOB}/",
-        "failure groups": "/failures/",
+        "job page, 10,000 steps": f"/jobs/{HUGE_JOB}/",
+        "compare, 1,000 steps each": f"/compare/?a={BIG_JOB_AGAIN}&b={BIG_JOB}",
+        "compare, the previous run picked": f"/compare/?a={BIG_JOB_AGAIN}",
+        "failure groups 24 h (default)": "/failures/",
+        "failure groups 7 d": "/failures/?range=7d",
         "dashboard 24 h": "/dashboard/?range=24h",
         "dashboard 7 d": "/dashboard/?range=7d",
     }
@@ -606,6 +661,12 @@ def main() -> None:
     parser.add_argument("--stop-at", type=int, default=0, help="load: stop after about N events")
     parser.add_argument("--workers", type=int, default=2)
     parser.add_argument("--chunk-jobs", type=int, default=200)
+    parser.add_argument(
+        "--respond-async",
+        action="store_true",
+        help="load: append only; --projectors run_projector processes fold beside the workers",
+    )
+    parser.add_argument("--projectors", type=int, default=2)
     parser.add_argument("--days", type=int, default=14)
     parser.add_argument("--keep-days", type=int, default=7)
     parser.add_argument(

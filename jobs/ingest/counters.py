@@ -117,10 +117,13 @@ def _label_value(value) -> str:
 
 
 def record_batch(
-    new_events: Iterable[events.Event], projections: Mapping[str, int] | None = None
+    new_events: Iterable[events.Event],
+    projections: Mapping[str, int] | None = None,
+    span_steps: Mapping[str, int] | None = None,
 ) -> None:
-    """Count a fold's newly folded events (each is folded once, so resends count once) and the
-    jobs it projected by path, in one statement."""
+    """Count a fold's newly folded events (each is folded once, so resends count once), the
+    jobs it projected by path and the steps spans became (by result type), in one statement:
+    the fold's only write of the shared counter rows (``projection.Counted``)."""
     # Tally plain label values first; each series' key is built once per batch, not per event.
     by_type: Tally[str] = Tally()
     by_result: Tally[str] = Tally()
@@ -139,24 +142,28 @@ def record_batch(
         deltas[STEPS, labels_key(result_type=result_type)] = count
     for (counter, provider, model), count in by_planner.items():
         deltas[counter, labels_key(provider=provider, model=model)] = count
-    increment({**deltas, **_projection_deltas(projections or {})})
+    increment(_with(deltas, projections, span_steps))
 
 
-def record_span_steps(result_types: Mapping[str, int]) -> None:
-    """Count the steps that spans became (``projection``: each once, when its Step row is
-    first written), by result type."""
-    increment(
-        {
-            (STEPS, labels_key(result_type=result_type)): count
-            for result_type, count in result_types.items()
-            if count
-        }
-    )
+def record_projections(by_path: Mapping[str, int], span_steps: Mapping[str, int]) -> None:
+    """Count the jobs a projection run replayed, by path (rebuilds and purges), and the steps
+    spans became, in one statement."""
+    increment(_with({}, by_path, span_steps))
 
 
-def record_projections(by_path: Mapping[str, int]) -> None:
-    """Count the jobs a projection run replayed, by path (rebuilds and purges)."""
-    increment(_projection_deltas(by_path))
+def _with(
+    deltas: dict[tuple[str, str], int],
+    by_path: Mapping[str, int] | None,
+    span_steps: Mapping[str, int] | None,
+) -> dict[tuple[str, str], int]:
+    """``deltas`` plus the projections by path and the steps that spans became (``projection``:
+    each once, when its Step row is first written), by result type."""
+    for path, count in (by_path or {}).items():
+        deltas[PROJECTIONS, labels_key(path=path)] = count
+    for result_type, count in (span_steps or {}).items():
+        key = (STEPS, labels_key(result_type=result_type))
+        deltas[key] = deltas.get(key, 0) + count
+    return deltas
 
 
 def projections_by_path() -> dict[str, int]:
@@ -169,10 +176,6 @@ def projections_by_path() -> dict[str, int]:
             name=PROJECTIONS, labels=labels_key(path=path)
         ).values_list("value", flat=True)
     }
-
-
-def _projection_deltas(by_path: Mapping[str, int]) -> dict[tuple[str, str], int]:
-    return {(PROJECTIONS, labels_key(path=path)): count for path, count in by_path.items()}
 
 
 # --- ingest requests: rejections and latency -----------------------------------------------

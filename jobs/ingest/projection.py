@@ -86,6 +86,17 @@ class Projected:
     stored_groups: dict[tuple[str, int], tuple] = field(default_factory=dict)
 
 
+@dataclass(frozen=True, slots=True)
+class Counted:
+    """What a projection run leaves to count (``counters``): jobs by path, and the steps spans
+    became by result type. The caller writes them in one statement, last in its transaction:
+    counter rows are shared by every fold, so a second write of them before or after the
+    failure groups' totals (shared too) would let two folds lock the two in opposite orders."""
+
+    paths: Counter = field(default_factory=Counter)
+    span_steps: Counter = field(default_factory=Counter)
+
+
 def load_events(
     job_ids: Sequence[str],
     days: dict[str, date] | None = None,
@@ -137,9 +148,10 @@ def project_jobs(
     full: bool = False,
     whole: Collection[str] = (),
     through: Mapping[str, int] | None = None,
-) -> Counter:
-    """Project these jobs and write their Job, Step and Escalation rows; returns how many jobs
-    went each path (``INCREMENTAL``, ``FULL``), for the ``projections`` counter.
+) -> Counted:
+    """Project these jobs and write their Job, Step and Escalation rows; returns what the
+    caller counts (``counters``) once, last in its transaction: how many jobs went each path
+    (``INCREMENTAL``, ``FULL``) and the steps spans became.
 
     ``new_events`` are the job's events not folded yet (``projector``), by job: folded onto
     each job's snapshot when they all sort after it, else (and for ``full``, and for jobs
@@ -152,7 +164,7 @@ def project_jobs(
     whatever their new events (a job that received a re-homed job's events, ``aliases``).
     """
     if not job_ids:
-        return Counter()
+        return Counted()
     config = replay_config()
     new_events = new_events or {}
     if existing is None:
@@ -175,7 +187,7 @@ def project_jobs(
             fold = walk.Fold.of(events, config)
             projected[job_id] = Projected(fold.finish(), FULL, fold)
     if not projected:
-        return Counter()
+        return Counted()
     rows = [
         job_row(
             p.state,
@@ -205,7 +217,6 @@ def project_jobs(
             for job_id, p in projected.items()
         },
     )
-    counters.record_span_steps(_new_span_steps(projected, earlier, new_events))
     _write_calls(projected, existing, ids)
     _apply_escalations(projected, rows, ids)
     if contributions:
@@ -219,7 +230,10 @@ def project_jobs(
                 for job_id, p in projected.items()
             }
             group_lifecycle.note_seen(seen, versions)
-    return Counter(p.path for p in projected.values())
+    return Counted(
+        Counter(p.path for p in projected.values()),
+        _new_span_steps(projected, earlier, new_events),
+    )
 
 
 def _fold_onto_snapshots(
@@ -572,5 +586,6 @@ def replay_jobs(job_ids: Iterable[str]) -> None:
     The caller holds both their locks (``locks.lock_jobs``): no append comes meanwhile, so
     every stored event is folded, and their marks are left clean."""
     job_ids = sorted(job_ids)
-    counters.record_projections(project_jobs(job_ids, full=True))
+    counted = project_jobs(job_ids, full=True)
+    counters.record_projections(counted.paths, span_steps=counted.span_steps)
     ProjectionMark.objects.filter(job_id__in=job_ids).update(projected=F("generation"), whole=False)

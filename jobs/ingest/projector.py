@@ -28,6 +28,9 @@ from jobs.models import ProjectionMark
 # Jobs a projector loop folds per transaction: enough to share the queries among many live jobs,
 # few enough that its locks and row locks are held briefly.
 DIRTY_BATCH = 50
+# Dirty marks a projector looks at per batch, in batches' worth: the oldest ones may be another
+# projector's batch in progress, and the next ones are then this one's.
+CANDIDATE_BATCHES = 4
 
 
 @dataclass(frozen=True, slots=True)
@@ -43,15 +46,24 @@ class Mark:
 def project_dirty(job_ids: Iterable[str] | None = None, *, limit: int = DIRTY_BATCH) -> int:
     """Fold up to ``limit`` dirty jobs (of ``job_ids``, or the longest dirty) that no other
     projector is folding, in one transaction; returns how many jobs were folded. A job whose
-    lock another holds is skipped, never waited for: it is being folded."""
+    lock another holds is skipped, never waited for: it is being folded, and the next dirty
+    ones are taken instead (two projectors would otherwise both reach for the oldest marks,
+    and the one that lost would fold nothing until the other's batch committed)."""
     with transaction.atomic():
         marks = ProjectionMark.objects.dirty()
         if job_ids is not None:
             marks = marks.filter(job_id__in=sorted(set(job_ids)))
         candidates = list(
-            marks.order_by("first_marked_at", "job_id").values_list("job_id", flat=True)[:limit]
+            marks.order_by("first_marked_at", "job_id").values_list("job_id", flat=True)[
+                : limit * CANDIDATE_BATCHES
+            ]
         )
-        return fold_locked(locks.try_lock_projections(candidates))
+        taken: set[str] = set()
+        while candidates and len(taken) < limit:
+            wanted = limit - len(taken)
+            taken |= locks.try_lock_projections(candidates[:wanted])
+            candidates = candidates[wanted:]
+        return fold_locked(taken)
 
 
 def project_own(job_ids: Iterable[str]) -> int:
@@ -80,7 +92,7 @@ def fold_locked(job_ids: Iterable[str]) -> int:
         return 0
     new_events, received = unprojected_events(marks)
     folded = sorted(job_id for job_id, mark in marks.items() if mark.whole or new_events[job_id])
-    paths = project_jobs(
+    counted = project_jobs(
         folded,
         received_at=received,
         new_events={job_id: new_events[job_id] for job_id in folded},
@@ -90,7 +102,9 @@ def fold_locked(job_ids: Iterable[str]) -> int:
         through={job_id: mark.generation for job_id, mark in marks.items()},
     )
     counters.record_batch(
-        (event for events in new_events.values() for event in events), projections=paths
+        (event for events in new_events.values() for event in events),
+        projections=counted.paths,
+        span_steps=counted.span_steps,
     )
     clear(marks)
     return len(marks)

@@ -22,9 +22,9 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from jobs.contract import bodies
-from jobs.ingest import locks, parity, projection, projector
+from jobs.ingest import counters, locks, parity, projection, projector
 from jobs.ingest.store import store_batch
-from jobs.models import Event, Job, ProjectionMark, Step
+from jobs.models import Counter, Event, Job, ProjectionMark, Step
 from tests.factories import event, finished, started, store
 from tests.integration.test_embedded_scheduler import ROOT, embedded_env
 from tests.integration.test_incremental_projection import HYPOTHESIS, clear, projection_rows
@@ -100,6 +100,36 @@ def test_otlp_traces_answer_202_with_respond_async(client, ingest_token):
     projector.project_dirty()
     job = Job.objects.get()
     assert job.step_count >= 1 and parity.differences(job.job_id) == []
+
+
+def test_a_fold_writes_the_shared_counter_rows_once_and_after_the_failure_groups(
+    client, ingest_token
+):
+    # Counter rows and failure-group totals are shared by every fold: written in one order by
+    # all (groups, then counters, once), two projectors cannot lock them in opposite orders.
+    body = traces_request(root(end_ms=50), span(start_ms=1, end_ms=20)).SerializeToString()
+    response = client.post(
+        "/v1/traces",
+        body,
+        content_type="application/x-protobuf",
+        HTTP_AUTHORIZATION=f"Bearer {ingest_token}",
+        HTTP_PREFER="respond-async",
+    )
+    assert response.status_code == 202
+    failing = finished("n1", "permanent_failure", "fj", at=2, reason="upstream said no")
+    store_async([event("job_started", "fj", at=0), started("n1", "fj", at=1), failing])
+    with CaptureQueriesContext(connection) as queries:
+        assert projector.project_dirty() == 2
+    writes = [q["sql"] for q in queries if q["sql"].startswith(("INSERT", "UPDATE"))]
+    tables = [sql.split('"')[1] for sql in writes]
+    assert tables.count("jobs_counter") == 1 and "jobs_failuregroup" in tables
+    assert tables.index("jobs_counter") > max(
+        i for i, table in enumerate(tables) if table == "jobs_failuregroup"
+    )
+    span_steps = Step.objects.exclude(job__job_id="fj").count()
+    assert span_steps >= 1
+    counted = Counter.objects.filter(name=counters.STEPS).values_list("value", flat=True)
+    assert sum(counted) == span_steps + 1  # the span's steps and the failed node, once each
 
 
 # --- what is not shown yet is said ------------------------------------------------------------
@@ -323,6 +353,43 @@ def test_two_projectors_never_fold_one_job_at_once():
     assert errors == []
     assert waited == [0]  # ...and, the mark cleared, folds nothing twice
     assert Job.objects.get(job_id="tj").event_count == 2
+    assert dirty() == []
+
+
+@pytest.mark.postgres
+@pytest.mark.django_db(transaction=True)
+def test_a_projector_folds_the_next_dirty_jobs_while_another_folds_the_oldest():
+    for n in range(6):  # marked oldest first: o0 ... o5
+        store_async([event("job_started", f"o{n}", at=n)])
+    holding, release, errors = threading.Event(), threading.Event(), []
+
+    def fold_the_oldest_slowly():
+        try:
+            with transaction.atomic():
+                locks.lock_projections(["o0", "o1"])
+                holding.set()
+                release.wait(10)
+                projector.fold_locked(["o0", "o1"])
+        except Exception as error:
+            errors.append(error)
+        finally:
+            connection.close()
+
+    other = threading.Thread(target=fold_the_oldest_slowly)
+    other.start()
+    assert holding.wait(10)
+    try:
+        # The two oldest are the other projector's: this one takes the two after them, then
+        # the last two, rather than folding nothing until the other commits.
+        assert projector.project_dirty(limit=2) == 2
+        assert dirty() == ["o0", "o1", "o4", "o5"]
+        assert projector.project_dirty(limit=2) == 2
+        assert dirty() == ["o0", "o1"]
+        assert projector.project_dirty(limit=2) == 0
+    finally:
+        release.set()
+        other.join(10)
+    assert errors == []
     assert dirty() == []
 
 
