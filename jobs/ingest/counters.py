@@ -142,16 +142,16 @@ def record_batch(
         deltas[STEPS, labels_key(result_type=result_type)] = count
     for (counter, provider, model), count in by_planner.items():
         deltas[counter, labels_key(provider=provider, model=model)] = count
-    increment(_with(deltas, projections, span_steps))
+    increment(_and_projection(deltas, projections, span_steps))
 
 
 def record_projections(by_path: Mapping[str, int], span_steps: Mapping[str, int]) -> None:
     """Count the jobs a projection run replayed, by path (rebuilds and purges), and the steps
     spans became, in one statement."""
-    increment(_with({}, by_path, span_steps))
+    increment(_and_projection({}, by_path, span_steps))
 
 
-def _with(
+def _and_projection(
     deltas: dict[tuple[str, str], int],
     by_path: Mapping[str, int] | None,
     span_steps: Mapping[str, int] | None,
