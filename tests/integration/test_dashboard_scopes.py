@@ -8,7 +8,7 @@ from django.db.models import Count, Sum
 
 from jobs.dashboard import charts, headlines, rollup
 from jobs.dashboard.window import Window, jobs_url
-from jobs.models import DashboardRollup
+from jobs.models import DashboardRollup, runs
 from jobs.replay.failures import FAILED_FAMILY
 from tests.factories import ANTHROPIC, OPENAI, degraded_planner, event, store
 from tests.integration.test_dashboard import (
@@ -92,6 +92,21 @@ def test_a_filter_reads_the_jobs_that_used_it(mixed_jobs, filters, start, end):
     for panel in STEP_PANELS:
         if panel(w)["data"]:
             assert_links_match_list(panel(w))
+
+
+@pytest.mark.parametrize("filters", FILTERS[1:], ids=lambda f: "&".join(f.values()))
+def test_the_jobs_that_used_it_named_or_looked_up_are_the_same(mixed_jobs, filters, monkeypatch):
+    # ``that_used`` names the jobs that used a value besides their own when they are few, and
+    # looks each job up when they are many (``runs.FEW_GUESTS``): the same jobs either way.
+    def found(few: int) -> tuple:
+        monkeypatch.setattr(runs, "FEW_GUESTS", few)
+        w = window(0, 3, **filters)
+        jobs = set(w.jobs().values_list("job_id", flat=True))
+        return jobs, w.steps().count(), list_count(jobs_url(w))
+
+    named, looked_up = found(runs.FEW_GUESTS), found(0)
+    assert named == looked_up
+    assert len(named[0]) == named[2]
 
 
 def test_a_job_is_under_every_provider_and_model_it_used(mixed_jobs):

@@ -8,7 +8,7 @@ import pytest
 from django.db import connection
 from django.test.utils import CaptureQueriesContext
 
-from jobs.models import Step
+from jobs.models import Step, runs
 from tests import factories
 from tests.factories import event, finished
 
@@ -47,15 +47,22 @@ def jobs(db):
     )
 
 
+@pytest.mark.parametrize("few", [runs.FEW_GUESTS, 0], ids=["named", "looked up"])
 @pytest.mark.parametrize("url", ["/?provider=openai", "/?show=all&model=gpt-4O"])
-def test_provider_and_model_filters_read_indexes_only(operator, jobs, url):
+def test_provider_and_model_filters_read_indexes_only(operator, jobs, url, few, monkeypatch):
     """A provider/model filter matches every provider the job used (JobProvider) or its own,
-    case-insensitively: both sides are read through indexes, never a whole table."""
+    case-insensitively: both sides are read through indexes, never a whole table. The jobs
+    that used it besides their own are read first: few, they are named by id; many, each job
+    the page reads is looked up, never all of them hashed before the first (``runs.Probe``)."""
+    monkeypatch.setattr(runs, "FEW_GUESTS", few)
     found = plans(operator, url)
-    assert len(found) == 2  # the page and its capped count
+    assert len(found) == 3  # which jobs used it besides their own, the page, its capped count
+    assert found[0][0].startswith('SELECT DISTINCT "jobs_jobprovider"."job_id"')
     for _sql, plan in found:
         assert "Seq Scan" not in plan, plan
-        assert "jobs_jobprovider" in plan, plan
+        assert "hashed" not in plan, plan
+    for _sql, plan in found[1:]:
+        assert ("jobs_jobprovider" in plan) == (few == 0), plan
 
 
 def test_step_filters_probe_only_the_jobs_day_partition(operator, jobs):
