@@ -312,24 +312,35 @@ def test_any_interleaving_of_appends_and_folds_gives_a_full_replays_rows(db, dat
 # --- several projectors (PostgreSQL: SQLite serialises writers itself) ------------------------
 
 
-@pytest.mark.postgres
-@pytest.mark.django_db(transaction=True)
-def test_two_projectors_never_fold_one_job_at_once():
-    store_async([event("job_started", "tj", at=0), started("n1", "tj", at=1)])
-    holding, release, errors = threading.Event(), threading.Event(), []
-    waited: list[int] = []
+def folding_slowly(job_ids: list[str], errors: list) -> tuple[threading.Thread, threading.Event]:
+    """Another projector, on its own connection: it holds these jobs' projection locks until
+    the returned event is set, then folds them (what it raises goes to ``errors``)."""
+    holding, release = threading.Event(), threading.Event()
 
-    def hold_the_lock_then_fold():
+    def fold():
         try:
             with transaction.atomic():
-                locks.lock_projections(["tj"])
+                locks.lock_projections(job_ids)
                 holding.set()
                 release.wait(10)
-                projector.fold_locked(["tj"])
+                projector.fold_locked(job_ids)
         except Exception as error:
             errors.append(error)
         finally:
             connection.close()
+
+    thread = threading.Thread(target=fold)
+    thread.start()
+    assert holding.wait(10)
+    return thread, release
+
+
+@pytest.mark.postgres
+@pytest.mark.django_db(transaction=True)
+def test_two_projectors_never_fold_one_job_at_once():
+    store_async([event("job_started", "tj", at=0), started("n1", "tj", at=1)])
+    errors: list[Exception] = []
+    waited: list[int] = []
 
     def request_waits():
         try:
@@ -339,9 +350,7 @@ def test_two_projectors_never_fold_one_job_at_once():
         finally:
             connection.close()
 
-    holder = threading.Thread(target=hold_the_lock_then_fold)
-    holder.start()
-    assert holding.wait(10)
+    holder, release = folding_slowly(["tj"], errors)
     assert projector.project_dirty() == 0  # skipped: another projector holds it
     waiter = threading.Thread(target=request_waits)
     waiter.start()
@@ -361,23 +370,8 @@ def test_two_projectors_never_fold_one_job_at_once():
 def test_a_projector_folds_the_next_dirty_jobs_while_another_folds_the_oldest():
     for n in range(6):  # marked oldest first: o0 ... o5
         store_async([event("job_started", f"o{n}", at=n)])
-    holding, release, errors = threading.Event(), threading.Event(), []
-
-    def fold_the_oldest_slowly():
-        try:
-            with transaction.atomic():
-                locks.lock_projections(["o0", "o1"])
-                holding.set()
-                release.wait(10)
-                projector.fold_locked(["o0", "o1"])
-        except Exception as error:
-            errors.append(error)
-        finally:
-            connection.close()
-
-    other = threading.Thread(target=fold_the_oldest_slowly)
-    other.start()
-    assert holding.wait(10)
+    errors: list[Exception] = []
+    other, release = folding_slowly(["o0", "o1"], errors)
     try:
         # The two oldest are the other projector's: this one takes the two after them, then
         # the last two, rather than folding nothing until the other commits.
