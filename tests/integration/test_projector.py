@@ -86,15 +86,20 @@ def test_a_batch_with_rejected_items_keeps_its_207_when_answered_async(send):
     assert response["Preference-Applied"] == "respond-async"
 
 
-def test_otlp_traces_answer_202_with_respond_async(client, ingest_token):
+def send_trace_async(client, ingest_token):
+    """A root span and its child to /v1/traces with ``Prefer: respond-async``."""
     body = traces_request(root(end_ms=50), span(start_ms=1, end_ms=20)).SerializeToString()
-    response = client.post(
+    return client.post(
         "/v1/traces",
         body,
         content_type="application/x-protobuf",
         HTTP_AUTHORIZATION=f"Bearer {ingest_token}",
         HTTP_PREFER="respond-async",
     )
+
+
+def test_otlp_traces_answer_202_with_respond_async(client, ingest_token):
+    response = send_trace_async(client, ingest_token)
     assert (response.status_code, response["Preference-Applied"]) == (202, "respond-async")
     assert len(dirty()) == 1 and not Job.objects.exists()
     projector.project_dirty()
@@ -107,15 +112,7 @@ def test_a_fold_writes_the_shared_counter_rows_once_and_after_the_failure_groups
 ):
     # Counter rows and failure-group totals are shared by every fold: written in one order by
     # all (groups, then counters, once), two projectors cannot lock them in opposite orders.
-    body = traces_request(root(end_ms=50), span(start_ms=1, end_ms=20)).SerializeToString()
-    response = client.post(
-        "/v1/traces",
-        body,
-        content_type="application/x-protobuf",
-        HTTP_AUTHORIZATION=f"Bearer {ingest_token}",
-        HTTP_PREFER="respond-async",
-    )
-    assert response.status_code == 202
+    assert send_trace_async(client, ingest_token).status_code == 202
     failing = finished("n1", "permanent_failure", "fj", at=2, reason="upstream said no")
     store_async([event("job_started", "fj", at=0), started("n1", "fj", at=1), failing])
     with CaptureQueriesContext(connection) as queries:
