@@ -273,11 +273,12 @@ def load(args) -> None:
                 print(
                     f"  {stored:,} events, {len(state['chunks'])}/{total} chunks, "
                     f"{rate * args.workers:,.0f} events/s now, "
-                    f"{time.perf_counter() - began:,.0f} s{lag(projectors)}",
+                    f"{time.perf_counter() - began:,.0f} s"
+                    + (f"; {dirty_jobs():,} jobs dirty" if projectors else ""),
                     flush=True,
                 )
         appended = time.perf_counter() - began
-        while projectors and lag(projectors) != "; nothing dirty":
+        while projectors and dirty_jobs():
             if dead := [p.returncode for p in projectors if p.poll() is not None]:
                 sys.exit(f"load: a projector died (exit code {dead[0]}); run load again")
             time.sleep(2)
@@ -308,15 +309,12 @@ def load(args) -> None:
     print_rates(state, args.workers)
 
 
-def lag(projectors: list) -> str:
-    """With projectors running: how many jobs are dirty (not the oldest mark's age: the load's
-    receive times, which the marks take, are spread over past days)."""
-    if not projectors:
-        return ""
+def dirty_jobs() -> int:
+    """How many jobs wait for a projector (not the oldest mark's age: the load's receive times,
+    which the marks take, are spread over past days)."""
     from jobs.models import ProjectionMark
 
-    count = ProjectionMark.objects.dirty().count()
-    return f"; {count:,} jobs dirty" if count else "; nothing dirty"
+    return ProjectionMark.objects.dirty().count()
 
 
 def recent(state: dict, count: int) -> list[dict]:
