@@ -8,7 +8,8 @@ retryable step. The bulk load bypasses
 ingest, so the dashboard rollup (jobs.rollup) is rebuilt from it on every run, timed, as is the
 refresh of one dirty hour. Then times each panel function (the SQL aggregates plus shaping the
 figure) for the default 24 h range and prints median and p95 over N runs, plus the whole dashboard
-request through Django's test client.
+request through Django's test client, unfiltered and filtered by provider, model and both
+(the jobs that used them: the jobs list's meaning).
 
     DATABASE_URL=postgres://postgres@127.0.0.1:5432/traceviz_bench \
         .venv/bin/python bench/dashboard.py
@@ -184,6 +185,11 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("-n", "--runs", type=int, default=20)
     parser.add_argument("--ranges", default="24h,7d", help="comma-separated: 1h, 24h, 7d")
+    parser.add_argument(
+        "--filters",
+        default="provider=anthropic,model=claude-x,provider=anthropic&model=gpt-4.1",
+        help="comma-separated query strings: the whole page is also timed filtered by each",
+    )
     args = parser.parse_args()
     if connection.vendor != "postgresql":
         sys.exit("bench/dashboard.py needs PostgreSQL: set DATABASE_URL=postgres://...")
@@ -239,7 +245,9 @@ def main() -> None:
     account, _created = User.objects.get_or_create(username="bench-staff", is_staff=True)
     client = Client()
     client.force_login(account)
-    for path in [f"/dashboard/?range={key}" for key in args.ranges.split(",")]:
+    filters = ["", *(f"&{query}" for query in args.filters.split(",") if query)]
+    ranges = args.ranges.split(",")
+    for path in [f"/dashboard/?range={key}{query}" for query in filters for key in ranges]:
         median, p95 = measure(lambda p=path: client.get(p), max(5, args.runs // 2))
         print(f"\nwhole page {path}: median {median:.1f} ms, p95 {p95:.1f} ms")
 

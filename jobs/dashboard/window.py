@@ -53,12 +53,16 @@ class Window:
 
     def steps(self):
         """Steps of those jobs."""
-        steps = Step.objects.filter(job__started_at__gte=self.start, job__started_at__lt=self.end)
         # A job's steps live in the day its first event arrived, which is not before it
         # started (less a day for a producer's clock running ahead): on PostgreSQL this
         # leaves the older day partitions unread.
         first_day = (self.start - PRODUCER_CLOCK_AHEAD).astimezone(UTC).date()
-        return steps.filter(self._used("job_id", "job__"), partition_day__gte=first_day)
+        steps = Step.objects.filter(partition_day__gte=first_day)
+        if self.provider or self.model:
+            # The jobs are found first, each looked up once: a condition on the steps looked
+            # each job up once per step.
+            return steps.filter(job__in=self.jobs())
+        return steps.filter(job__started_at__gte=self.start, job__started_at__lt=self.end)
 
     def plan(self, refresh_hours: int = rollup.REQUEST_REFRESH_HOURS) -> rollup.Plan:
         """Which hours of the window the rollup answers (refreshing at most ``refresh_hours``
