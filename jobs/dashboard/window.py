@@ -49,7 +49,7 @@ class Window:
     def jobs(self):
         """Jobs started in the window (and that used the provider/model, when filtered)."""
         jobs = Job.objects.filter(started_at__gte=self.start, started_at__lt=self.end)
-        return jobs.filter(self._used("pk", ""))
+        return jobs.filter(self._used())
 
     def steps(self):
         """Steps of those jobs."""
@@ -76,13 +76,13 @@ class Window:
         """The bucket (hour or UTC day) of a rollup hour."""
         return hour.replace(hour=0) if self.bucket == "day" else hour
 
-    def _used(self, job: str, prefix: str) -> Q:
+    def _used(self) -> Q:
         """The jobs that used the filter's provider and model (``that_used``, as the jobs list
         and the rollup's scopes mean it)."""
         found = Q()
         for name, value in (("provider", self.provider), ("model", self.model)):
             if value:
-                found &= that_used(name, value, job, prefix)
+                found &= that_used(name, value)
         return found
 
 

@@ -42,9 +42,9 @@ def stalled_condition(now: datetime) -> Q:
 NO_VALUE = "(none)"
 
 
-# Jobs that used a provider or model besides their own, up to which ``that_used`` names them by
+# Jobs with a JobProvider row for a provider or model, up to which ``that_used`` names them by
 # id; past it, each job of the outer query is looked up.
-FEW_GUESTS = 1000
+FEW_JOBS = 1000
 
 
 class Probe(Exists):
@@ -56,22 +56,21 @@ class Probe(Exists):
     template = "EXISTS(%(subquery)s OFFSET 0)"
 
 
-def that_used(name: str, value: str, job: str = "pk", prefix: str = "") -> Q:
+def that_used(name: str, value: str) -> Q:
     """Jobs whose own ``name`` ("provider" or "model") is ``value`` or that used it (a
-    JobProvider row: its planner events', its calls'), in any case: the jobs list's filter, and
-    the dashboard's. ``job``: the outer query's job pk;
-    ``prefix``: the path from its rows to the job's fields ("job__" from steps).
+    JobProvider row: its own, its planner events', its calls'), in any case: the jobs list's
+    filter, and the dashboard's.
 
-    Reads which jobs used it besides their own first: when few did (a rare provider), the
+    Reads first which jobs have a JobProvider row for it: when few do (a rare provider), the
     filter names them, and the own value's index and the job ids give every match at once;
-    when many did, each job the query reads is looked up (``Probe``), and the newest-first
+    when many do, each job the query reads is looked up (``Probe``), and the newest-first
     reading stops after a page of them."""
     rows = JobProvider.objects.filter(**{f"{name}__iexact": value})
-    own = Q(**{f"{prefix}{name}__iexact": value})
-    guests = list(rows.values_list("job_id", flat=True).distinct()[: FEW_GUESTS + 1])
-    if len(guests) <= FEW_GUESTS:
-        return own | Q(**{f"{job}__in": guests})
-    return own | Q(Probe(rows.filter(job=OuterRef(job))))
+    own = Q(**{f"{name}__iexact": value})
+    users = list(rows.values_list("job_id", flat=True).distinct()[: FEW_JOBS + 1])
+    if len(users) <= FEW_JOBS:
+        return own | Q(pk__in=users)
+    return own | Q(Probe(rows.filter(job=OuterRef("pk"))))
 
 
 # Started within the last ... (the dashboard's presets); combines with since/until.

@@ -96,15 +96,15 @@ def test_a_filter_reads_the_jobs_that_used_it(mixed_jobs, filters, start, end):
 
 @pytest.mark.parametrize("filters", FILTERS[1:], ids=lambda f: "&".join(f.values()))
 def test_the_jobs_that_used_it_named_or_looked_up_are_the_same(mixed_jobs, filters, monkeypatch):
-    # ``that_used`` names the jobs that used a value besides their own when they are few, and
-    # looks each job up when they are many (``runs.FEW_GUESTS``): the same jobs either way.
+    # ``that_used`` names the jobs with a JobProvider row for the value when they are few, and
+    # looks each job up when they are many (``runs.FEW_JOBS``): the same jobs either way.
     def found(few: int) -> tuple:
-        monkeypatch.setattr(runs, "FEW_GUESTS", few)
+        monkeypatch.setattr(runs, "FEW_JOBS", few)
         w = window(0, 3, **filters)
         jobs = set(w.jobs().values_list("job_id", flat=True))
         return jobs, w.steps().count(), list_count(jobs_url(w))
 
-    named, looked_up = found(runs.FEW_GUESTS), found(0)
+    named, looked_up = found(runs.FEW_JOBS), found(0)
     assert named == looked_up
     assert len(named[0]) == named[2]
 

@@ -47,16 +47,16 @@ def jobs(db):
     )
 
 
-@pytest.mark.parametrize("few", [runs.FEW_GUESTS, 0], ids=["named", "looked up"])
+@pytest.mark.parametrize("few", [runs.FEW_JOBS, 0], ids=["named", "looked up"])
 @pytest.mark.parametrize("url", ["/?provider=openai", "/?show=all&model=gpt-4O"])
 def test_provider_and_model_filters_read_indexes_only(operator, jobs, url, few, monkeypatch):
     """A provider/model filter matches every provider the job used (JobProvider) or its own,
     case-insensitively: both sides are read through indexes, never a whole table. The jobs
-    that used it besides their own are read first: few, they are named by id; many, each job
+    with a JobProvider row for it are read first: few, they are named by id; many, each job
     the page reads is looked up, never all of them hashed before the first (``runs.Probe``)."""
-    monkeypatch.setattr(runs, "FEW_GUESTS", few)
+    monkeypatch.setattr(runs, "FEW_JOBS", few)
     found = plans(operator, url)
-    assert len(found) == 3  # which jobs used it besides their own, the page, its capped count
+    assert len(found) == 3  # which jobs have a JobProvider row for it, the page, its count
     assert found[0][0].startswith('SELECT DISTINCT "jobs_jobprovider"."job_id"')
     for _sql, plan in found:
         assert "Seq Scan" not in plan, plan
