@@ -17,6 +17,21 @@ pytestmark = pytest.mark.django_db(transaction=True)
 ANTHROPIC = {"provider": "anthropic", "model": "claude-x"}
 
 
+def act_failed(job_id: str, ago: float, duration_ms: int) -> dict:
+    """The ``act`` step failing for good on a tool the planner named but nobody has."""
+    return item(
+        "node_finished",
+        job_id,
+        ago,
+        node_id="act",
+        attempt=1,
+        result_type="permanent_failure",
+        failure_code="tool_not_found",
+        error_type="logic",
+        duration_ms=duration_ms,
+    )
+
+
 @pytest.fixture
 def dashboard_data(transactional_db):
     """In the last 24 hours: 8 jobs, 3 of them with a failed step, 2 degraded planners."""
@@ -37,19 +52,7 @@ def dashboard_data(transactional_db):
             )
         )
         if i % 3 == 0:
-            items.append(
-                item(
-                    "node_finished",
-                    job_id,
-                    ago - 2,
-                    node_id="act",
-                    attempt=1,
-                    result_type="permanent_failure",
-                    failure_code="tool_not_found",
-                    error_type="logic",
-                    duration_ms=900,
-                )
-            )
+            items.append(act_failed(job_id, ago - 2, duration_ms=900))
         elif i % 3 == 1:
             items.append(
                 item(
@@ -181,17 +184,7 @@ def test_a_provider_filter_shows_the_jobs_that_used_it(page, live_server, dashbo
         [
             item("job_started", "dash-openai", 300, workflow="pdca", **openai),
             item("graph.next_step.parse_invalid", "dash-openai", 299, attempt=1, **ANTHROPIC),
-            item(
-                "node_finished",
-                "dash-openai",
-                298,
-                node_id="act",
-                attempt=1,
-                result_type="permanent_failure",
-                failure_code="tool_not_found",
-                error_type="logic",
-                duration_ms=500,
-            ),
+            act_failed("dash-openai", 298, duration_ms=500),
         ]
     )
     failed_steps = {}
