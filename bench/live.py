@@ -17,7 +17,8 @@ With ``--respond-async`` every request carries ``Prefer: respond-async`` and ``-
 ``manage.py run_projector`` processes run beside gunicorn; every phase's clock then stops when
 no job is dirty (the jobs read back projected), and a fifth figure is printed:
 5. projection lag under a steady load (``--steady-rate`` events/s for ``--steady-seconds``, many
-   jobs a request, as live runners send them): p50/p95 of the oldest dirty mark's age, sampled
+   jobs a request, as live runners send them): p50/p95 of the oldest dirty mark's age (the lag
+   /metrics exports) and of the oldest event not folded yet read from the events, sampled
    every 0.1 s, and the ingest requests' p99 latency.
 
 Every phase starts on a fresh database (dropped and created here), so run it against a
@@ -210,6 +211,20 @@ class Server:
             ).fetchone()
         return count, float(lag)
 
+    def unshown_age(self) -> float:
+        """The age in seconds of the oldest event not folded yet, read from the events
+        themselves (what the marks' lag should say, checked apart from them)."""
+        import psycopg
+
+        with psycopg.connect(self.database_url, autocommit=True) as conn:
+            (age,) = conn.execute(
+                "SELECT coalesce(extract(epoch FROM now() - min(event.received_at)), 0) "
+                "FROM jobs_projectionmark AS mark JOIN jobs_event AS event "
+                "ON event.job_id = mark.job_id AND event.partition_day = mark.partition_day "
+                "AND event.generation > mark.projected WHERE mark.generation > mark.projected"
+            ).fetchone()
+        return float(age)
+
     def send_all(self, lanes: list[list[bytes]]) -> float:
         """``send_all`` to this server; with async answers, the clock stops once nothing is
         dirty (every job reads back projected)."""
@@ -230,12 +245,14 @@ class Server:
         )
         bodies = batches(items[: int(rate * seconds)], batch)
         lags: list[float] = []
+        unshown: list[float] = []
         latencies: list[float] = []
         sampling = threading.Event()
 
         def sample():
             while not sampling.is_set():
                 lags.append(self.dirty()[1])
+                unshown.append(self.unshown_age())
                 time.sleep(0.1)
 
         sampler = threading.Thread(target=sample)
@@ -265,7 +282,9 @@ class Server:
             f"({len(bodies) * batch / sent:,.0f} events/s asked {rate:,}/s, {jobs} live jobs, "
             f"batches of {batch}, {len(self.projectors)} projector(s)):\n"
             f"   projection lag p50 {q(lags, n=100)[49]:.2f} s, p95 {q(lags, n=100)[94]:.2f} s "
-            f"(target p95 < 1 s); ingest request p99 {q(latencies, n=100)[98] * 1000:.0f} ms"
+            f"(target p95 < 1 s); ingest request p99 {q(latencies, n=100)[98] * 1000:.0f} ms\n"
+            f"   oldest event not shown, read from the events: p50 "
+            f"{q(unshown, n=100)[49]:.2f} s, p95 {q(unshown, n=100)[94]:.2f} s"
         )
 
 

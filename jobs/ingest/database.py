@@ -30,7 +30,7 @@ from django.db.models.expressions import RawSQL
 from psycopg.adapt import Loader
 from psycopg.pq import Format
 
-from jobs.models import BoundedSum, Job, JSONTextField, ProjectionMark, json_text
+from jobs.models import BoundedSum, Event, Job, JSONTextField, ProjectionMark, json_text
 
 POSTGRES = "postgresql"
 
@@ -530,22 +530,35 @@ def mark_dirty(
 
 def set_projected(generations: Mapping[str, int]) -> None:
     """Set these jobs' marks projected up to the generation given (by job id); a mark whose
-    generation is that one stops asking for a whole replay (``whole``), a newer one keeps it.
+    generation is that one stops asking for a whole replay (``whole``), a newer one keeps it
+    and is dated from its oldest event the fold did not take (``first_marked_at``: the lag's
+    clock; its own append's time when that append stored no event, a resend): a job that got
+    events during every fold is never clean, and the time since it last was would grow as
+    long as its producer runs.
     One statement per SQLITE_ROWS_PER_STATEMENT jobs, written by hand: the ORM's Case/When of
     a projector batch cost more to build than the fold it closes."""
     quote = connection.ops.quote_name
     table = quote(ProjectionMark._meta.db_table)
+    events = quote(Event._meta.db_table)
     job_ids = sorted(generations)
     with connection.cursor() as cursor:
         for start in range(0, len(job_ids), SQLITE_ROWS_PER_STATEMENT):
             chunk = job_ids[start : start + SQLITE_ROWS_PER_STATEMENT]
-            through = "CASE job_id " + "WHEN %s THEN %s " * len(chunk) + "END"
+            through = f"CASE {table}.job_id " + "WHEN %s THEN %s " * len(chunk) + "END"
             pairs = [value for job_id in chunk for value in (job_id, generations[job_id])]
+            left = (
+                f"SELECT min(event.received_at) FROM {events} AS event "
+                f"WHERE event.job_id = {table}.job_id "
+                f"AND event.partition_day = {table}.partition_day "
+                f"AND event.generation > {through}"
+            )
             cursor.execute(
                 f"UPDATE {table} SET projected = {through}, "
-                f"whole = (whole AND generation <> {through}) "
+                f"whole = (whole AND generation <> {through}), "
+                f"first_marked_at = CASE WHEN generation = {through} THEN first_marked_at "
+                f"ELSE coalesce(({left}), marked_at) END "
                 f"WHERE job_id IN ({', '.join(['%s'] * len(chunk))})",
-                [*pairs, *pairs, *chunk],
+                [*pairs, *pairs, *pairs, *pairs, *chunk],
             )
 
 

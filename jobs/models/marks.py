@@ -31,7 +31,8 @@ class ProjectionMark(models.Model):
     projected = models.BigIntegerField(default=0)
     # The next fold replays the job from every event (events re-homed into it, ``aliases``).
     whole = models.BooleanField(default=False)
-    # When the job last became dirty (the lag's clock), and its latest append.
+    # When its oldest event not folded yet arrived (the lag's clock: set when the job becomes
+    # dirty, moved on by a fold that leaves it dirty), and its latest append.
     first_marked_at = models.DateTimeField()
     marked_at = models.DateTimeField()
 

@@ -18,6 +18,7 @@ from django.core.management import call_command
 from django.db import connection, transaction
 from django.db.models import F
 from django.test.utils import CaptureQueriesContext
+from django.utils import timezone
 from hypothesis import given
 from hypothesis import strategies as st
 
@@ -232,6 +233,49 @@ def test_a_mark_newer_than_the_fold_stays_dirty():
     projector.project_dirty()
     assert dirty() == [] and Job.objects.get(job_id="nj").event_count == 2
     assert parity.differences("nj") == []
+
+
+def test_a_job_a_fold_leaves_dirty_dates_its_lag_from_the_events_the_fold_did_not_take():
+    """A live job gets events during every fold: its lag is the age of its oldest event not
+    shown, not the time since it was last clean (which grows as long as the producer runs)."""
+    store_async([event("job_started", "lj", at=0)])
+    ProjectionMark.objects.filter(job_id="lj").update(
+        first_marked_at=F("first_marked_at") - timedelta(seconds=30)
+    )
+    Event.objects.filter(job_id="lj").update(received_at=F("received_at") - timedelta(seconds=30))
+    original = projector.project_jobs
+
+    def append_meanwhile(*args, **kwargs):
+        paths = original(*args, **kwargs)
+        store_async([started("n1", "lj", at=1)])
+        return paths
+
+    with mock.patch.object(projector, "project_jobs", side_effect=append_meanwhile):
+        projector.project_dirty()
+    mark = ProjectionMark.objects.get(job_id="lj")
+    left = Event.objects.get(job_id="lj", generation=mark.generation)
+    assert (dirty(), mark.first_marked_at) == (["lj"], left.received_at)
+    assert projector.dirty_summary(timezone.now())[1] < 10
+    assert projector.backlog("lj") == projector.Backlog(1, left.received_at)
+
+
+def test_a_resend_left_dirty_by_a_fold_dates_its_lag_from_its_append():
+    """An append of stored events only (a resend) numbers no event: the mark's own time."""
+    store_async([event("job_started", "rj", at=0)])
+    ProjectionMark.objects.filter(job_id="rj").update(
+        first_marked_at=F("first_marked_at") - timedelta(seconds=30)
+    )
+    original = projector.project_jobs
+
+    def resend_meanwhile(*args, **kwargs):
+        paths = original(*args, **kwargs)
+        store_async([event("job_started", "rj", at=0)])
+        return paths
+
+    with mock.patch.object(projector, "project_jobs", side_effect=resend_meanwhile):
+        projector.project_dirty()
+    mark = ProjectionMark.objects.get(job_id="rj")
+    assert mark.first_marked_at == mark.marked_at
 
 
 def test_a_rebuild_leaves_the_marks_clean():
