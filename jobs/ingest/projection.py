@@ -68,6 +68,12 @@ RESUMED_FROM = (
     "model",
 )
 
+# The Job row columns an append reads, under its jobs' append locks: the day their events go to
+# and the snapshot that says whether they are new to the job (``unseen_jobs``). Not the rest of
+# RESUMED_FROM: a live producer's request touches hundreds of jobs, and reading (parsing) their
+# timelines and results held every other request for those jobs waiting.
+APPEND_READS = ("job_id", "partition_day", "fold")
+
 
 def replay_config() -> ReplayConfig:
     return ReplayConfig(max_retries=settings.TRACEVIZ_MAX_RETRIES)
@@ -131,10 +137,10 @@ def event_days(job_ids: Sequence[str]) -> dict[str, date]:
     )
 
 
-def read_jobs(job_ids: Sequence[str]) -> dict[str, dict]:
+def read_jobs(job_ids: Sequence[str], columns: Sequence[str] = RESUMED_FROM) -> dict[str, dict]:
     """The stored Job rows of these jobs (those that have one), by job_id: their id and the
-    columns projection resumes from (``RESUMED_FROM``)."""
-    rows = Job.objects.filter(job_id__in=job_ids).values("id", *RESUMED_FROM)
+    columns projection resumes from (``RESUMED_FROM``), or the append's (``APPEND_READS``)."""
+    rows = Job.objects.filter(job_id__in=job_ids).values("id", *columns)
     return {row["job_id"]: row for row in rows}
 
 
@@ -313,8 +319,8 @@ def unseen_jobs(
     be stored after all, the insert looks every row up): new jobs (no Job row, and the append
     found no mark: among ``clean`` with no row) and ``clean`` ones (every stored event folded)
     whose events all fold onto their snapshot (a folded event sorts at or before the
-    snapshot's last one, and a resend sorts where it did). ``existing`` is ``read_jobs`` of at
-    least these jobs."""
+    snapshot's last one, and a resend sorts where it did). ``existing`` is ``read_jobs`` (its
+    ``APPEND_READS`` at least) of at least these jobs."""
     return {
         job_id
         for job_id, job_events in events.items()

@@ -28,7 +28,7 @@ from jobs.contract.bodies import ParsedBatch
 from jobs.contract.events import Event
 from jobs.contract.redaction import bounded_payload, redact_payload
 from jobs.ingest import aliases, database, locks, projector
-from jobs.ingest.projection import read_jobs, unseen_jobs
+from jobs.ingest.projection import APPEND_READS, read_jobs, unseen_jobs
 from jobs.models import Event as EventRow
 from jobs.models import IngestToken, SpanResource, json_text, json_value, stored_payload
 
@@ -173,7 +173,7 @@ def _append_locked(
         projector.fold_locked(both)
         rehomed = aliases.rehome(homes.named)
     job_ids = sorted({job_id for job_id, _ in events} | rehomed)
-    existing = read_jobs(job_ids)
+    existing = read_jobs(job_ids, APPEND_READS)
     days = dict.fromkeys(job_ids, today)
     days.update((job_id, row["partition_day"]) for job_id, row in existing.items())
     marks = database.mark_dirty(days, received_at, whole=rehomed)
