@@ -259,6 +259,30 @@ def test_a_job_a_fold_leaves_dirty_dates_its_lag_from_the_events_the_fold_did_no
     assert projector.backlog("lj") == projector.Backlog(1, left.received_at)
 
 
+def test_the_projector_takes_the_job_whose_unshown_events_are_oldest_first():
+    """A job a fold left dirty with events that just came waits behind one whose events have
+    waited longer, however long ago the first was dirty."""
+    store_async([event("job_started", "live", at=0)])
+    ProjectionMark.objects.filter(job_id="live").update(
+        first_marked_at=F("first_marked_at") - timedelta(seconds=30)
+    )
+    original = projector.project_jobs
+
+    def append_meanwhile(*args, **kwargs):
+        paths = original(*args, **kwargs)
+        store_async([started("n1", "live", at=1)])
+        return paths
+
+    with mock.patch.object(projector, "project_jobs", side_effect=append_meanwhile):
+        projector.project_dirty()
+    store_async([event("job_started", "waiting", at=0)])
+    ProjectionMark.objects.filter(job_id="waiting").update(
+        first_marked_at=F("first_marked_at") - timedelta(seconds=10)
+    )
+    assert projector.project_dirty(limit=1) == 1
+    assert dirty() == ["live"]
+
+
 def test_a_resend_left_dirty_by_a_fold_dates_its_lag_from_its_append():
     """An append of stored events only (a resend) numbers no event: the mark's own time."""
     store_async([event("job_started", "rj", at=0)])
