@@ -8,7 +8,8 @@ does. Two ways, each on jobs of its own:
 - **backlog**: every batch appended first, then every job folded (each job new, so each fold
   is a full replay of its events): a projector that fell behind;
 - **interleaved**: each batch appended, then its jobs folded before the next (after the first,
-  each fold resumes a job's snapshot with its few new events): a projector that keeps up.
+  each fold resumes a job's snapshot with its few new events): a projector that keeps up;
+  ``--fold-every N`` folds after every N batches instead (more events a job a fold).
 
 Prints events/s of each phase and, per event, microseconds of wall time, of this process's CPU
 and (PostgreSQL, a local server) of the database backend's CPU. ``--profile`` adds a cProfile
@@ -32,6 +33,7 @@ from pathlib import Path
 from live import job_stream
 from live_phases import backend_cpu
 from load import recreate_database, setup_django
+from pgstats import analyze_periodically
 
 
 class Clock:
@@ -84,14 +86,19 @@ def drain() -> None:
 
 
 def append_and_fold(
-    items: list[dict], size: int, postgres: bool, profiler: cProfile.Profile | None, way: str
+    items: list[dict],
+    size: int,
+    postgres: bool,
+    profiler: cProfile.Profile | None,
+    way: str,
+    every: int = 1,
 ) -> tuple[Clock, Clock]:
-    """Append ``items`` in batches of ``size``, folding after each batch (``interleaved``) or
-    once after the last (``backlog``); the time each took."""
+    """Append ``items`` in batches of ``size``, folding after each ``every`` batches
+    (``interleaved``) or once after the last (``backlog``); the time each took."""
     appending, folding = Clock(postgres), Clock(postgres)
-    for start in range(0, len(items), size):
+    for number, start in enumerate(range(0, len(items), size), 1):
         appending.time(lambda start=start: append(items[start : start + size]))
-        if way == "interleaved":
+        if way == "interleaved" and (number % every == 0 or start + size >= len(items)):
             folding.time(profiled(drain, profiler))
     if way == "backlog":
         folding.time(profiled(drain, profiler))
@@ -119,6 +126,14 @@ def main() -> None:
     parser.add_argument("--batch", type=int, default=400)
     parser.add_argument("--rounds", type=int, default=1)
     parser.add_argument(
+        "--fold-every",
+        type=int,
+        default=1,
+        help="interleaved: batches appended between folds (bench/live.py's steady load, 1 s of "
+        "lag at 5,000 events/s over 400 jobs: 12 or so events a job a fold)",
+    )
+    parser.add_argument("--only", choices=("backlog", "interleaved"), help="that way alone")
+    parser.add_argument(
         "--profile",
         choices=("backlog", "interleaved"),
         help="cProfile that way's folds in the last round (the top functions by own time)",
@@ -131,17 +146,22 @@ def main() -> None:
         recreate_database(base, database)
     else:
         Path(url.removeprefix("sqlite:///")).unlink(missing_ok=True)
+    # Tables grow from empty here and this machine's autovacuum is off: analyze as it would,
+    # or the failure records' lookups plan as scans of a table with no statistics.
+    analyzing = analyze_periodically(url)
     try:
         setup_django(url)
         print(f"{'PostgreSQL' if postgres else 'SQLite'}, {os.getloadavg()[0]:.2f} load")
         for round_ in range(args.rounds):
-            for way in ("backlog", "interleaved"):
+            for way in [args.only] if args.only else ["backlog", "interleaved"]:
                 items = live_items(f"{way}-{round_}", args.jobs, args.steps)
                 profiling = args.profile == way and round_ == args.rounds - 1
                 profiler = cProfile.Profile() if profiling else None
                 gc.collect()
                 gc.freeze()
-                appending, folding = append_and_fold(items, args.batch, postgres, profiler, way)
+                appending, folding = append_and_fold(
+                    items, args.batch, postgres, profiler, way, args.fold_every
+                )
                 gc.unfreeze()
                 if profiler is not None:
                     pstats.Stats(profiler).sort_stats("tottime").print_stats(40)
@@ -149,6 +169,7 @@ def main() -> None:
                 print(folding.line(f"{way} fold", len(items)))
             print(f"   load average {os.getloadavg()[0]:.2f}")
     finally:
+        analyzing.set()
         from django.db import connections
 
         connections.close_all()
