@@ -44,6 +44,27 @@ def dirty() -> list[str]:
     return sorted(ProjectionMark.objects.dirty().values_list("job_id", flat=True))
 
 
+def fold_while_appending(items: list[dict]) -> None:
+    """``project_dirty``, with another request's append of ``items`` committing while it
+    folds (here: in its transaction)."""
+    original = projector.project_jobs
+
+    def append_meanwhile(*args, **kwargs):
+        counted = original(*args, **kwargs)
+        store_async(items)
+        return counted
+
+    with mock.patch.object(projector, "project_jobs", side_effect=append_meanwhile):
+        projector.project_dirty()
+
+
+def dirty_since(job_id: str, seconds: int) -> None:
+    """Make the job's mark say it has been dirty for ``seconds`` more."""
+    ProjectionMark.objects.filter(job_id=job_id).update(
+        first_marked_at=F("first_marked_at") - timedelta(seconds=seconds)
+    )
+
+
 # --- Prefer: respond-async ---------------------------------------------------------------------
 
 
@@ -147,9 +168,7 @@ def test_a_job_with_unprojected_events_says_so(client, ingest_token, admin_clien
 
 def test_metrics_and_healthz_report_the_dirty_jobs_and_the_lag(client):
     store_async([event("job_started", "m1", at=0), event("job_started", "m2", at=0)])
-    ProjectionMark.objects.filter(job_id="m1").update(
-        first_marked_at=F("first_marked_at") - timedelta(seconds=30)
-    )
+    dirty_since("m1", 30)
     text = client.get("/metrics").content.decode()
     assert "traceviz_projection_dirty_jobs 2.0" in text
     lag = next(
@@ -218,16 +237,7 @@ def test_a_projector_killed_mid_fold_loses_nothing_and_the_next_run_finishes_it(
 
 def test_a_mark_newer_than_the_fold_stays_dirty():
     store_async([event("job_started", "nj", at=0)])
-    original = projector.project_jobs
-
-    def append_meanwhile(*args, **kwargs):
-        paths = original(*args, **kwargs)
-        # Another request's append commits while this fold runs (here: in its transaction).
-        store_async([started("n1", "nj", at=1)])
-        return paths
-
-    with mock.patch.object(projector, "project_jobs", side_effect=append_meanwhile):
-        projector.project_dirty()
+    fold_while_appending([started("n1", "nj", at=1)])
     assert dirty() == ["nj"]
     assert Job.objects.get(job_id="nj").event_count == 1
     projector.project_dirty()
@@ -239,19 +249,9 @@ def test_a_job_a_fold_leaves_dirty_dates_its_lag_from_the_events_the_fold_did_no
     """A live job gets events during every fold: its lag is the age of its oldest event not
     shown, not the time since it was last clean (which grows as long as the producer runs)."""
     store_async([event("job_started", "lj", at=0)])
-    ProjectionMark.objects.filter(job_id="lj").update(
-        first_marked_at=F("first_marked_at") - timedelta(seconds=30)
-    )
+    dirty_since("lj", 30)
     Event.objects.filter(job_id="lj").update(received_at=F("received_at") - timedelta(seconds=30))
-    original = projector.project_jobs
-
-    def append_meanwhile(*args, **kwargs):
-        paths = original(*args, **kwargs)
-        store_async([started("n1", "lj", at=1)])
-        return paths
-
-    with mock.patch.object(projector, "project_jobs", side_effect=append_meanwhile):
-        projector.project_dirty()
+    fold_while_appending([started("n1", "lj", at=1)])
     mark = ProjectionMark.objects.get(job_id="lj")
     left = Event.objects.get(job_id="lj", generation=mark.generation)
     assert (dirty(), mark.first_marked_at) == (["lj"], left.received_at)
@@ -263,22 +263,10 @@ def test_the_projector_takes_the_job_whose_unshown_events_are_oldest_first():
     """A job a fold left dirty with events that just came waits behind one whose events have
     waited longer, however long ago the first was dirty."""
     store_async([event("job_started", "live", at=0)])
-    ProjectionMark.objects.filter(job_id="live").update(
-        first_marked_at=F("first_marked_at") - timedelta(seconds=30)
-    )
-    original = projector.project_jobs
-
-    def append_meanwhile(*args, **kwargs):
-        paths = original(*args, **kwargs)
-        store_async([started("n1", "live", at=1)])
-        return paths
-
-    with mock.patch.object(projector, "project_jobs", side_effect=append_meanwhile):
-        projector.project_dirty()
+    dirty_since("live", 30)
+    fold_while_appending([started("n1", "live", at=1)])
     store_async([event("job_started", "waiting", at=0)])
-    ProjectionMark.objects.filter(job_id="waiting").update(
-        first_marked_at=F("first_marked_at") - timedelta(seconds=10)
-    )
+    dirty_since("waiting", 10)
     assert projector.project_dirty(limit=1) == 1
     assert dirty() == ["live"]
 
@@ -286,18 +274,8 @@ def test_the_projector_takes_the_job_whose_unshown_events_are_oldest_first():
 def test_a_resend_left_dirty_by_a_fold_dates_its_lag_from_its_append():
     """An append of stored events only (a resend) numbers no event: the mark's own time."""
     store_async([event("job_started", "rj", at=0)])
-    ProjectionMark.objects.filter(job_id="rj").update(
-        first_marked_at=F("first_marked_at") - timedelta(seconds=30)
-    )
-    original = projector.project_jobs
-
-    def resend_meanwhile(*args, **kwargs):
-        paths = original(*args, **kwargs)
-        store_async([event("job_started", "rj", at=0)])
-        return paths
-
-    with mock.patch.object(projector, "project_jobs", side_effect=resend_meanwhile):
-        projector.project_dirty()
+    dirty_since("rj", 30)
+    fold_while_appending([event("job_started", "rj", at=0)])
     mark = ProjectionMark.objects.get(job_id="rj")
     assert mark.first_marked_at == mark.marked_at
 
