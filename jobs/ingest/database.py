@@ -13,7 +13,7 @@ bench/README.md). Both paths write the same rows.
 import functools
 import time
 import weakref
-from collections.abc import Iterable, Mapping, Sequence, Set
+from collections.abc import Iterable, Iterator, Mapping, Sequence, Set
 from datetime import date, datetime, timedelta, tzinfo
 from typing import Any
 
@@ -497,35 +497,54 @@ def mark_dirty(
     replays from every event. The row locks last until the caller's transaction ends."""
     if not days:
         return {}
-    quote = connection.ops.quote_name
-    table = quote(ProjectionMark._meta.db_table)
-    adapt_day = connection.ops.adapt_datefield_value
-    stamp = adapt_datetime(at)
+    table = connection.ops.quote_name(ProjectionMark._meta.db_table)
     found: dict[str, tuple[int, date, bool]] = {}
-    job_ids = sorted(days)
     with connection.cursor() as cursor:
-        for start in range(0, len(job_ids), SQLITE_ROWS_PER_STATEMENT):
-            chunk = job_ids[start : start + SQLITE_ROWS_PER_STATEMENT]
+        for rows, params in _mark_rows(sorted(days), days, whole, adapt_datetime(at)):
             cursor.execute(
                 f"INSERT INTO {table} AS mark (job_id, partition_day, generation, projected, "
-                "whole, first_marked_at, marked_at) VALUES "
-                + ", ".join(["(%s, %s, 1, 0, %s, %s, %s)"] * len(chunk))
-                + " ON CONFLICT (job_id) DO UPDATE SET generation = mark.generation + 1, "
+                f"whole, first_marked_at, marked_at) {rows} "
+                "ON CONFLICT (job_id) DO UPDATE SET generation = mark.generation + 1, "
                 "whole = (mark.whole OR excluded.whole), first_marked_at = CASE WHEN "
                 "mark.generation > mark.projected THEN mark.first_marked_at "
                 "ELSE excluded.first_marked_at END, marked_at = excluded.marked_at "
                 "RETURNING job_id, partition_day, generation, projected",
-                [
-                    value
-                    for job_id in chunk
-                    for value in (job_id, adapt_day(days[job_id]), job_id in whole, stamp, stamp)
-                ],
+                params,
             )
             for job_id, day, generation, projected in cursor.fetchall():
                 if isinstance(day, str):
                     day = date.fromisoformat(day)
                 found[job_id] = (generation, day, projected == generation - 1)
     return found
+
+
+def _mark_rows(
+    job_ids: Sequence[str], days: Mapping[str, date], whole: Set[str], stamp
+) -> Iterator[tuple[str, list]]:
+    """The new marks of ``mark_dirty``'s upsert, in job id order, as the SQL of its rows with
+    their parameters: on PostgreSQL one ``unnest`` of a column an array (few parameters, which
+    psycopg converts once: ``AnyOf``), on SQLite VALUES of SQLITE_ROWS_PER_STATEMENT rows at
+    most a statement."""
+    if connection.vendor == POSTGRES:
+        yield (
+            "SELECT k.job_id, k.day, 1, 0, k.whole, %s, %s FROM "
+            "unnest(%s::varchar[], %s::date[], %s::boolean[]) AS k(job_id, day, whole)",
+            [
+                stamp,
+                stamp,
+                list(job_ids),
+                [days[j] for j in job_ids],
+                [j in whole for j in job_ids],
+            ],
+        )
+        return
+    adapt_day = connection.ops.adapt_datefield_value
+    for start in range(0, len(job_ids), SQLITE_ROWS_PER_STATEMENT):
+        chunk = job_ids[start : start + SQLITE_ROWS_PER_STATEMENT]
+        yield (
+            "VALUES " + ", ".join(["(%s, %s, 1, 0, %s, %s, %s)"] * len(chunk)),
+            [v for j in chunk for v in (j, adapt_day(days[j]), j in whole, stamp, stamp)],
+        )
 
 
 def set_projected(generations: Mapping[str, int]) -> None:

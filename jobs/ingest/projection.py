@@ -140,7 +140,7 @@ def event_days(job_ids: Sequence[str]) -> dict[str, date]:
 def read_jobs(job_ids: Sequence[str], columns: Sequence[str] = RESUMED_FROM) -> dict[str, dict]:
     """The stored Job rows of these jobs (those that have one), by job_id: their id and the
     columns projection resumes from (``RESUMED_FROM``), or the append's (``APPEND_READS``)."""
-    rows = Job.objects.filter(job_id__in=job_ids).values("id", *columns)
+    rows = Job.objects.filter(job_id__any=job_ids).values("id", *columns)
     return {row["job_id"]: row for row in rows}
 
 

@@ -52,7 +52,7 @@ def project_dirty(job_ids: Iterable[str] | None = None, *, limit: int = DIRTY_BA
     with transaction.atomic():
         marks = ProjectionMark.objects.dirty()
         if job_ids is not None:
-            marks = marks.filter(job_id__in=sorted(set(job_ids)))
+            marks = marks.filter(job_id__any=sorted(set(job_ids)))
         candidates = list(
             marks.order_by("first_marked_at", "job_id").values_list("job_id", flat=True)[
                 : limit * CANDIDATE_BATCHES
@@ -85,7 +85,7 @@ def fold_locked(job_ids: Iterable[str]) -> int:
     marks = {
         job_id: Mark(generation, projected, whole, day)
         for job_id, generation, projected, whole, day in ProjectionMark.objects.dirty()
-        .filter(job_id__in=job_ids)
+        .filter(job_id__any=job_ids)
         .values_list("job_id", "generation", "projected", "whole", "partition_day")
     }
     if not marks:
@@ -145,7 +145,7 @@ def clear(through: Mapping[str, Mark | int]) -> None:
     }
     if not generations:
         return
-    rows = ProjectionMark.objects.filter(job_id__in=sorted(generations))
+    rows = ProjectionMark.objects.filter(job_id__any=sorted(generations))
     list(rows.order_by("job_id").select_for_update().values_list("job_id", flat=True))
     database.set_projected(generations)
 

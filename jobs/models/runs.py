@@ -358,7 +358,7 @@ class Job(models.Model):
 class JobAliasQuerySet(models.QuerySet):
     def jobs_of(self, aliases: Iterable[str]) -> dict[str, str]:
         """The job id each of these ids is an alias of (those that are one), by alias."""
-        rows = self.filter(alias__in=sorted(set(aliases))).values_list("alias", "job__job_id")
+        rows = self.filter(alias__any=sorted(set(aliases))).values_list("alias", "job__job_id")
         return dict(rows)
 
     def job_of(self, alias: str) -> str | None:

@@ -325,6 +325,25 @@ def test_a_folds_queries_do_not_grow_with_its_jobs():
     assert fold_queries(10) == fold_queries(5)
 
 
+@pytest.mark.postgres
+def test_a_request_for_hundreds_of_jobs_sends_them_as_arrays_not_as_parameters():
+    """psycopg converts a statement of more than 50 parameters afresh each time (uncached): an
+    append touching 400 jobs sends each list of them as one array (``AnyOf``, the marks'
+    ``unnest``)."""
+    store_async([event("job_started", f"p{n}", at=0) for n in range(400)])
+    projector.project_dirty(limit=400)
+    sent: list[tuple[str, int]] = []
+
+    def count(execute, sql, params, many, context):
+        sent.append((sql, len(params or ())))
+        return execute(sql, params, many, context)
+
+    with connection.execute_wrapper(count):
+        store_async([started("n1", f"p{n}", at=1) for n in range(400)])
+    assert [sql[:60] for sql, params in sent if params > 50] == []
+    assert sum("= ANY(" in sql for sql, _ in sent) >= 3  # the aliases (twice), the Job rows
+
+
 @HYPOTHESIS
 @given(
     data=st.data(),
