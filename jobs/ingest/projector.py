@@ -22,8 +22,8 @@ from django.db import transaction
 from jobs.contract.events import Event
 from jobs.ingest import counters, database, locks
 from jobs.ingest.projection import project_jobs, read_jobs
+from jobs.models import ByCodePoint, ProjectionMark
 from jobs.models import Event as EventRow
-from jobs.models import ProjectionMark
 
 # Jobs a projector loop folds per transaction: enough to share the queries among many live jobs,
 # few enough that its locks and row locks are held briefly.
@@ -138,16 +138,25 @@ def unprojected_events(
 def clear(through: Mapping[str, Mark | int]) -> None:
     """Set these jobs' marks projected up to the generation given (a ``Mark``'s or a number);
     a mark whose generation went past it stays dirty (and keeps ``whole``: the newer append
-    may have asked for it). Locks the marks in job id order first, as appends do."""
+    may have asked for it). Locks the marks first, in the order appends do (``lock_marks``)."""
     generations = {
         job_id: mark.generation if isinstance(mark, Mark) else mark
         for job_id, mark in through.items()
     }
     if not generations:
         return
-    rows = ProjectionMark.objects.filter(job_id__any=sorted(generations))
-    list(rows.order_by("job_id").select_for_update().values_list("job_id", flat=True))
+    lock_marks(generations)
     database.set_projected(generations)
+
+
+def lock_marks(job_ids: Iterable[str]) -> list[str]:
+    """Lock these jobs' marks (their rows, until the transaction ends) in job id order by code
+    point, the order an append's upsert locks them in (``sorted``); returns the ids in the order
+    locked. Not in the database's collation: one that orders "a" before "B" would let a fold and
+    an append lock two marks in opposite orders, and deadlock."""
+    rows = ProjectionMark.objects.filter(job_id__any=sorted(job_ids))
+    locked = rows.order_by(ByCodePoint("job_id")).select_for_update()
+    return list(locked.values_list("job_id", flat=True))
 
 
 def dirty_summary(now: datetime) -> tuple[int, float]:

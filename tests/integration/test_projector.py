@@ -344,6 +344,20 @@ def test_a_request_for_hundreds_of_jobs_sends_them_as_arrays_not_as_parameters()
     assert sum("= ANY(" in sql for sql, _ in sent) >= 3  # the aliases (twice), the Job rows
 
 
+@pytest.mark.postgres
+def test_a_fold_locks_the_marks_in_the_order_appends_do_whatever_the_collation():
+    """Appends upsert their marks in job id order by code point ("B" before "a"); a database
+    created with a locale's collation orders "a" before "B", and a fold that locked in that
+    order could deadlock with an append."""
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "ALTER TABLE jobs_projectionmark "
+            'ALTER COLUMN job_id TYPE varchar(200) COLLATE "und-x-icu"'
+        )
+    store_async([event("job_started", job_id, at=0) for job_id in ("a", "B", "c")])
+    assert projector.lock_marks(["c", "a", "B"]) == ["B", "a", "c"] == sorted(["c", "a", "B"])
+
+
 @HYPOTHESIS
 @given(
     data=st.data(),
